@@ -1,0 +1,41 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both are idempotent.
+# torch is installed first, pinned to the CPU wheel, so that resolving the project pulls no CUDA wheels;
+# pyproject.toml itself only declares a range.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+TORCH_SPEC ?= torch==2.13.0
+STAMP  := $(VENV)/.installed
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export MLFLOW_ENABLE_TELEMETRY := false
+export DO_NOT_TRACK := 1
+
+.PHONY: setup demo test bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet "$(TORCH_SPEC)"
+	$(PIP) install --quiet -e ".[test]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(VENV)/bin/evotrainer train --task arith --harness harnesses/grpo-baseline.yaml --steps 40 --seed 0
+
+test: setup
+	$(PY) -m pytest -q tests
+
+bench: setup
+	$(PY) bench/learning.py && $(PY) bench/throughput.py && $(PY) bench/segments.py
+
+clean:
+	rm -rf runs/* $(VENV)

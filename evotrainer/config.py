@@ -1,0 +1,350 @@
+"""The harness: every training-side knob EvoTrainer may turn, documented and validated in one place.
+
+A harness is everything on the training side that interprets the policy: the GRPO recipe (TRL's
+``GRPOConfig`` knobs, under TRL's own names), the reward composition, and the data-selection rules applied
+between segments. It lives in a YAML file under ``harnesses/``. Later issues add diagnostic gates.
+
+Why pydantic with one ``Field`` per knob: the field's description, default and bounds *are* the
+documentation (``evotrainer harness knobs`` prints them, a test fails when one is missing), and the same
+model validates a file, a single-factor intervention (``with_knob``) and an LLM's proposal alike. Invalid
+files fail with :class:`~evotrainer.errors.ConfigError` naming the file, the field, the value and what is
+allowed. The content hash (``version``) ignores ``name``/``description`` so that two files with the same
+recipe are the same harness version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from evotrainer.errors import ConfigError
+
+LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"]
+ScaleRewards = Literal["group", "batch", "none"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+
+class OptimKnobs(_Section):
+    """Optimiser settings (AdamW, constant schedule after warm-up, as TRL's defaults)."""
+
+    learning_rate: float = Field(
+        3e-4, gt=0.0, le=1e-1,
+        description="AdamW learning rate. Too high collapses entropy; too low plateaus. The tiny policy likes 1e-4..1e-3.",
+    )
+    warmup_steps: int = Field(
+        0, ge=0, le=10_000, description="Linear warm-up steps at the start of a run (not repeated when resuming or forking).",
+    )
+    weight_decay: float = Field(0.0, ge=0.0, le=1.0, description="AdamW decoupled weight decay.")
+    max_grad_norm: float = Field(
+        1.0, gt=0.0, le=1e4, description="Gradient-norm clipping threshold (the `grad_norm` metric is logged before clipping).",
+    )
+
+
+class GRPOKnobs(_Section):
+    """The GRPO recipe. Names and meanings follow TRL's ``GRPOConfig``; see its docs for paper links."""
+
+    prompts_per_step: int = Field(
+        32, ge=1, le=4096, description="Distinct prompts per optimiser step; each gets `num_generations` completions.",
+    )
+    num_generations: int = Field(
+        8, ge=2, le=256, description="Group size G: completions sampled per prompt. The group is the GRPO baseline.",
+    )
+    temperature: float = Field(1.0, gt=0.0, le=4.0, description="Sampling temperature for rollouts.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus-sampling mass for rollouts (1.0 = off).")
+    max_completion_length: int = Field(
+        16, ge=1, le=32_768,
+        description="Tokens a completion may have; longer ones are truncated (`completions/clipped_ratio`).",
+    )
+    loss_type: LossType = Field(
+        "dapo",
+        description="Loss aggregation: 'grpo' (per-sequence mean, length-biased), 'dr_grpo' (Dr.GRPO, constant "
+        "normaliser, arXiv 2503.20783), 'dapo' (token-level over the batch, DAPO arXiv 2503.14476), 'bnpo', "
+        "'cispo' (MiniMax-M1), 'sapo' (soft gate).",
+    )
+    epsilon: float = Field(0.2, gt=0.0, le=1.0, description="Lower PPO clip range ε.")
+    epsilon_high: float | None = Field(
+        None, gt=0.0, le=10.0,
+        description="Upper clip range (clip-higher, DAPO recommends 0.28). None = same as `epsilon`. Must be ≥ `epsilon`.",
+    )
+    beta: float = Field(
+        0.0, ge=0.0, le=10.0, description="KL coefficient against the reference policy. 0 = no reference model is loaded.",
+    )
+    sync_ref_model: bool = Field(
+        False, description="Periodically reset the KL reference towards the current policy (TR-DPO style). Needs beta > 0.",
+    )
+    ref_model_sync_steps: int = Field(
+        64, ge=1, le=100_000, description="Steps between reference resets when `sync_ref_model` is on.",
+    )
+    ref_model_mixup_alpha: float = Field(
+        1.0, ge=0.0, le=1.0, description="Mix α of the reset: ref = α·policy + (1-α)·ref. 1.0 = hard reset.",
+    )
+    scale_rewards: ScaleRewards = Field(
+        "group",
+        description="Advantage scaling: 'group' std (GRPO), 'batch' std, or 'none' (Dr.GRPO: no difficulty bias).",
+    )
+    num_iterations: int = Field(
+        1, ge=1, le=16, description="Optimiser passes per generated batch (μ). >1 reuses rollouts (off-policy by the clip).",
+    )
+    mask_truncated_completions: bool = Field(
+        False, description="Exclude truncated completions from the loss (DAPO's overlong filtering).",
+    )
+    top_entropy_quantile: float = Field(
+        1.0, ge=0.0, le=1.0,
+        description="Train only on the top-ρ quantile of tokens by entropy (Beyond the 80/20 rule, arXiv 2506.01939; "
+        "0.2 recommended). 1.0 = all tokens.",
+    )
+    entropy_coef: float = Field(
+        0.0, ge=0.0, le=1.0, description="Entropy bonus coefficient (0 = off). Initial value when adaptive control is on.",
+    )
+    use_adaptive_entropy: bool = Field(
+        False, description="Adapt `entropy_coef` towards `entropy_target` each step (Skywork-OR1, arXiv 2505.22312).",
+    )
+    entropy_target: float = Field(
+        0.2, ge=0.0, le=20.0, description="Target per-token entropy (nats) for adaptive entropy control.",
+    )
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> GRPOKnobs:
+        if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
+            raise ValueError(
+                f"epsilon_high={self.epsilon_high} is below epsilon={self.epsilon}; clip-higher needs "
+                "epsilon_high ≥ epsilon (or null for a symmetric clip)"
+            )
+        if self.sync_ref_model and self.beta == 0.0:
+            raise ValueError("sync_ref_model needs a reference model: set beta > 0 or sync_ref_model: false")
+        return self
+
+
+class CorrectnessReward(_Section):
+    weight: float = Field(1.0, ge=0.0, le=100.0, description="Weight of the correctness reward (1 right, 0 wrong).")
+    match: Literal["exact", "contains"] = Field(
+        "exact",
+        description="'exact': the whole completion must be the right answer. 'contains': any occurrence counts — a "
+        "deliberately lenient variant that invites answer spraying; strict correctness is still recorded.",
+    )
+
+
+class FormatReward(_Section):
+    weight: float = Field(0.1, ge=0.0, le=100.0, description="Weight of the format reward (1 if the completion is well-formed).")
+
+
+class OverlongReward(_Section):
+    weight: float = Field(
+        0.0, ge=0.0, le=100.0,
+        description="Weight of DAPO's soft overlong punishment (0 = off): 0 up to L−buffer, linear to −1 at L, −1 if truncated.",
+    )
+    buffer: int = Field(4, ge=1, le=16_384, description="Soft-penalty buffer length in tokens (DAPO's L_cache).")
+
+
+class RepetitionReward(_Section):
+    weight: float = Field(
+        0.0, ge=0.0, le=100.0, description="Weight of the repetition penalty: −(share of repeated n-grams). 0 = off.",
+    )
+    ngram: int = Field(3, ge=1, le=32, description="n of the n-grams counted by the repetition penalty.")
+
+
+class RewardKnobs(_Section):
+    """Reward composition: named terms with weights; each term is logged as `rewards/<term>/mean`."""
+
+    correctness: CorrectnessReward = Field(default_factory=CorrectnessReward, description="Task correctness term.")
+    format: FormatReward = Field(default_factory=FormatReward, description="Answer-format term.")
+    overlong: OverlongReward = Field(default_factory=OverlongReward, description="Soft overlong punishment term.")
+    repetition: RepetitionReward = Field(default_factory=RepetitionReward, description="n-gram repetition term.")
+
+
+class DataKnobs(_Section):
+    """Which prompts a segment trains on. Rules that read evidence apply between segments (forks)."""
+
+    difficulty: tuple[int, int] | None = Field(
+        None, description="Inclusive [min, max] task difficulty level of training prompts. null = the task's default level.",
+    )
+    pool_size: int = Field(
+        4096, ge=8, le=1_000_000,
+        description="Distinct training prompts in the segment's pool (drawn from the train split, fixed per seed).",
+    )
+    drop_all_correct: bool = Field(
+        False, description="Dynamic sampling at segment granularity: drop prompts whose last group was all correct.",
+    )
+    drop_all_wrong: bool = Field(
+        False, description="Dynamic sampling at segment granularity: drop prompts whose last group was all wrong.",
+    )
+    sampling: Literal["uniform", "difficulty_targeted"] = Field(
+        "uniform",
+        description="'uniform' over the pool, or 'difficulty_targeted': weight prompts by closeness of their observed "
+        "pass rate to `target_pass_rate` (VADE / DOTS, arXiv 2506.05316).",
+    )
+    target_pass_rate: float = Field(
+        0.5, gt=0.0, lt=1.0, description="Pass rate that difficulty-targeted sampling favours (0.5 maximises p(1−p)).",
+    )
+
+    @model_validator(mode="after")
+    def _range(self) -> DataKnobs:
+        if self.difficulty is not None and self.difficulty[0] > self.difficulty[1]:
+            raise ValueError(f"difficulty {list(self.difficulty)} has min > max; write [min, max]")
+        if self.difficulty is not None and self.difficulty[0] < 1:
+            raise ValueError(f"difficulty {list(self.difficulty)} starts below level 1")
+        return self
+
+
+class HarnessSpec(_Section):
+    """One harness file. ``version`` is its content hash; ``diff`` lists the knobs that differ."""
+
+    name: str = Field("unnamed", min_length=1, max_length=100, description="Human name; not part of the version hash.")
+    description: str = Field("", max_length=4000, description="What this recipe is for; not part of the version hash.")
+    optim: OptimKnobs = Field(default_factory=OptimKnobs, description="Optimiser.")
+    grpo: GRPOKnobs = Field(default_factory=GRPOKnobs, description="GRPO recipe (TRL GRPOConfig knobs).")
+    reward: RewardKnobs = Field(default_factory=RewardKnobs, description="Reward composition.")
+    data: DataKnobs = Field(default_factory=DataKnobs, description="Data selection.")
+
+    @model_validator(mode="after")
+    def _consistency(self) -> HarnessSpec:
+        r, g = self.reward, self.grpo
+        if r.overlong.weight > 0 and r.overlong.buffer >= g.max_completion_length:
+            raise ValueError(
+                f"reward.overlong.buffer={r.overlong.buffer} must be smaller than "
+                f"grpo.max_completion_length={g.max_completion_length}"
+            )
+        if r.correctness.weight == 0 and r.format.weight == 0:
+            raise ValueError("reward has no positive term: give reward.correctness.weight or reward.format.weight a value > 0")
+        return self
+
+    # ------------------------------------------------------------------ identity
+    def knobs(self) -> dict[str, Any]:
+        """Flat ``{dotted.path: value}`` of every knob (metadata excluded)."""
+        return _flatten(self.model_dump(mode="json", exclude={"name", "description"}))
+
+    @property
+    def version(self) -> str:
+        """Stable content hash of the recipe (12 hex chars)."""
+        blob = json.dumps(self.knobs(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def with_knob(self, path: str, value: Any) -> HarnessSpec:
+        """A copy with one knob changed, validated as a whole (single-factor interventions use this)."""
+        if path not in self.knobs():
+            raise ConfigError(f"unknown knob '{path}'; known knobs: {', '.join(sorted(self.knobs()))}")
+        data = self.model_dump(mode="json")
+        node = data
+        *parents, leaf = path.split(".")
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+        return _validate(data, source=f"knob {path}={value!r}")
+
+
+class KnobChange(BaseModel):
+    path: str
+    old: Any
+    new: Any
+
+
+def diff(a: HarnessSpec, b: HarnessSpec) -> list[KnobChange]:
+    """Knobs whose value differs between two harnesses, sorted by path."""
+    ka, kb = a.knobs(), b.knobs()
+    return [KnobChange(path=k, old=ka.get(k), new=kb.get(k)) for k in sorted(set(ka) | set(kb)) if ka.get(k) != kb.get(k)]
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def knob_docs(model: type[BaseModel] = HarnessSpec, prefix: str = "") -> list[dict[str, Any]]:
+    """Every leaf knob with its description, default and bounds — the source of `evotrainer harness knobs`."""
+    rows: list[dict[str, Any]] = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            rows.extend(knob_docs(ann, f"{prefix}{name}."))
+            continue
+        bounds = {}
+        for m in field.metadata:
+            for attr in ("ge", "gt", "le", "lt", "min_length", "max_length"):
+                if getattr(m, attr, None) is not None:
+                    bounds[attr] = getattr(m, attr)
+        rows.append(
+            {
+                "knob": f"{prefix}{name}",
+                "type": getattr(ann, "__name__", str(ann)).replace("typing.", ""),
+                "default": field.get_default(call_default_factory=True),
+                "bounds": bounds,
+                "description": field.description or "",
+            }
+        )
+    return rows
+
+
+def _field_doc(loc: tuple[Any, ...]) -> str:
+    model: type[BaseModel] = HarnessSpec
+    field = None
+    for part in loc:
+        if not isinstance(part, str) or part not in model.model_fields:
+            break
+        field = model.model_fields[part]
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            model = field.annotation
+    return field.description if field is not None and field.description else ""
+
+
+def _format_errors(err: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid harness ({err.error_count()} problem{'s' if err.error_count() > 1 else ''})"]
+    for e in err.errors():
+        loc = tuple(e["loc"])
+        path = ".".join(str(p) for p in loc) or "(top level)"
+        if e["type"] == "extra_forbidden":
+            parent_loc = loc[:-1]
+            model: type[BaseModel] = HarnessSpec
+            for part in parent_loc:
+                ann = model.model_fields[part].annotation if part in model.model_fields else None
+                if isinstance(ann, type) and issubclass(ann, BaseModel):
+                    model = ann
+            allowed = ", ".join(model.model_fields)
+            lines.append(f"  - {path}: unknown key; allowed here: {allowed}")
+            continue
+        doc = _field_doc(loc)
+        got = e.get("input")
+        got_s = "" if isinstance(got, dict) else f" (got {got!r})"
+        lines.append(f"  - {path}: {e['msg']}{got_s}" + (f". {doc}" if doc else ""))
+    return "\n".join(lines)
+
+
+def _validate(data: Any, source: str) -> HarnessSpec:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: a harness must be a YAML mapping of sections, got {type(data).__name__}")
+    try:
+        return HarnessSpec.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_errors(err, source)) from None
+
+
+def load_harness(path: str | Path) -> HarnessSpec:
+    """Read and validate a harness YAML file; raises ConfigError naming the file and field."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"harness file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{p}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+    return _validate(data, source=str(p))
+
+
+def dump_harness(spec: HarnessSpec) -> str:
+    """YAML text of a harness with every knob spelled out (what runs record as their artifact)."""
+    return yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,84 @@
+"""Data selection for a segment: which train-split prompts a job sees, and how often.
+
+The pool is a fixed set of distinct train-split problems (``data.pool_size``, seeded), so that per-prompt
+pass rates observed in one segment can steer the next one. Rules that read evidence (dynamic sampling at
+segment granularity, difficulty-targeted sampling in the spirit of VADE / DOTS) use the pass statistics of
+the job's ancestors; a job with no ancestors trains uniformly on the pool.
+
+The segment dataset is a list of ``steps × prompts_per_step`` problems drawn from the (filtered, weighted)
+pool; TRL's sampler then repeats each one ``num_generations`` times.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pandas as pd
+
+from evotrainer.config import HarnessSpec
+from evotrainer.errors import ConfigError
+from evotrainer.tasks import Problem, Task
+
+
+def difficulty_range(task: Task, harness: HarnessSpec) -> tuple[int, int]:
+    rng = harness.data.difficulty or (task.default_difficulty, task.default_difficulty)
+    lo, hi = int(rng[0]), int(rng[1])
+    if lo < task.min_difficulty or hi > task.max_difficulty:
+        raise ConfigError(
+            f"data.difficulty {[lo, hi]} is outside task '{task.name}' levels "
+            f"{task.min_difficulty}..{task.max_difficulty} ({task.difficulty_doc})"
+        )
+    return lo, hi
+
+
+def build_pool(task: Task, harness: HarnessSpec, seed: int) -> list[Problem]:
+    pool = task.sample("train", harness.data.pool_size, seed=seed, difficulty_range=difficulty_range(task, harness))
+    if not pool:
+        raise ConfigError(f"task '{task.name}' has no train problems at difficulty {list(difficulty_range(task, harness))}")
+    return pool
+
+
+def selection_weights(pool: list[Problem], harness: HarnessSpec, stats: pd.DataFrame | None) -> tuple[list[float], dict]:
+    """Per-problem sampling weights after the harness's data rules, and a report of what was dropped."""
+    d = harness.data
+    by_id = stats.set_index("prompt_id") if stats is not None and len(stats) else None
+    weights, dropped_correct, dropped_wrong, seen = [], 0, 0, 0
+    for p in pool:
+        w = 1.0
+        if by_id is not None and p.id in by_id.index:
+            seen += 1
+            row = by_id.loc[p.id]
+            if d.drop_all_correct and bool(row["last_all_correct"]):
+                w, dropped_correct = 0.0, dropped_correct + 1
+            elif d.drop_all_wrong and bool(row["last_all_wrong"]):
+                w, dropped_wrong = 0.0, dropped_wrong + 1
+            elif d.sampling == "difficulty_targeted":
+                # Peak at the target pass rate, floor so no prompt is starved completely.
+                w = max(0.05, 1.0 - abs(float(row["pass_rate"]) - d.target_pass_rate) / max(d.target_pass_rate, 1 - d.target_pass_rate))
+        weights.append(w)
+    if sum(weights) == 0:  # every prompt was filtered: fall back to uniform rather than train on nothing
+        weights = [1.0] * len(pool)
+    report = {"pool": len(pool), "seen": seen, "dropped_all_correct": dropped_correct, "dropped_all_wrong": dropped_wrong}
+    return weights, report
+
+
+def segment_problems(pool: list[Problem], weights: list[float], n: int, seed: int) -> list[Problem]:
+    rng = random.Random(seed)
+    if all(w == 1.0 for w in weights) and n <= len(pool):
+        return rng.sample(pool, n)
+    return rng.choices(pool, weights=weights, k=n)
+
+
+def to_dataset(problems: list[Problem]):
+    from datasets import Dataset
+
+    return Dataset.from_dict(
+        {
+            "prompt": [p.prompt for p in problems],
+            "problem_id": [p.id for p in problems],
+            "answer": [p.answer for p in problems],
+            "difficulty": [p.difficulty for p in problems],
+            "meta": [json.dumps(p.meta) for p in problems],
+        }
+    )

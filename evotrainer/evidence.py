@@ -1,0 +1,203 @@
+"""Rollout evidence: the per-rollout Parquet schema, the recorder that writes it, and the reader.
+
+A scalar reward hides most of what goes wrong in RL; diagnosis needs every rollout. Each job writes one
+Parquet file per optimiser step under ``JOB/rollouts/step_000123.parquet`` (logged to MLflow as artifacts
+under ``rollouts/`` at every checkpoint) and one JSON line of metrics per step to ``JOB/metrics.jsonl``
+(mirrored to MLflow under TRL's metric names). Files past the last checkpoint are removed on resume, so a
+resumed job never holds two copies of a step.
+
+Rollout schema (``ROLLOUT_SCHEMA``), one row per completion:
+
+=================  =======  ==========================================================================
+column             type     meaning
+=================  =======  ==========================================================================
+run_id             string   MLflow run id of the job
+step               int32    optimiser step (1-based) whose update used this rollout
+prompt_id          string   the task problem's stable id (same problem → same id across runs)
+group_id           string   ``<step>:<index>``: the GRPO group (completions of one prompt in one batch)
+prompt             string   prompt text given to the policy
+completion         string   generated text (untrusted: never executed)
+reward_correctness float    correctness term before weighting (null when the term is off)
+reward_format      float    format term before weighting (null when off)
+reward_overlong    float    soft overlong term before weighting (null when off)
+reward_repetition  float    repetition term before weighting (null when off)
+reward             float    weighted total reward used for the advantage
+correct            bool     strict correctness (well-formed and right), whatever the reward said
+well_formed        bool     the completion matches the task's answer format
+n_candidates       int32    candidate answers found in the completion (answer spraying signal)
+length             int32    completion tokens, EOS excluded
+truncated          bool     hit ``max_completion_length`` without EOS
+advantage          float    GRPO advantage TRL computed for this completion
+difficulty         int32    task difficulty level of the prompt
+=================  =======  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+REWARD_TERMS = ("correctness", "format", "overlong", "repetition")
+
+ROLLOUT_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("step", pa.int32()),
+        ("prompt_id", pa.string()),
+        ("group_id", pa.string()),
+        ("prompt", pa.string()),
+        ("completion", pa.string()),
+        *[(f"reward_{t}", pa.float64()) for t in REWARD_TERMS],
+        ("reward", pa.float64()),
+        ("correct", pa.bool_()),
+        ("well_formed", pa.bool_()),
+        ("n_candidates", pa.int32()),
+        ("length", pa.int32()),
+        ("truncated", pa.bool_()),
+        ("advantage", pa.float64()),
+        ("difficulty", pa.int32()),
+    ]
+)
+ROLLOUT_COLUMNS = ROLLOUT_SCHEMA.names
+
+
+class RolloutRecorder:
+    """Collects rollout rows during a step and writes them as one Parquet file per step.
+
+    The correctness reward function adds rows (it is the one place that sees prompts, completions and
+    verdicts together); the trainer adds the other reward terms and the advantages TRL computed, in
+    order; the step callback flushes.
+    """
+
+    def __init__(self, run_dir: Path, run_id: str):
+        self.dir = run_dir / "rollouts"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.run_id = run_id
+        self._pending: list[dict[str, Any]] = []
+        self._batch_start = 0
+
+    def begin_batch(self) -> None:
+        self._batch_start = len(self._pending)
+
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        self._pending.extend(rows)
+
+    def set_term(self, term: str, values: list[float]) -> None:
+        rows = self._pending[self._batch_start :]
+        for row, v in zip(rows, values, strict=False):
+            row[f"reward_{term}"] = float(v)
+
+    def finish_batch(self, totals: list[float], advantages: list[float]) -> None:
+        rows = self._pending[self._batch_start :]
+        for row, tot, adv in zip(rows, totals, advantages, strict=False):
+            row["reward"] = float(tot)
+            row["advantage"] = float(adv)
+
+    def flush(self) -> list[Path]:
+        if not self._pending:
+            return []
+        df = pd.DataFrame(self._pending)
+        for col in ROLLOUT_COLUMNS:
+            if col not in df:
+                df[col] = None
+        written = []
+        for step, part in df.groupby("step", sort=True):
+            path = self.dir / f"step_{int(step):06d}.parquet"
+            table = pa.Table.from_pandas(part[ROLLOUT_COLUMNS], schema=ROLLOUT_SCHEMA, preserve_index=False)
+            old = path.with_suffix(".parquet.tmp")
+            pq.write_table(table, old)
+            old.replace(path)
+            written.append(path)
+        self._pending.clear()
+        self._batch_start = 0
+        return written
+
+
+def truncate_after(run_dir: Path, step: int) -> None:
+    """Drop metrics and rollouts recorded after ``step`` (used when resuming from that checkpoint)."""
+    mfile = run_dir / "metrics.jsonl"
+    if mfile.exists():
+        keep = [ln for ln in mfile.read_text().splitlines() if ln.strip() and _step_of(ln) <= step]
+        tmp = mfile.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(k + "\n" for k in keep))
+        tmp.replace(mfile)
+    for f in (run_dir / "rollouts").glob("step_*.parquet*"):
+        try:
+            s = int(f.name.split("_")[1].split(".")[0])
+        except ValueError:
+            continue
+        if s > step or f.name.endswith(".tmp"):
+            f.unlink()
+
+
+def _step_of(line: str) -> int:
+    try:
+        return int(json.loads(line).get("step", 0))
+    except (json.JSONDecodeError, AttributeError):
+        return 1 << 30  # a torn last line is dropped
+
+
+def append_metrics(run_dir: Path, step: int, metrics: dict[str, Any]) -> None:
+    with open(run_dir / "metrics.jsonl", "a") as fh:
+        fh.write(json.dumps({"step": int(step), **metrics}) + "\n")
+
+
+@dataclass
+class Evidence:
+    """What a run left behind: per-step metrics (one row per step) and per-rollout records."""
+
+    metrics: pd.DataFrame
+    rollouts: pd.DataFrame
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"steps": int(self.metrics["step"].max()) if len(self.metrics) else 0,
+                               "rollouts": len(self.rollouts)}
+        if len(self.rollouts):
+            out["accuracy"] = float(self.rollouts["correct"].mean())
+        return out
+
+
+def read_metrics(run_dir: Path) -> pd.DataFrame:
+    mfile = run_dir / "metrics.jsonl"
+    rows = []
+    if mfile.exists():
+        for ln in mfile.read_text().splitlines():
+            try:
+                rows.append(json.loads(ln))
+            except json.JSONDecodeError:
+                continue  # a torn line from a killed process
+    df = pd.DataFrame(rows)
+    if len(df):
+        df = df.groupby("step", as_index=False).last().sort_values("step").reset_index(drop=True)
+    else:
+        df = pd.DataFrame({"step": pd.Series([], dtype="int64")})
+    return df
+
+
+def read_rollouts(run_dir: Path, columns: list[str] | None = None) -> pd.DataFrame:
+    files = sorted((run_dir / "rollouts").glob("step_*.parquet"))
+    if not files:
+        return ROLLOUT_SCHEMA.empty_table().to_pandas()
+    return pq.ParquetDataset([str(f) for f in files], schema=ROLLOUT_SCHEMA).read(columns=columns).to_pandas()
+
+
+def load_run_evidence(run_dir: Path) -> Evidence:
+    return Evidence(metrics=read_metrics(run_dir), rollouts=read_rollouts(run_dir))
+
+
+def prompt_pass_stats(rollouts: pd.DataFrame) -> pd.DataFrame:
+    """Per prompt: rollouts seen, pass rate, and whether its *latest* group was all correct / all wrong."""
+    if not len(rollouts):
+        return pd.DataFrame(columns=["prompt_id", "n", "pass_rate", "last_all_correct", "last_all_wrong"])
+    agg = rollouts.groupby("prompt_id")["correct"].agg(["size", "mean"]).rename(columns={"size": "n", "mean": "pass_rate"})
+    last_step = rollouts.groupby("prompt_id")["step"].transform("max")
+    last = rollouts[rollouts["step"] == last_step].groupby("prompt_id")["correct"].agg(["all", "any"])
+    agg["last_all_correct"] = last["all"]
+    agg["last_all_wrong"] = ~last["any"]
+    return agg.reset_index()

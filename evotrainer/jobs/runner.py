@@ -1,0 +1,503 @@
+"""Running one GRPO job: new, resumed after a crash, or forked from another job's checkpoint.
+
+A job is one TRL ``GRPOTrainer.train()`` of a policy under a harness for a number of optimiser steps. It
+lives in ``HOME/jobs/<name>/`` (``meta.json``, ``harness.yaml``, ``metrics.jsonl``, ``rollouts/``,
+``trainer/checkpoint-*``) and in one MLflow run. Names are deterministic, cleanrl style:
+``{task}__{harness}__s{seed}__{utc time}``.
+
+- **Resume** (``resume=RUN``): continue an interrupted job from its last *complete* checkpoint (one with
+  ``trainer_state.json``, which the Trainer writes last), with optimizer, scheduler and RNG state, after
+  dropping metrics and rollouts recorded past that checkpoint. MLflow metrics for steps it already has
+  are not logged twice. ``steps`` may raise the job's target (a new segment under the same harness).
+- **Fork** (``fork=RUN[@STEP]``): a new job that starts from the parent's checkpoint at STEP (default: its
+  latest) with its weights and optimizer moments, optionally under another harness. The copy drops the
+  parent's RNG state (the fork's own seed governs sampling, so paired seeds mean something) and rewrites
+  the learning rate in the optimizer and scheduler state when the harness changed it. Lineage (parent
+  run, step, harness versions) is recorded in ``meta.json`` and as MLflow tags. Forks continue the
+  parent's step numbering, so a campaign's segments line up on one step axis.
+
+Changing the harness between segments is therefore: stop → fork with the new harness → train. The cost
+is one trainer construction (see ``bench/segments.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evotrainer.config import HarnessSpec, dump_harness, load_harness
+from evotrainer.errors import ConfigError, JobFailed, RunNotFound
+from evotrainer.evaluation import EvalSpec
+from evotrainer.home import jobs_dir
+from evotrainer.policy import PolicySpec
+
+CKPT = "checkpoint-"
+
+
+class JobSpec(BaseModel):
+    """Everything that defines a job besides the harness's knobs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: str = Field("arith", description="Built-in task name or 'module:Class' of a user task.")
+    task_options: dict[str, Any] = Field(default_factory=dict, description="Task options (see `evotrainer tasks`).")
+    harness: str = Field("harnesses/grpo-baseline.yaml", description="Harness YAML file.")
+    steps: int = Field(100, ge=1, le=10_000_000, description="Optimiser steps of this job (for a fork: steps after the fork point).")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of sampling, data order and the warm start.")
+    policy: PolicySpec = Field(default_factory=PolicySpec, description="Policy to train.")
+    eval: EvalSpec = Field(default_factory=EvalSpec, description="Held-out evaluation.")
+    save_every: int = Field(25, ge=1, le=1_000_000, description="Checkpoint every N steps (and at the last step).")
+    keep_checkpoints: int = Field(0, ge=0, le=100_000, description="Keep only the newest N checkpoints (0 = keep all, so any step can be forked).")
+    name: str | None = Field(None, description="Run name; default {task}__{harness}__s{seed}__{time}.")
+    tags: dict[str, str] = Field(default_factory=dict, description="Extra MLflow tags (campaigns add proposal ids, roles).")
+
+
+class JobResult(BaseModel):
+    run_id: str
+    name: str
+    run_dir: str
+    steps_done: int
+    checkpoint: str | None
+    evidence: dict[str, str]
+    metrics: dict[str, float]
+    status: str
+    seconds: float
+    train_seconds: float
+    eval_seconds: float
+    setup_seconds: float
+
+
+# ---------------------------------------------------------------------------------------------- run lookup
+def _read_meta(run_dir: Path) -> dict[str, Any]:
+    return json.loads((run_dir / "meta.json").read_text())
+
+
+def _write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
+    tmp = run_dir / "meta.json.tmp"
+    tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
+    tmp.replace(run_dir / "meta.json")
+
+
+def resolve_run(home: Path, ref: str) -> Path:
+    """A job directory from a run name, an MLflow run id, or a path. RunNotFound otherwise."""
+    p = Path(ref).expanduser()
+    if (p / "meta.json").is_file():
+        return p.resolve()
+    root = jobs_dir(home)
+    if (root / ref / "meta.json").is_file():
+        return root / ref
+    if root.is_dir():
+        for d in root.iterdir():
+            mf = d / "meta.json"
+            if mf.is_file():
+                try:
+                    if json.loads(mf.read_text()).get("run_id") == ref:
+                        return d
+                except json.JSONDecodeError:
+                    continue
+    known = sorted(d.name for d in root.iterdir()) if root.is_dir() else []
+    hint = f"; known runs: {', '.join(known[-5:])}" if known else "; this home has no runs yet"
+    raise RunNotFound(f"no run '{ref}' under {root} (give a run name, an MLflow run id or a job directory{hint})")
+
+
+def complete_checkpoints(run_dir: Path) -> dict[int, Path]:
+    """Checkpoints that were fully written (trainer_state.json is saved last and must parse)."""
+    out: dict[int, Path] = {}
+    tdir = run_dir / "trainer"
+    if not tdir.is_dir():
+        return out
+    for d in tdir.iterdir():
+        if not d.name.startswith(CKPT):
+            continue
+        try:
+            step = int(d.name[len(CKPT) :])
+            json.loads((d / "trainer_state.json").read_text())
+        except (ValueError, OSError, json.JSONDecodeError):
+            continue
+        if (d / "optimizer.pt").is_file() and any(d.glob("model*.safetensors")):
+            out[step] = d
+    return dict(sorted(out.items()))
+
+
+def _parse_fork(home: Path, ref: str) -> tuple[Path, int, Path]:
+    name, _, at = ref.partition("@")
+    parent = resolve_run(home, name)
+    ckpts = complete_checkpoints(parent)
+    if not ckpts:
+        raise RunNotFound(f"run '{name}' has no complete checkpoint to fork from")
+    if at:
+        try:
+            step = int(at)
+        except ValueError:
+            raise ConfigError(f"--fork {ref}: the part after '@' must be a step number") from None
+        if step not in ckpts:
+            raise RunNotFound(f"run '{name}' has no checkpoint at step {step}; available steps: {sorted(ckpts)}")
+    else:
+        step = max(ckpts)
+    return parent, step, ckpts[step]
+
+
+def _prepare_fork_checkpoint(src: Path, dst: Path, harness: HarnessSpec, parent_harness: HarnessSpec) -> None:
+    import torch
+
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp)
+    for f in tmp.glob("rng_state*.pth"):
+        f.unlink()  # the fork's own seed governs sampling
+    if harness.grpo.use_adaptive_entropy is False:
+        (tmp / "entropy_ctrl_state.json").unlink(missing_ok=True)
+    new_lr, old_lr = harness.optim.learning_rate, parent_harness.optim.learning_rate
+    if new_lr != old_lr:
+        opt = torch.load(tmp / "optimizer.pt", weights_only=False)
+        for g in opt["param_groups"]:
+            g["lr"] = new_lr
+            g["initial_lr"] = new_lr
+        torch.save(opt, tmp / "optimizer.pt")
+        sched_path = tmp / "scheduler.pt"
+        if sched_path.exists():
+            sched = torch.load(sched_path, weights_only=False)
+            if "base_lrs" in sched:
+                sched["base_lrs"] = [new_lr for _ in sched["base_lrs"]]
+            if "_last_lr" in sched:
+                sched["_last_lr"] = [new_lr for _ in sched["_last_lr"]]
+            torch.save(sched, sched_path)
+    tmp.replace(dst)
+
+
+def _ancestor_rollouts(home: Path, meta: dict[str, Any]):
+    """Rollouts of the job's ancestors (up to the fork points): the evidence data rules read."""
+    import pandas as pd
+
+    from evotrainer.evidence import read_rollouts
+
+    frames, cur, limit = [], meta, None
+    seen = set()
+    while cur.get("parent_run") and cur["parent_run"] not in seen:
+        seen.add(cur["parent_run"])
+        limit = cur.get("parent_step") if limit is None else min(limit, cur.get("parent_step", limit))
+        try:
+            pdir = resolve_run(home, cur["parent_run"])
+        except RunNotFound:
+            break
+        df = read_rollouts(pdir, columns=["prompt_id", "step", "correct"])
+        frames.append(df[df["step"] <= limit])
+        cur = _read_meta(pdir)
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
+def _device_args() -> dict[str, Any]:
+    import torch
+
+    if torch.cuda.is_available() and os.environ.get("EVOTRAINER_DEVICE", "auto") != "cpu":
+        return {"use_cpu": False, "bf16": torch.cuda.is_bf16_supported()}
+    return {"use_cpu": True, "bf16": False}
+
+
+def grpo_config(harness: HarnessSpec, output_dir: Path, max_steps: int, spec: JobSpec, weights: list[float]):
+    """Translate a harness into TRL's GRPOConfig (one place, so verl overrides can mirror it later)."""
+    from trl import GRPOConfig
+
+    g, o = harness.grpo, harness.optim
+    return GRPOConfig(
+        output_dir=str(output_dir),
+        max_steps=max_steps,
+        per_device_train_batch_size=g.prompts_per_step * g.num_generations,  # counts completions
+        gradient_accumulation_steps=1,
+        num_generations=g.num_generations,
+        learning_rate=o.learning_rate,
+        lr_scheduler_type="constant_with_warmup",
+        warmup_steps=o.warmup_steps,
+        weight_decay=o.weight_decay,
+        max_grad_norm=o.max_grad_norm,
+        temperature=g.temperature,
+        top_p=g.top_p,
+        max_completion_length=g.max_completion_length,
+        loss_type=g.loss_type,
+        epsilon=g.epsilon,
+        epsilon_high=g.epsilon_high,
+        beta=g.beta,
+        sync_ref_model=g.sync_ref_model,
+        ref_model_sync_steps=g.ref_model_sync_steps,
+        ref_model_mixup_alpha=g.ref_model_mixup_alpha,
+        scale_rewards=g.scale_rewards,
+        num_iterations=g.num_iterations,
+        mask_truncated_completions=g.mask_truncated_completions,
+        top_entropy_quantile=g.top_entropy_quantile,
+        entropy_coef=g.entropy_coef,
+        use_adaptive_entropy=g.use_adaptive_entropy,
+        entropy_target=g.entropy_target,
+        reward_weights=weights,
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=spec.save_every,
+        save_total_limit=spec.keep_checkpoints or None,
+        report_to="none",
+        disable_tqdm=True,
+        log_completions=False,
+        seed=spec.seed,
+        data_seed=spec.seed,
+        dataloader_num_workers=0,
+        ignore_data_skip=False,
+        **_device_args(),
+    )
+
+
+# ---------------------------------------------------------------------------------------------- the job
+def run_job(
+    spec: JobSpec,
+    home: Path,
+    resume: str | None = None,
+    fork: str | None = None,
+    progress: Callable[[int, int, dict[str, Any]], None] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> JobResult:
+    """Run (or resume, or fork) one job to completion. Validates everything before writing anything."""
+    from evotrainer.tasks import get_task
+
+    t_start = time.perf_counter()
+    say = log or (lambda _m: None)
+    if resume and fork:
+        raise ConfigError("--resume and --fork are exclusive: resume continues a run, fork starts a new one from it")
+
+    # ---- validate and resolve (nothing is written before this block ends) ------------------------
+    if resume:
+        run_dir = resolve_run(home, resume)
+        meta = _read_meta(run_dir)
+        spec = JobSpec.model_validate({**meta["spec"], "steps": meta["spec"]["steps"]})
+        harness = HarnessSpec.model_validate(meta["harness"])
+        target = meta["target_step"]
+    else:
+        harness = load_harness(spec.harness)
+        meta = None
+        target = spec.steps
+    task = get_task(spec.task, spec.task_options)
+    from evotrainer.data import difficulty_range
+
+    diff = difficulty_range(task, harness)
+    if spec.eval.difficulty is not None:
+        lo, hi = spec.eval.difficulty
+        if lo > hi or lo < task.min_difficulty or hi > task.max_difficulty:
+            raise ConfigError(f"eval difficulty {[lo, hi]} is outside task '{task.name}' levels {task.min_difficulty}..{task.max_difficulty}")
+    need = task.max_answer_chars(diff[1]) + 1
+    if harness.grpo.max_completion_length < need and spec.policy.path is None:
+        say(f"warning: grpo.max_completion_length={harness.grpo.max_completion_length} is below the {need} tokens the "
+            f"longest '{task.name}' answer at difficulty {diff[1]} needs; completions will be truncated")
+
+    parent_dir = parent_step = fork_src = None
+    if fork:
+        parent_dir, parent_step, fork_src = _parse_fork(home, fork)
+        target = parent_step + spec.steps
+    from evotrainer.policy import base_policy_dir, build_tokenizer, load_policy
+    from evotrainer.tracking import Tracker
+
+    base_dir = base_policy_dir(home, task, spec.policy, spec.seed, diff, log=say)
+    tracker = Tracker(home)
+
+    # ---- create or reopen the run ----------------------------------------------------------------
+    if meta is None:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+        hname = Path(spec.harness).stem
+        name = spec.name or f"{spec.task.replace(':', '.')}__{hname}__s{spec.seed}__{stamp}"
+        run_dir = jobs_dir(home) / name
+        if run_dir.exists():
+            raise ConfigError(f"a run named '{name}' already exists under {jobs_dir(home)}; pick another --name")
+        run_dir.mkdir(parents=True)
+        tags = {
+            "evotrainer.task": spec.task,
+            "evotrainer.harness_version": harness.version,
+            "evotrainer.harness_name": harness.name,
+            "evotrainer.seed": str(spec.seed),
+            "evotrainer.role": spec.tags.get("evotrainer.role", "job"),
+            **spec.tags,
+        }
+        parent_meta = None
+        if parent_dir is not None:
+            parent_meta = _read_meta(parent_dir)
+            tags.update(
+                {
+                    "evotrainer.parent_run_id": parent_meta["run_id"],
+                    "evotrainer.parent_run": parent_meta["name"],
+                    "evotrainer.parent_step": str(parent_step),
+                    "evotrainer.parent_harness_version": parent_meta["harness_version"],
+                    "mlflow.parentRunId": parent_meta["run_id"] if spec.tags.get("evotrainer.nest") else "",
+                }
+            )
+            tags = {k: v for k, v in tags.items() if v != ""}
+        params = {f"harness.{k}": v for k, v in harness.knobs().items()}
+        params.update({"task": spec.task, "seed": spec.seed, "policy.size": spec.policy.size, "steps": spec.steps})
+        run_id = tracker.create_run(name, tags, params)
+        meta = {
+            "name": name,
+            "run_id": run_id,
+            "spec": spec.model_dump(mode="json"),
+            "harness": harness.model_dump(mode="json"),
+            "harness_version": harness.version,
+            "target_step": target,
+            "start_step": parent_step or 0,
+            "parent_run": parent_meta["name"] if parent_meta else None,
+            "parent_run_id": parent_meta["run_id"] if parent_meta else None,
+            "parent_step": parent_step,
+            "parent_harness_version": parent_meta["harness_version"] if parent_meta else None,
+            "base_policy": str(base_dir),
+            "status": "running",
+            "created": datetime.now(timezone.utc).isoformat(),
+        }
+        (run_dir / "harness.yaml").write_text(dump_harness(harness))
+        _write_meta(run_dir, meta)
+        tracker.log_artifact(run_id, run_dir / "harness.yaml")
+        if fork_src is not None:
+            (run_dir / "trainer").mkdir(parents=True, exist_ok=True)
+            parent_harness = HarnessSpec.model_validate(parent_meta["harness"])
+            _prepare_fork_checkpoint(fork_src, run_dir / "trainer" / f"{CKPT}{parent_step}", harness, parent_harness)
+    else:
+        name, run_id = meta["name"], meta["run_id"]
+        if spec.steps and resume and meta["target_step"] < meta["start_step"] + spec.steps:
+            pass
+        tracker.reopen(run_id)
+        meta["status"] = "running"
+        _write_meta(run_dir, meta)
+
+    ckpts = complete_checkpoints(run_dir)
+    resume_ckpt = ckpts[max(ckpts)] if ckpts else None
+    start_step = max(ckpts) if ckpts else meta["start_step"]
+    from evotrainer.evidence import RolloutRecorder, truncate_after
+
+    truncate_after(run_dir, start_step)
+    for d in (run_dir / "trainer").glob(f"{CKPT}*") if (run_dir / "trainer").is_dir() else []:
+        if d.is_dir() and d not in ckpts.values():
+            shutil.rmtree(d, ignore_errors=True)  # torn checkpoint from a killed process
+
+    try:
+        result = _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_ckpt, start_step, target,
+                        diff, progress, say, t_start)
+    except BaseException as err:  # record the failure, keep everything, re-raise as a clear error
+        meta["status"] = "failed" if not isinstance(err, KeyboardInterrupt) else "interrupted"
+        meta["error"] = f"{type(err).__name__}: {err}"
+        _write_meta(run_dir, meta)
+        (run_dir / "error.txt").write_text(traceback.format_exc())
+        try:
+            tracker.set_tags(run_id, {"evotrainer.error": meta["error"][:4000]})
+            tracker.end_run(run_id, "KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
+        except Exception:
+            pass
+        if isinstance(err, (KeyboardInterrupt, ConfigError)):
+            raise
+        raise JobFailed(f"run {name} failed at step ≥{start_step}: {meta['error']} (traceback in {run_dir / 'error.txt'}; "
+                        f"resume with --resume {name})") from err
+    return result
+
+
+def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_ckpt, start_step, target, diff,
+           progress, say, t_start) -> JobResult:
+    import pandas as pd
+
+    from evotrainer.data import build_pool, segment_problems, selection_weights, to_dataset
+    from evotrainer.evaluation import evaluate, heldout_problems
+    from evotrainer.evidence import RolloutRecorder, prompt_pass_stats
+    from evotrainer.jobs.trainer import EvidenceCallback, EvoGRPOTrainer
+    from evotrainer.policy import load_policy
+    from evotrainer.rewards import build_reward_funcs
+
+    run_id = meta["run_id"]
+    model, tokenizer = load_policy(base_dir)
+    recorder = RolloutRecorder(run_dir, run_id)
+    funcs, weights = build_reward_funcs(harness, task, recorder, tokenizer.eos_token_id)
+
+    pool = build_pool(task, harness, spec.seed)
+    anc = _ancestor_rollouts(home, meta)
+    stats = prompt_pass_stats(anc) if anc is not None else None
+    w, data_report = selection_weights(pool, harness, stats)
+    seg_seed = int(hashlib.sha256(f"{spec.seed}:{meta['start_step']}:{run_id}".encode()).hexdigest()[:8], 16)
+    n_needed = (target - meta["start_step"]) * harness.grpo.prompts_per_step
+    dataset = to_dataset(segment_problems(pool, w, n_needed, seg_seed))
+    (run_dir / "data_report.json").write_text(json.dumps(data_report, indent=2))
+
+    eval_problems = heldout_problems(task, spec.eval) if spec.eval.every else []
+
+    def _eval():
+        return evaluate(trainer.model, tokenizer, task, eval_problems, spec.eval, harness.grpo.max_completion_length)
+
+    synced_upto = [tracker.max_step(run_id, "reward")]
+
+    def _log(step, metrics):
+        tracker.log_metrics(run_id, step, metrics)
+
+    def _on_ckpt(step):
+        for f in sorted((run_dir / "rollouts").glob("step_*.parquet")):
+            s = int(f.name.split("_")[1].split(".")[0])
+            if synced_upto[0] < s <= step:
+                tracker.log_artifact(run_id, f, "rollouts")
+        synced_upto[0] = max(synced_upto[0], step)
+        meta["last_checkpoint_step"] = step
+        _write_meta(run_dir, meta)
+
+    def _progress(step, last):
+        if progress is not None:
+            progress(step, target, last)
+
+    args = grpo_config(harness, run_dir / "trainer", target, spec, weights)
+    if resume_ckpt is not None and meta.get("parent_step") == start_step:
+        args.ignore_data_skip = True  # a fresh fork: its dataset is new, nothing to skip
+    trainer = EvoGRPOTrainer(
+        model=model, reward_funcs=funcs, args=args, train_dataset=dataset, processing_class=tokenizer, recorder=recorder
+    )
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    cb = EvidenceCallback(
+        run_dir, recorder, _log, _on_ckpt, _eval if spec.eval.every else None, spec.eval.every, target,
+        skip_upto=tracker.max_step(run_id, "loss"), progress=_progress,
+    )
+    trainer.add_callback(cb)
+    setup_s = time.perf_counter() - t_start
+    t_train = time.perf_counter()
+    trainer.train(resume_from_checkpoint=str(resume_ckpt) if resume_ckpt is not None else None)
+    train_s = time.perf_counter() - t_train
+
+    ckpts = complete_checkpoints(run_dir)
+    final = ckpts.get(target) or (ckpts[max(ckpts)] if ckpts else None)
+    for f in ("metrics.jsonl", "data_report.json"):
+        if (run_dir / f).exists():
+            tracker.log_artifact(run_id, run_dir / f)
+    meta["status"] = "finished"
+    meta["steps_done"] = trainer.state.global_step
+    meta.pop("error", None)
+    _write_meta(run_dir, meta)
+    tracker.end_run(run_id, "FINISHED")
+
+    from evotrainer.evidence import read_metrics
+
+    mdf = read_metrics(run_dir)
+    last = {}
+    if len(mdf):
+        for col in mdf.columns:
+            s = mdf[col].dropna()
+            if col != "step" and len(s):
+                last[col] = float(s.iloc[-1])
+    del pd
+    return JobResult(
+        run_id=run_id,
+        name=meta["name"],
+        run_dir=str(run_dir),
+        steps_done=trainer.state.global_step,
+        checkpoint=str(final) if final else None,
+        evidence={"metrics": str(run_dir / "metrics.jsonl"), "rollouts": str(run_dir / "rollouts"),
+                  "mlflow": tracker.uri},
+        metrics=last,
+        status="finished",
+        seconds=round(time.perf_counter() - t_start, 2),
+        train_seconds=round(train_s, 2),
+        eval_seconds=round(cb.eval_seconds, 2),
+        setup_seconds=round(setup_s, 2),
+    )

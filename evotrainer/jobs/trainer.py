@@ -1,0 +1,130 @@
+"""TRL's GRPOTrainer, plus the hooks EvoTrainer needs to observe it.
+
+We subclass instead of forking TRL: the only additions are (1) copying each generation batch's reward
+terms and advantages into the rollout recorder right after TRL computes them, and (2) callbacks that
+mirror every logged step to ``metrics.jsonl`` and MLflow, run held-out evaluation, flush rollouts at each
+step and sync them to MLflow at each checkpoint, stop on non-finite loss, and drive a progress display.
+TRL's own completion logging is left off (it prints a table per step); our recorder writes a richer
+schema (see :mod:`evotrainer.evidence`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from transformers import TrainerCallback
+from trl import GRPOTrainer
+
+from evotrainer.evidence import RolloutRecorder, append_metrics
+
+
+class EvoGRPOTrainer(GRPOTrainer):
+    def __init__(self, *args, recorder: RolloutRecorder | None = None, **kwargs):
+        self.evo_recorder = recorder
+        super().__init__(*args, **kwargs)
+
+    def _generate_and_score_completions(self, inputs):
+        out = super()._generate_and_score_completions(inputs)
+        rec = self.evo_recorder
+        if rec is not None and self.model.training:
+            n = len(inputs)
+            weights = self.reward_weights.tolist()
+            terms = {}
+            for name in self.reward_func_names:
+                terms[name] = list(self._logs["rewards"][name])[-n:]
+                rec.set_term(name, terms[name])
+            totals = [sum(w * terms[name][i] for w, name in zip(weights, self.reward_func_names)) for i in range(n)]
+            rec.finish_batch(totals, list(self._logs["advantages"])[-n:])
+        return out
+
+
+class NonFiniteLoss(RuntimeError):
+    pass
+
+
+class EvidenceCallback(TrainerCallback):
+    """Per step: metrics to jsonl + MLflow, rollouts to Parquet, periodic held-out eval; per save: sync."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        recorder: RolloutRecorder,
+        log_metrics: Callable[[int, dict[str, float]], None],
+        on_checkpoint: Callable[[int], None],
+        evaluate: Callable[[], dict[str, float]] | None,
+        eval_every: int,
+        max_steps: int,
+        skip_upto: int,
+        progress: Callable[[int, dict[str, Any]], None] | None = None,
+    ):
+        self.run_dir, self.recorder = run_dir, recorder
+        self.log_metrics, self.on_checkpoint = log_metrics, on_checkpoint
+        self.evaluate, self.eval_every, self.max_steps = evaluate, eval_every, max_steps
+        self.skip_upto = skip_upto  # MLflow already has steps ≤ this (resume after a crash)
+        self.progress = progress
+        self.last: dict[str, Any] = {}
+        self.step_times: list[float] = []
+        self._t = time.perf_counter()
+        self.eval_seconds = 0.0
+
+    def _emit(self, step: int, metrics: dict[str, Any]) -> None:
+        clean = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        append_metrics(self.run_dir, step, clean)
+        if step > self.skip_upto:
+            self.log_metrics(step, clean)
+        self.last.update(clean)
+
+    def _run_eval(self, step: int) -> None:
+        if self.evaluate is None:
+            return
+        t = time.perf_counter()
+        self._emit(step, self.evaluate())
+        self.eval_seconds += time.perf_counter() - t
+
+    def on_train_begin(self, args, state, control, **kw):
+        if self.eval_every and state.global_step not in self._eval_steps_done():
+            self._run_eval(state.global_step)
+        self._t = time.perf_counter()
+
+    def _eval_steps_done(self) -> set[int]:
+        done = set()
+        mfile = self.run_dir / "metrics.jsonl"
+        if mfile.exists():
+            import json
+
+            for ln in mfile.read_text().splitlines():
+                try:
+                    row = json.loads(ln)
+                except json.JSONDecodeError:
+                    continue
+                if "eval/greedy_accuracy" in row:
+                    done.add(int(row["step"]))
+        return done
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        logs = dict(logs or {})
+        loss = logs.get("loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            raise NonFiniteLoss(f"loss became {loss} at step {state.global_step}")
+        for k in ("total_flos", "train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss"):
+            logs.pop(k, None)
+        if logs:
+            self._emit(state.global_step, logs)
+
+    def on_step_end(self, args, state, control, **kw):
+        self.recorder.flush()
+        now = time.perf_counter()
+        self.step_times.append(now - self._t)
+        self._t = now
+        step = state.global_step
+        if self.eval_every and (step % self.eval_every == 0 or step == self.max_steps):
+            self._run_eval(step)
+        if self.progress is not None:
+            self.progress(step, self.last)
+        return control
+
+    def on_save(self, args, state, control, **kw):
+        self.on_checkpoint(state.global_step)

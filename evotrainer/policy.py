@@ -1,0 +1,223 @@
+"""The policy: a tiny Llama we build ourselves, warm-started by SFT so that GRPO has signal.
+
+Why build it here: there is no hub access, and RL post-training needs a policy that already succeeds
+sometimes (GRPO learns nothing from groups that are all wrong). So EvoTrainer ships a character-level
+tokenizer over printable ASCII (built with ``tokenizers``, wrapped as ``PreTrainedTokenizerFast``) and a
+Llama-architecture ``transformers`` model built from a config, then warm-starts it with a plain supervised
+loop on synthetic solved examples from the task's *train* split. The warm-started base is cached under
+``HOME/policies`` keyed by (task, task options, size, SFT settings, seed) and reused.
+
+Sizes (parameters counted with tied embeddings, vocabulary of 99 symbols):
+
+======  ======  ======  =====  ============  ==========
+size    hidden  layers  heads  intermediate  parameters
+======  ======  ======  =====  ============  ==========
+nano    64      2       4      192           ~0.11 M
+tiny    128     4       4      384           ~0.81 M
+small   256     6       8      768           ~4.8 M
+======  ======  ======  =====  ============  ==========
+
+``PolicySpec.path`` may instead point at any local Hugging Face causal-LM directory; it is loaded with
+``local_files_only=True`` and used as is (no warm start).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import shutil
+import string
+import time
+from pathlib import Path
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from evotrainer.errors import ConfigError
+from evotrainer.tasks import Task
+
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+SPECIALS = [PAD, BOS, EOS, UNK]
+CHARS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]  # printable ASCII + space + newline
+
+SIZES: dict[str, dict[str, int]] = {
+    "nano": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=192),
+    "tiny": dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=384),
+    "small": dict(hidden_size=256, num_hidden_layers=6, num_attention_heads=8, intermediate_size=768),
+}
+
+
+class PolicySpec(BaseModel):
+    """Which policy to train: a built-in size (warm-started) or a local HF model directory."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    size: Literal["nano", "tiny", "small"] = Field("tiny", description="Built-in model size (see evotrainer.policy).")
+    path: str | None = Field(
+        None, description="Local Hugging Face causal-LM directory to use instead of the built-in model (no warm start).",
+    )
+    sft_steps: int = Field(
+        600, ge=0, le=100_000, description="Supervised warm-start steps on solved train-split examples (0 = none).",
+    )
+    sft_batch_size: int = Field(64, ge=1, le=4096, description="Examples per warm-start step.")
+    sft_learning_rate: float = Field(2e-3, gt=0, le=1.0, description="AdamW learning rate of the warm start.")
+    max_position_embeddings: int = Field(256, ge=16, le=8192, description="Context length of the built-in model.")
+
+
+def build_tokenizer():
+    """Character-level tokenizer over printable ASCII, BOS prepended, EOS/PAD defined, left padding."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + CHARS)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("[\\s\\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, vocab[BOS])]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK, padding_side="left"
+    )
+    return fast
+
+
+def build_model(size: str, tokenizer, max_position_embeddings: int = 256, seed: int = 0):
+    """A freshly initialised Llama of the given size (deterministic for a seed)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if size not in SIZES:
+        raise ConfigError(f"unknown policy size '{size}'; choose one of {', '.join(SIZES)}")
+    cfg = LlamaConfig(
+        vocab_size=len(tokenizer),
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        rms_norm_eps=1e-5,
+        **SIZES[size],
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    return model
+
+
+def count_parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def load_policy(path: str | Path):
+    """Load (model, tokenizer) from a local directory; never touches the hub."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    p = Path(path)
+    if not (p / "config.json").is_file():
+        raise ConfigError(f"policy path {p} is not a Hugging Face model directory (no config.json)")
+    tokenizer = AutoTokenizer.from_pretrained(p, local_files_only=True)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(p, local_files_only=True)
+    return model, tokenizer
+
+
+def _cache_key(task: Task, spec: PolicySpec, seed: int, difficulty: tuple[int, int]) -> str:
+    blob = json.dumps(
+        {
+            "task": task.name,
+            "options": task.options.model_dump(mode="json"),
+            "difficulty": list(difficulty),
+            "spec": spec.model_dump(mode="json", exclude={"path"}),
+            "seed": seed,
+        },
+        sort_keys=True,
+    )
+    digest = hashlib.sha256(blob.encode()).hexdigest()[:10]
+    return f"{task.name}__{spec.size}__s{seed}__{digest}"
+
+
+def sft_batch(tokenizer, prompts: list[str], answers: list[str]):
+    """Right-padded (input_ids, attention_mask, labels) with loss only on answer + EOS tokens."""
+    seqs, labels = [], []
+    for p, a in zip(prompts, answers, strict=True):
+        p_ids = tokenizer(p)["input_ids"]
+        a_ids = tokenizer(a, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        seqs.append(p_ids + a_ids)
+        labels.append([-100] * len(p_ids) + a_ids)
+    width = max(len(s) for s in seqs)
+    pad = tokenizer.pad_token_id
+    ids = torch.tensor([s + [pad] * (width - len(s)) for s in seqs])
+    mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs])
+    lab = torch.tensor([l + [-100] * (width - len(l)) for l in labels])
+    return ids, mask, lab
+
+
+def warm_start(model, tokenizer, task: Task, spec: PolicySpec, seed: int, difficulty: tuple[int, int], log=None) -> dict:
+    """Supervised warm start on solved train-split problems. Returns a small report."""
+    rng = random.Random(seed)
+    pool = task.sample("train", max(spec.sft_batch_size * 8, 2048), seed=seed + 7919, difficulty_range=difficulty)
+    if not pool:
+        raise ConfigError(f"task {task.name} produced no train problems at difficulty {list(difficulty)}")
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_learning_rate, weight_decay=0.0)
+    model.train()
+    losses: list[float] = []
+    t0 = time.perf_counter()
+    warm = max(1, spec.sft_steps // 20)
+    for step in range(spec.sft_steps):
+        lr_scale = min(1.0, (step + 1) / warm) * 0.5 * (1 + math.cos(math.pi * step / max(1, spec.sft_steps)))
+        for g in opt.param_groups:
+            g["lr"] = spec.sft_learning_rate * max(lr_scale, 0.05)
+        batch = [rng.choice(pool) for _ in range(spec.sft_batch_size)]
+        ids, mask, lab = sft_batch(tokenizer, [b.prompt for b in batch], [b.answer for b in batch])
+        out = model(input_ids=ids, attention_mask=mask, labels=lab)
+        opt.zero_grad(set_to_none=True)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(out.loss.item())
+        if log is not None and (step + 1) % 100 == 0:
+            log(f"warm start {step + 1}/{spec.sft_steps} loss {sum(losses[-100:]) / len(losses[-100:]):.3f}")
+    model.eval()
+    return {
+        "sft_steps": spec.sft_steps,
+        "final_loss": (sum(losses[-20:]) / len(losses[-20:])) if losses else None,
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+
+
+def base_policy_dir(home: Path, task: Task, spec: PolicySpec, seed: int, difficulty: tuple[int, int], log=None) -> Path:
+    """Directory of the warm-started base policy for (task, size, seed), building and caching it if needed.
+
+    A local ``spec.path`` is returned as is. The cache entry is written to a temporary directory and renamed
+    into place, so an interrupted build never leaves a half-written base behind.
+    """
+    if spec.path is not None:
+        p = Path(spec.path).expanduser()
+        if not (p / "config.json").is_file():
+            raise ConfigError(f"policy.path {p} is not a Hugging Face model directory (no config.json)")
+        return p
+    root = home / "policies"
+    final = root / _cache_key(task, spec, seed, difficulty)
+    if (final / "config.json").is_file() and (final / "warm_start.json").is_file():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".{final.name}.tmp-{int(time.time() * 1e6)}"
+    tokenizer = build_tokenizer()
+    model = build_model(spec.size, tokenizer, spec.max_position_embeddings, seed=seed)
+    report = warm_start(model, tokenizer, task, spec, seed, difficulty, log=log)
+    report.update({"task": task.name, "size": spec.size, "seed": seed, "parameters": count_parameters(model)})
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "warm_start.json").write_text(json.dumps(report, indent=2))
+    if final.exists():  # another process won the race; keep theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        tmp.rename(final)
+    return final

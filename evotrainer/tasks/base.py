@@ -1,0 +1,387 @@
+"""The contract every task honours: make problems, split them, and verify completions.
+
+Training only trusts reward it can check, so a task is a problem generator plus a strict verifier. This module
+fixes the shapes that cross the task boundary (:class:`Problem`, :class:`Verdict`, :class:`TaskInfo`) and puts
+everything that must behave identically for every task in one place: option validation with readable errors,
+the seed-independent train/held-out split, and deterministic, duplicate-free sampling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
+
+from evotrainer.errors import TaskError
+
+Split = Literal["train", "heldout"]
+SPLITS: tuple[str, ...] = ("train", "heldout")
+
+PROMPT_CHARS = frozenset(chr(c) for c in range(0x20, 0x7F))
+"""Characters a prompt may contain: printable ASCII, space to ``~`` (no newlines or tabs)."""
+
+_BOUND_NAMES = ("ge", "gt", "le", "lt", "min_length", "max_length", "multiple_of")
+
+
+class Problem(BaseModel):
+    """One generated problem; immutable, and identified by its content."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str = Field(
+        min_length=1,
+        description="Stable content id, e.g. 'arith:37+58'; the same problem has it under every seed.",
+    )
+    prompt: str = Field(
+        min_length=1, description="Text fed to the policy, ending with a cue; printable ASCII."
+    )
+    answer: str = Field(description="One canonical correct completion (used for the SFT warm start).")
+    difficulty: int = Field(description="The task's difficulty level this problem was generated at.")
+    meta: dict[str, Any] = Field(default_factory=dict, description="Task-specific data the verifier needs.")
+
+    @field_validator("prompt")
+    @classmethod
+    def _printable_ascii(cls, prompt: str) -> str:
+        bad = sorted({ch for ch in prompt if ch not in PROMPT_CHARS})
+        if bad:
+            raise ValueError(
+                f"prompt {prompt!r} contains {bad!r}; prompts must be printable ASCII (space to '~') "
+                "because the policy's tokenizer knows no other characters"
+            )
+        return prompt
+
+
+class Verdict(BaseModel):
+    """What a verifier concluded about one completion."""
+
+    model_config = ConfigDict(frozen=True)
+
+    correct: bool = Field(description="The stripped completion is well-formed and right.")
+    well_formed: bool = Field(description="The whole stripped completion matches the task's answer format.")
+    contains_answer: bool = Field(description="A right answer appears somewhere in the completion (lenient).")
+    n_candidates: int = Field(ge=0, description="How many candidate answers the completion contains.")
+    parsed: str | None = Field(
+        default=None, description="The parsed answer, in canonical form, if well-formed."
+    )
+    reason: str = Field(default="", description="Why the completion is not correct; empty when it is.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Verdict:
+        if self.correct and not (self.well_formed and self.contains_answer):
+            raise ValueError("a correct verdict must also be well_formed and contains_answer")
+        return self
+
+
+class TaskOptions(BaseModel):
+    """Base for a task's options: immutable, and unknown option names are errors, not silently ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NoOptions(TaskOptions):
+    """Options of a task that has none."""
+
+
+class OptionInfo(BaseModel):
+    """One option in a task's self-description."""
+
+    name: str
+    type: str
+    default: Any = None
+    required: bool = False
+    description: str = ""
+    bounds: dict[str, Any] = Field(default_factory=dict, description="e.g. {'ge': 2, 'le': 3}")
+
+
+class TaskInfo(BaseModel):
+    """What a task is, for ``list_tasks`` and the CLI: levels and options, with their documentation."""
+
+    name: str
+    description: str
+    difficulty_doc: str
+    min_difficulty: int
+    max_difficulty: int
+    default_difficulty: int
+    heldout_fraction: float
+    options: list[OptionInfo]
+
+
+def stable_unit(text: str) -> float:
+    """A number in [0, 1) fixed by ``text`` alone: the same in every process, seed and Python version."""
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def _type_name(field: FieldInfo) -> str:
+    annotation = field.annotation
+    return getattr(annotation, "__name__", None) or repr(annotation)
+
+
+def _bounds(field: FieldInfo) -> dict[str, Any]:
+    bounds: dict[str, Any] = {}
+    for item in field.metadata:
+        for name in _BOUND_NAMES:
+            value = getattr(item, name, None)
+            if value is not None:
+                bounds[name] = value
+    return bounds
+
+
+def _allowed(field: FieldInfo) -> str:
+    words = {
+        "ge": ">=",
+        "gt": ">",
+        "le": "<=",
+        "lt": "<",
+        "min_length": "length >=",
+        "max_length": "length <=",
+    }
+    parts = [_type_name(field)]
+    parts += [f"{words.get(k, k)} {v!r}" for k, v in _bounds(field).items()]
+    text = " ".join(parts)
+    if field.description:
+        text += f" ({field.description})"
+    return text
+
+
+class Task(ABC):
+    """A family of verifiable problems. Subclass it, set the class attributes, implement the two methods.
+
+    Class attributes: ``name``, ``description``, ``difficulty_doc`` (one line: what a level means),
+    ``min_difficulty`` / ``max_difficulty`` / ``default_difficulty``, ``Options`` (a pydantic model whose
+    default instance is valid; subclass :class:`TaskOptions` so unknown names are rejected) and
+    ``heldout_fraction`` (share of the problem space reserved for evaluation).
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    difficulty_doc: ClassVar[str]
+    min_difficulty: ClassVar[int]
+    max_difficulty: ClassVar[int]
+    default_difficulty: ClassVar[int]
+    Options: ClassVar[type[BaseModel]] = NoOptions
+    heldout_fraction: ClassVar[float] = 0.2
+
+    def __init__(self, options: BaseModel | dict[str, Any] | None = None) -> None:
+        type(self)._check_class()
+        self.options = self._validate_options(options)
+
+    # -- what subclasses implement -------------------------------------------------------------------------
+
+    @abstractmethod
+    def generate(self, rng: random.Random, difficulty: int) -> Problem:
+        """One random problem at ``difficulty``; all randomness must come from ``rng``."""
+
+    @abstractmethod
+    def verify(self, problem: Problem, completion: str) -> Verdict:
+        """Judge ``completion`` for ``problem``. Must never raise for any string: bad text is not correct."""
+
+    def max_answer_chars(self, difficulty: int) -> int:
+        """Length of the longest canonical answer at ``difficulty``.
+
+        The trainer warns when ``max_completion_length`` is shorter. Built-in tasks override it (``arith``
+        exactly, ``countdown`` as an upper bound). This default only measures 256 generated problems, so it is
+        a lower bound; override it when the exact value is known.
+        """
+        self.check_difficulty(difficulty)
+        rng = random.Random(f"max_answer_chars|{self.name}|{difficulty}")
+        return max(len(self.generate(rng, difficulty).answer) for _ in range(256))
+
+    # -- shared behaviour ----------------------------------------------------------------------------------
+
+    def split_of(self, problem: Problem) -> Split:
+        """``"heldout"`` for a fixed ``heldout_fraction`` of problem ids, ``"train"`` for the rest.
+
+        It depends only on the id's SHA-256, so the two splits are disjoint by construction and the same for
+        every seed, run and machine.
+        """
+        return "heldout" if stable_unit(problem.id) < self.heldout_fraction else "train"
+
+    def sample(
+        self,
+        split: Split,
+        n: int,
+        seed: int,
+        difficulty_range: tuple[int, int] | None = None,
+    ) -> list[Problem]:
+        """Up to ``n`` distinct problems (by id) of ``split``, each at a level drawn uniformly from the
+        inclusive ``difficulty_range`` (``None`` means the default level only).
+
+        The result depends only on the task options, ``split``, ``seed`` and the range (and a larger ``n``
+        only extends a smaller one). Problems are drawn by rejection sampling with a bounded number of
+        attempts (at most ``1000 + 50 * n``, and it stops after 2000 draws in a row yield nothing new), so if
+        the problem space is too small (e.g. one-digit addition has 100 problems, about a fifth of them held
+        out) **fewer than n problems are returned** - never duplicates. Callers that need exactly ``n`` must
+        check the length.
+        """
+        if split not in SPLITS:
+            raise TaskError(f"task '{self.name}': split {split!r} is not one of {', '.join(SPLITS)}")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise TaskError(f"task '{self.name}': number of problems must be an integer >= 0, not {n!r}")
+        low, high = self._check_range(difficulty_range)
+        key = f"{self.name}|{split}|{seed}|{low}|{high}"
+        rng = random.Random(int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big"))
+        problems: list[Problem] = []
+        seen: set[str] = set()
+        max_attempts, max_misses = 1000 + 50 * n, 2000
+        attempts = misses = 0
+        while len(problems) < n and attempts < max_attempts and misses < max_misses:
+            attempts += 1
+            problem = self._generate_checked(rng, rng.randint(low, high))
+            if problem.id in seen or self.split_of(problem) != split:
+                misses += 1
+                continue
+            misses = 0
+            seen.add(problem.id)
+            problems.append(problem)
+        return problems
+
+    def check_difficulty(self, difficulty: int) -> int:
+        """``difficulty`` if it is a level of this task, else a :class:`TaskError` naming the levels."""
+        if (
+            isinstance(difficulty, bool)
+            or not isinstance(difficulty, int)
+            or not self.min_difficulty <= difficulty <= self.max_difficulty
+        ):
+            raise TaskError(
+                f"task '{self.name}': difficulty {difficulty!r} is not allowed; levels are integers "
+                f"{self.min_difficulty}..{self.max_difficulty} ({self.difficulty_doc})"
+            )
+        return difficulty
+
+    def info(self) -> TaskInfo:
+        """This task's self-description, options included."""
+        options = []
+        for field_name, field in self.Options.model_fields.items():
+            required = field.is_required()
+            options.append(
+                OptionInfo(
+                    name=field_name,
+                    type=_type_name(field),
+                    default=None if required else field.get_default(call_default_factory=True),
+                    required=required,
+                    description=field.description or "",
+                    bounds=_bounds(field),
+                )
+            )
+        return TaskInfo(
+            name=self.name,
+            description=self.description,
+            difficulty_doc=self.difficulty_doc,
+            min_difficulty=self.min_difficulty,
+            max_difficulty=self.max_difficulty,
+            default_difficulty=self.default_difficulty,
+            heldout_fraction=self.heldout_fraction,
+            options=options,
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.options!r})"
+
+    # -- internals -----------------------------------------------------------------------------------------
+
+    @classmethod
+    def _check_class(cls) -> None:
+        label = getattr(cls, "name", None) or cls.__qualname__
+        for attr, kind in (
+            ("name", str),
+            ("description", str),
+            ("difficulty_doc", str),
+            ("min_difficulty", int),
+            ("max_difficulty", int),
+            ("default_difficulty", int),
+            ("heldout_fraction", float),
+        ):
+            value = getattr(cls, attr, None)
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise TaskError(
+                    f"task class {cls.__qualname__} ('{label}') must set {attr} to a {kind.__name__}"
+                )
+        if not cls.min_difficulty <= cls.default_difficulty <= cls.max_difficulty:
+            raise TaskError(
+                f"task '{label}': default_difficulty {cls.default_difficulty} is outside "
+                f"{cls.min_difficulty}..{cls.max_difficulty}"
+            )
+        if not 0.0 < cls.heldout_fraction < 1.0:
+            raise TaskError(
+                f"task '{label}': heldout_fraction {cls.heldout_fraction} must be between 0 and 1"
+            )
+        if not (isinstance(cls.Options, type) and issubclass(cls.Options, BaseModel)):
+            raise TaskError(f"task '{label}': Options must be a pydantic BaseModel class")
+
+    def _validate_options(self, options: BaseModel | dict[str, Any] | None) -> BaseModel:
+        if isinstance(options, self.Options):
+            return options
+        if options is None:
+            options = {}
+        elif isinstance(options, BaseModel):
+            options = options.model_dump()
+        elif not isinstance(options, dict):
+            raise TaskError(
+                f"task '{self.name}': options must be a mapping of option name to value, "
+                f"not {type(options).__name__}"
+            )
+        try:
+            return self.Options.model_validate(options)
+        except ValidationError as exc:
+            raise TaskError(self._options_message(exc)) from None
+
+    def _options_message(self, exc: ValidationError) -> str:
+        fields = self.Options.model_fields
+        known = ", ".join(fields) or "none"
+        problems = []
+        for err in exc.errors(include_url=False):
+            loc = ".".join(str(part) for part in err["loc"])
+            top = str(err["loc"][0]) if err["loc"] else ""
+            if err["type"] == "extra_forbidden":
+                problems.append(f"there is no option '{loc}'; its options are: {known}")
+            elif err["type"] == "missing":
+                problems.append(f"option '{loc}' is required; allowed: {_allowed(fields[top])}")
+            elif top in fields:
+                msg = err["msg"].removeprefix("Value error, ")
+                problems.append(
+                    f"option '{loc}' = {err['input']!r} is invalid: {msg}; allowed: {_allowed(fields[top])}"
+                )
+            else:
+                problems.append(f"options are invalid: {err['msg']}")
+        return f"task '{self.name}': " + "; ".join(problems)
+
+    def _check_range(self, difficulty_range: tuple[int, int] | None) -> tuple[int, int]:
+        if difficulty_range is None:
+            return self.default_difficulty, self.default_difficulty
+        try:
+            low, high = difficulty_range
+        except (TypeError, ValueError):
+            raise TaskError(
+                f"task '{self.name}': difficulty range {difficulty_range!r} must be a pair (low, high)"
+            ) from None
+        for level in (low, high):
+            if isinstance(level, bool) or not isinstance(level, int):
+                raise TaskError(
+                    f"task '{self.name}': difficulty range {difficulty_range!r} must hold integer levels"
+                )
+        if not self.min_difficulty <= low <= high <= self.max_difficulty:
+            raise TaskError(
+                f"task '{self.name}': difficulty range ({low}, {high}) is not allowed; it must satisfy "
+                f"{self.min_difficulty} <= low <= high <= {self.max_difficulty} ({self.difficulty_doc})"
+            )
+        return low, high
+
+    def _generate_checked(self, rng: random.Random, difficulty: int) -> Problem:
+        try:
+            problem = self.generate(rng, difficulty)
+        except ValidationError as exc:
+            details = "; ".join(
+                f"{'.'.join(map(str, err['loc']))}: {err['msg'].removeprefix('Value error, ')}"
+                for err in exc.errors(include_url=False)
+            )
+            raise TaskError(f"task '{self.name}' generated an invalid problem: {details}") from None
+        if not isinstance(problem, Problem):
+            raise TaskError(
+                f"task '{self.name}': generate() must return a Problem, not {type(problem).__name__}"
+            )
+        return problem

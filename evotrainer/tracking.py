@@ -1,0 +1,90 @@
+"""MLflow conventions: one experiment per home, one MLflow run per job, TRL metric names as keys.
+
+Why the client API instead of ``mlflow.start_run``: jobs resume and fork, campaigns nest runs, and a
+process may talk to several runs; the fluent API's global "active run" makes that fragile. The tracking
+URI defaults to SQLite under the home (``sqlite:///HOME/mlflow.db``, artifacts in ``HOME/mlartifacts``);
+set ``EVOTRAINER_MLFLOW_URI`` to use a tracking server instead.
+
+MLflow keys may not contain ``@``, so pass@k is logged as ``eval/pass_at_<k>``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+EXPERIMENT = "evotrainer"
+_BAD_KEY = re.compile(r"[^0-9A-Za-z_\-. :/]")
+
+
+def tracking_uri(home: Path) -> str:
+    return os.environ.get("EVOTRAINER_MLFLOW_URI") or f"sqlite:///{home / 'mlflow.db'}"
+
+
+def metric_key(name: str) -> str:
+    return _BAD_KEY.sub("_", name.replace("@", "_at_"))
+
+
+class Tracker:
+    """A thin, explicit wrapper over ``MlflowClient`` bound to one home."""
+
+    def __init__(self, home: Path):
+        os.environ.setdefault("MLFLOW_ENABLE_TELEMETRY", "false")
+        from mlflow.tracking import MlflowClient
+
+        self.home = home
+        self.uri = tracking_uri(home)
+        self.client = MlflowClient(tracking_uri=self.uri)
+        exp = self.client.get_experiment_by_name(EXPERIMENT)
+        if exp is None:
+            art = (home / "mlartifacts").resolve().as_uri() if self.uri.startswith("sqlite") else None
+            try:
+                self.experiment_id = self.client.create_experiment(EXPERIMENT, artifact_location=art)
+            except Exception:  # created concurrently by another process
+                self.experiment_id = self.client.get_experiment_by_name(EXPERIMENT).experiment_id
+        else:
+            self.experiment_id = exp.experiment_id
+
+    def create_run(self, name: str, tags: dict[str, str], params: dict[str, Any] | None = None) -> str:
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
+        if params:
+            from mlflow.entities import Param
+
+            items = [Param(k[:250], str(v)[:6000]) for k, v in params.items()]
+            for i in range(0, len(items), 100):
+                self.client.log_batch(run.info.run_id, params=items[i : i + 100])
+        return run.info.run_id
+
+    def log_metrics(self, run_id: str, step: int, metrics: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [
+            Metric(metric_key(k), float(v), now, int(step))
+            for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
+        ]
+        for i in range(0, len(batch), 500):
+            self.client.log_batch(run_id, metrics=batch[i : i + 500])
+
+    def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        for k, v in tags.items():
+            self.client.set_tag(run_id, k, str(v))
+
+    def log_artifact(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifact(run_id, str(path), artifact_path)
+
+    def max_step(self, run_id: str, key: str) -> int:
+        """Last step logged for ``key`` (-1 if none): resumed jobs skip steps MLflow already has."""
+        hist = self.client.get_metric_history(run_id, metric_key(key))
+        return max((m.step for m in hist), default=-1)
+
+    def end_run(self, run_id: str, status: str) -> None:
+        self.client.set_terminated(run_id, status=status)
+
+    def reopen(self, run_id: str) -> None:
+        self.client.update_run(run_id, status="RUNNING")
