@@ -12,7 +12,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -69,14 +69,14 @@ def train_cmd(
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of sampling, data order and warm start."),
     task_opt: list[str] = typer.Option([], "--task-opt", help="Task option KEY=VALUE (repeatable)."),
     policy: str = typer.Option("tiny", "--policy", help="Built-in size (nano|tiny|small) or a local HF model directory."),
-    sft_steps: Optional[int] = typer.Option(None, "--sft-steps", min=0, help="Warm-start steps of the built-in policy."),
+    sft_steps: int | None = typer.Option(None, "--sft-steps", min=0, help="Warm-start steps of the built-in policy."),
     eval_every: int = typer.Option(50, "--eval-every", min=0, help="Held-out evaluation every N steps (0 = off)."),
     eval_n: int = typer.Option(200, "--eval-n", min=1, help="Held-out problems per evaluation."),
     save_every: int = typer.Option(25, "--save-every", min=1, help="Checkpoint every N steps."),
-    name: Optional[str] = typer.Option(None, "--name", help="Run name (default is derived)."),
-    resume: Optional[str] = typer.Option(None, "--resume", help="Continue an interrupted run (name, MLflow id or dir)."),
-    fork: Optional[str] = typer.Option(None, "--fork", help="Start a new run from RUN[@STEP]'s checkpoint."),
-    home: Optional[Path] = HomeOpt,
+    name: str | None = typer.Option(None, "--name", help="Run name (default is derived)."),
+    resume: str | None = typer.Option(None, "--resume", help="Continue an interrupted run (name, MLflow id or dir)."),
+    fork: str | None = typer.Option(None, "--fork", help="Start a new run from RUN[@STEP]'s checkpoint."),
+    home: Path | None = HomeOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Run GRPO (TRL GRPOTrainer) on a policy under a harness, with evidence in MLflow and Parquet."""
@@ -118,7 +118,7 @@ def train_cmd(
             bar = prog.add_task("train", total=steps, reward="-", acc="-", eval="-")
 
             def on_progress(step: int, total: int, last: dict[str, Any]) -> None:
-                fmt = lambda k: f"{last[k]:.3f}" if k in last else "-"  # noqa: E731
+                fmt = lambda k: f"{last[k]:.3f}" if k in last else "-"
                 prog.update(bar, completed=step, total=total, reward=fmt("reward"), acc=fmt("accuracy"),
                             eval=fmt("eval/greedy_accuracy"))
 

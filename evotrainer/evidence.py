@@ -201,3 +201,47 @@ def prompt_pass_stats(rollouts: pd.DataFrame) -> pd.DataFrame:
     agg["last_all_correct"] = last["all"]
     agg["last_all_wrong"] = ~last["any"]
     return agg.reset_index()
+
+
+# Every per-step metric a job can emit, under TRL's names where TRL emits it. Patterns use fnmatch syntax.
+# A test trains a real job and fails when it logs a key that matches none of these.
+METRIC_DOCS: dict[str, str] = {
+    "loss": "TRL: the GRPO objective minimised this step.",
+    "policy_loss": "TRL: the policy-gradient part of the loss (entropy bonus and KL excluded).",
+    "grad_norm": "Trainer: gradient norm before clipping; spikes and NaN are diagnostic signals.",
+    "learning_rate": "Trainer: learning rate in effect this step.",
+    "epoch": "Trainer: fractional epoch over the segment's dataset.",
+    "num_tokens": "TRL: tokens (prompt + completion) processed so far.",
+    "step_time": "TRL: seconds spent in this optimiser step (generation + update).",
+    "reward": "TRL: mean weighted total reward of the step's completions.",
+    "reward_std": "TRL: standard deviation of the weighted total reward.",
+    "frac_reward_zero_std": "TRL: share of groups whose rewards are all equal (no GRPO signal: dead groups).",
+    "rewards/*/mean": "TRL: mean of one reward term before weighting (correctness, format, overlong, repetition).",
+    "rewards/*/std": "TRL: standard deviation of one reward term.",
+    "completions/mean_length": "TRL: mean completion length in tokens.",
+    "completions/min_length": "TRL: shortest completion.",
+    "completions/max_length": "TRL: longest completion.",
+    "completions/clipped_ratio": "TRL: share of completions truncated at max_completion_length.",
+    "completions/mean_terminated_length": "TRL: mean length of completions that ended with EOS.",
+    "completions/min_terminated_length": "TRL: shortest EOS-terminated completion.",
+    "completions/max_terminated_length": "TRL: longest EOS-terminated completion.",
+    "entropy": "TRL: mean per-token entropy of the policy on its completions (nats).",
+    "entropy_coef": "TRL: entropy-bonus coefficient in effect (adaptive entropy control).",
+    "kl": "TRL: mean per-token KL to the reference policy (only when beta > 0).",
+    "clip_ratio/low_mean": "TRL: share of tokens clipped at 1-ε with negative advantage.",
+    "clip_ratio/low_min": "TRL: minimum over processes of clip_ratio/low_mean.",
+    "clip_ratio/high_mean": "TRL: share of tokens clipped at 1+ε_high with positive advantage.",
+    "clip_ratio/high_max": "TRL: maximum over processes of clip_ratio/high_mean.",
+    "clip_ratio/region_mean": "TRL: share of tokens clipped on either side.",
+    "cispo_clip_ratio": "TRL: share of tokens whose importance weight was clipped (loss_type=cispo).",
+    "accuracy": "EvoTrainer: share of the step's completions that are strictly correct (whatever the reward).",
+    "eval/greedy_accuracy": "EvoTrainer: held-out pass@1 with greedy decoding.",
+    "eval/pass_at_*": "EvoTrainer: held-out pass@k with k samples at temperature 1.0.",
+    "eval/mean_length": "EvoTrainer: mean greedy completion length (characters) on the held-out set.",
+}
+
+
+def undocumented_metrics(keys) -> list[str]:
+    import fnmatch
+
+    return sorted(k for k in keys if k != "step" and not any(fnmatch.fnmatchcase(k, p) for p in METRIC_DOCS))

@@ -44,9 +44,9 @@ SPECIALS = [PAD, BOS, EOS, UNK]
 CHARS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]  # printable ASCII + space + newline
 
 SIZES: dict[str, dict[str, int]] = {
-    "nano": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=192),
-    "tiny": dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=384),
-    "small": dict(hidden_size=256, num_hidden_layers=6, num_attention_heads=8, intermediate_size=768),
+    "nano": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 192},
+    "tiny": {"hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 384},
+    "small": {"hidden_size": 256, "num_hidden_layers": 6, "num_attention_heads": 8, "intermediate_size": 768},
 }
 
 
@@ -155,7 +155,7 @@ def sft_batch(tokenizer, prompts: list[str], answers: list[str]):
     pad = tokenizer.pad_token_id
     ids = torch.tensor([s + [pad] * (width - len(s)) for s in seqs])
     mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs])
-    lab = torch.tensor([l + [-100] * (width - len(l)) for l in labels])
+    lab = torch.tensor([lb + [-100] * (width - len(lb)) for lb in labels])
     return ids, mask, lab
 
 

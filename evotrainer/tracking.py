@@ -44,7 +44,7 @@ class Tracker:
             art = (home / "mlartifacts").resolve().as_uri() if self.uri.startswith("sqlite") else None
             try:
                 self.experiment_id = self.client.create_experiment(EXPERIMENT, artifact_location=art)
-            except Exception:  # created concurrently by another process
+            except Exception:  # noqa: BLE001 - created concurrently by another process
                 self.experiment_id = self.client.get_experiment_by_name(EXPERIMENT).experiment_id
         else:
             self.experiment_id = exp.experiment_id

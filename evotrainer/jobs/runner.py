@@ -8,7 +8,7 @@ lives in ``HOME/jobs/<name>/`` (``meta.json``, ``harness.yaml``, ``metrics.jsonl
 - **Resume** (``resume=RUN``): continue an interrupted job from its last *complete* checkpoint (one with
   ``trainer_state.json``, which the Trainer writes last), with optimizer, scheduler and RNG state, after
   dropping metrics and rollouts recorded past that checkpoint. MLflow metrics for steps it already has
-  are not logged twice. ``steps`` may raise the job's target (a new segment under the same harness).
+  are not logged twice. To train on past a finished job's target, fork it (same harness or another).
 - **Fork** (``fork=RUN[@STEP]``): a new job that starts from the parent's checkpoint at STEP (default: its
   latest) with its weights and optimizer moments, optionally under another harness. The copy drops the
   parent's RNG state (the fork's own seed governs sampling, so paired seeds mean something) and rewrites
@@ -28,9 +28,10 @@ import os
 import shutil
 import time
 import traceback
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -273,7 +274,7 @@ def run_job(
     if resume:
         run_dir = resolve_run(home, resume)
         meta = _read_meta(run_dir)
-        spec = JobSpec.model_validate({**meta["spec"], "steps": meta["spec"]["steps"]})
+        spec = JobSpec.model_validate(meta["spec"])
         harness = HarnessSpec.model_validate(meta["harness"])
         target = meta["target_step"]
     else:
@@ -297,7 +298,7 @@ def run_job(
     if fork:
         parent_dir, parent_step, fork_src = _parse_fork(home, fork)
         target = parent_step + spec.steps
-    from evotrainer.policy import base_policy_dir, build_tokenizer, load_policy
+    from evotrainer.policy import base_policy_dir
     from evotrainer.tracking import Tracker
 
     base_dir = base_policy_dir(home, task, spec.policy, spec.seed, diff, log=say)
@@ -361,8 +362,6 @@ def run_job(
             _prepare_fork_checkpoint(fork_src, run_dir / "trainer" / f"{CKPT}{parent_step}", harness, parent_harness)
     else:
         name, run_id = meta["name"], meta["run_id"]
-        if spec.steps and resume and meta["target_step"] < meta["start_step"] + spec.steps:
-            pass
         tracker.reopen(run_id)
         meta["status"] = "running"
         _write_meta(run_dir, meta)
@@ -370,7 +369,7 @@ def run_job(
     ckpts = complete_checkpoints(run_dir)
     resume_ckpt = ckpts[max(ckpts)] if ckpts else None
     start_step = max(ckpts) if ckpts else meta["start_step"]
-    from evotrainer.evidence import RolloutRecorder, truncate_after
+    from evotrainer.evidence import truncate_after
 
     truncate_after(run_dir, start_step)
     for d in (run_dir / "trainer").glob(f"{CKPT}*") if (run_dir / "trainer").is_dir() else []:
@@ -388,8 +387,8 @@ def run_job(
         try:
             tracker.set_tags(run_id, {"evotrainer.error": meta["error"][:4000]})
             tracker.end_run(run_id, "KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
-        except Exception:
-            pass
+        except Exception as track_err:  # noqa: BLE001 - the tracking server may be what failed
+            say(f"could not mark the MLflow run failed: {track_err}")
         if isinstance(err, (KeyboardInterrupt, ConfigError)):
             raise
         raise JobFailed(f"run {name} failed at step ≥{start_step}: {meta['error']} (traceback in {run_dir / 'error.txt'}; "
@@ -399,8 +398,6 @@ def run_job(
 
 def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_ckpt, start_step, target, diff,
            progress, say, t_start) -> JobResult:
-    import pandas as pd
-
     from evotrainer.data import build_pool, segment_problems, selection_weights, to_dataset
     from evotrainer.evaluation import evaluate, heldout_problems
     from evotrainer.evidence import RolloutRecorder, prompt_pass_stats
@@ -485,7 +482,6 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
             s = mdf[col].dropna()
             if col != "step" and len(s):
                 last[col] = float(s.iloc[-1])
-    del pd
     return JobResult(
         run_id=run_id,
         name=meta["name"],

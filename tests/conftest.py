@@ -1,0 +1,37 @@
+"""Shared fixtures: everything real, everything tiny, everything under tmp_path."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("MLFLOW_ENABLE_TELEMETRY", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+BASELINE = REPO / "harnesses" / "grpo-baseline.yaml"
+
+TINY_HARNESS = """
+name: tiny-test
+optim: {learning_rate: 0.001}
+grpo: {prompts_per_step: 4, num_generations: 4, max_completion_length: 6}
+data: {pool_size: 64, difficulty: [1, 1]}
+"""
+
+
+@pytest.fixture(scope="session")
+def shared_home(tmp_path_factory) -> Path:
+    """One home per test session so the warm-started nano base is built once and reused."""
+    return tmp_path_factory.mktemp("home")
+
+
+@pytest.fixture()
+def tiny_harness(tmp_path) -> Path:
+    p = tmp_path / "tiny.yaml"
+    p.write_text(TINY_HARNESS)
+    return p

@@ -1,0 +1,222 @@
+"""Real GRPO jobs on TRL with the nano policy: evidence, MLflow, forks, resume after kill -9, errors.
+
+Everything is real (TRL GRPOTrainer, MLflow on SQLite, Parquet); sizes and step budgets are tiny.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from evotrainer.errors import ConfigError, RunNotFound, TaskError
+from evotrainer.evaluation import EvalSpec
+from evotrainer.evidence import ROLLOUT_SCHEMA, read_metrics, read_rollouts, undocumented_metrics
+from evotrainer.jobs.runner import JobSpec, complete_checkpoints, run_job
+from evotrainer.policy import PolicySpec
+from tests.conftest import REPO, TINY_HARNESS
+
+NANO = PolicySpec(size="nano", sft_steps=150, sft_batch_size=64)
+P, G = 4, 4
+
+
+def _spec(harness: Path, steps: int, **kw) -> JobSpec:
+    return JobSpec(
+        task="arith", harness=str(harness), steps=steps, seed=kw.pop("seed", 0), policy=NANO,
+        eval=EvalSpec(every=kw.pop("eval_every", 2), n=16, k=4), save_every=kw.pop("save_every", 2), **kw,
+    )
+
+
+def _client(home: Path):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+
+
+@pytest.fixture(scope="module")
+def first_run(shared_home, tmp_path_factory):
+    h = tmp_path_factory.mktemp("h") / "tiny.yaml"
+    h.write_text(TINY_HARNESS)
+    return run_job(_spec(h, 3, name="first"), shared_home), h
+
+
+def test_train_updates_every_parameter_and_writes_evidence(first_run, shared_home):
+    res, _ = first_run
+    assert res.steps_done == 3 and res.status == "finished"
+    run_dir = Path(res.run_dir)
+    rollouts = read_rollouts(run_dir)
+    assert (rollouts["advantage"].abs() > 1e-6).any(), "no learning signal in the test run"
+    base = load_file(str(next(Path(json.loads((run_dir / "meta.json").read_text())["base_policy"]).glob("*.safetensors"))))
+    final = load_file(str(Path(res.checkpoint) / "model.safetensors"))
+    assert base.keys() == final.keys()
+    unchanged = [k for k in base if torch.equal(base[k], final[k])]
+    assert unchanged == [], f"parameters not updated by GRPO: {unchanged}"
+
+
+def test_rollout_parquet_schema_groups_and_advantages(first_run):
+    res, _ = first_run
+    files = sorted((Path(res.run_dir) / "rollouts").glob("step_*.parquet"))
+    assert [f.name for f in files] == [f"step_{i:06d}.parquet" for i in (1, 2, 3)]
+    for f in files:
+        assert pq.read_schema(f).equals(ROLLOUT_SCHEMA, check_metadata=False)
+    df = read_rollouts(Path(res.run_dir))
+    assert len(df) == 3 * P * G
+    assert (df["run_id"] == res.run_id).all()
+    assert df.groupby("group_id").size().eq(G).all()
+    assert df.groupby("group_id")["prompt_id"].nunique().eq(1).all()
+    # Total reward is the weighted sum of the terms (correctness 1.0, format 0.1; others off).
+    expected = df["reward_correctness"] + 0.1 * df["reward_format"]
+    assert (df["reward"] - expected).abs().max() < 1e-6
+    assert df["reward_overlong"].isna().all() and df["reward_repetition"].isna().all()
+    # Advantages line up with their rollouts: group-normalised, positive exactly when above the group mean.
+    for _, g in df.groupby("group_id"):
+        assert abs(g["advantage"].sum()) < 1e-3
+        above = g["reward"] > g["reward"].mean() + 1e-9
+        assert (g.loc[above, "advantage"] > 0).all()
+    assert df["correct"].dtype == bool and (df["length"] <= 6).all()
+    assert (df.loc[df["truncated"], "length"] == 6).all()
+
+
+def test_mlflow_has_trl_metric_names_eval_and_artifacts(first_run, shared_home):
+    res, _ = first_run
+    client = _client(shared_home)
+    run = client.get_run(res.run_id)
+    keys = set(run.data.metrics)
+    for k in ["reward", "reward_std", "frac_reward_zero_std", "entropy", "completions/mean_length",
+              "completions/clipped_ratio", "clip_ratio/region_mean", "grad_norm", "rewards/correctness/mean",
+              "rewards/format/mean", "accuracy", "eval/greedy_accuracy", "eval/pass_at_4", "loss"]:
+        assert k in keys, k
+    assert undocumented_metrics(keys) == []
+    assert [m.step for m in client.get_metric_history(res.run_id, "reward")] == [1, 2, 3]
+    assert sorted(m.step for m in client.get_metric_history(res.run_id, "eval/greedy_accuracy")) == [0, 2, 3]
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["evotrainer.harness_version"] and run.data.params["harness.grpo.num_generations"] == "4"
+    arts = {a.path for a in client.list_artifacts(res.run_id, "rollouts")}
+    assert arts == {f"rollouts/step_{i:06d}.parquet" for i in (1, 2, 3)}
+
+
+def test_every_emitted_metric_is_documented_including_kl_and_entropy_bonus(shared_home, tmp_path):
+    h = tmp_path / "kl.yaml"
+    text = TINY_HARNESS + "reward: {overlong: {weight: 1.0, buffer: 2}, repetition: {weight: 0.5}}\n"
+    h.write_text(text.replace("grpo: {", "grpo: {beta: 0.05, entropy_coef: 0.01, use_adaptive_entropy: true, "))
+    res = run_job(_spec(h, 1, eval_every=0, name="kl"), shared_home)
+    keys = set(read_metrics(Path(res.run_dir)).columns)
+    assert {"kl", "rewards/overlong/mean", "rewards/repetition/mean", "entropy_coef"} <= keys
+    assert undocumented_metrics(keys) == []
+
+
+def test_fork_records_lineage_starts_from_parent_weights_and_applies_new_lr(first_run, shared_home, tmp_path):
+    parent, _ = first_run
+    child_h = tmp_path / "child.yaml"
+    child_h.write_text(
+        TINY_HARNESS.replace("learning_rate: 0.001", "learning_rate: 0.0005").replace(
+            "data: {", "data: {drop_all_correct: true, drop_all_wrong: true, "
+        )
+    )
+    res = run_job(_spec(child_h, 2, name="child", seed=1), shared_home, fork=f"{parent.name}@2")
+    run_dir = Path(res.run_dir)
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["parent_run"] == parent.name and meta["parent_step"] == 2
+    assert res.steps_done == 4  # continues the parent's step axis: 2 + 2
+    tags = _client(shared_home).get_run(res.run_id).data.tags
+    assert tags["evotrainer.parent_run_id"] == parent.run_id and tags["evotrainer.parent_step"] == "2"
+    assert tags["evotrainer.parent_harness_version"] != tags["evotrainer.harness_version"]
+    # Starts from the parent's weights at step 2, not from the base policy.
+    pw = load_file(str(complete_checkpoints(Path(parent.run_dir))[2] / "model.safetensors"))
+    cw = load_file(str(complete_checkpoints(run_dir)[2] / "model.safetensors"))
+    assert all(torch.equal(pw[k], cw[k]) for k in pw)
+    # The new learning rate is in effect (not the one restored from the parent's optimizer state).
+    assert read_metrics(run_dir)["learning_rate"].dropna().tolist() == [0.0005, 0.0005]
+    # Data rules read the parent's evidence.
+    report = json.loads((run_dir / "data_report.json").read_text())
+    assert report["seen"] > 0
+    assert read_rollouts(run_dir)["step"].min() == 3
+
+
+def test_fork_and_resume_errors_name_the_run(first_run, shared_home, tiny_harness):
+    parent, _ = first_run
+    with pytest.raises(RunNotFound, match=r"no checkpoint at step 1; available steps: \[2, 3\]"):
+        run_job(_spec(tiny_harness, 1), shared_home, fork=f"{parent.name}@1")
+    with pytest.raises(RunNotFound, match="no run 'ghost'"):
+        run_job(_spec(tiny_harness, 1), shared_home, resume="ghost")
+    with pytest.raises(ConfigError, match="exclusive"):
+        run_job(_spec(tiny_harness, 1), shared_home, resume=parent.name, fork=parent.name)
+
+
+def test_unknown_task_and_bad_difficulty_fail_before_writing(tmp_path, tiny_harness):
+    home = tmp_path / "home"
+    with pytest.raises(TaskError, match="arith"):
+        run_job(JobSpec(task="nope", harness=str(tiny_harness), steps=1, policy=NANO), home)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(TINY_HARNESS.replace("difficulty: [1, 1]", "difficulty: [1, 9]"))
+    with pytest.raises(ConfigError, match=r"outside task 'arith' levels 1\.\.6"):
+        run_job(_spec(bad, 1), home)
+    assert not (home / "jobs").exists()
+
+
+def _cli(*args, home: Path, **popen):
+    env = {**os.environ, "EVOTRAINER_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "evotrainer.cli", *args], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def test_cli_errors_exit_2_and_write_nothing(tmp_path):
+    home = tmp_path / "home"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("grpo: {num_generations: 1}\n")
+    p = _cli("train", "--harness", str(bad), "--steps", "1", home=home)
+    _out, err = p.communicate(timeout=120)
+    assert p.returncode == 2, err
+    assert "bad.yaml" in err and "grpo.num_generations" in err and "greater than or equal to 2" in err
+    assert not (home / "jobs").exists()
+    p = _cli("train", "--task", "nope", "--steps", "1", home=home)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 2 and "arith" in err and "countdown" in err
+    p = _cli("train", "--resume", "ghost", home=home)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 2 and "ghost" in err
+
+
+def test_resume_after_kill_9_continues_at_the_right_step_without_duplicates(shared_home, tiny_harness):
+    # Warm the nano base in this home first so the subprocess starts training quickly.
+    args = ["train", "--task", "arith", "--harness", str(tiny_harness), "--steps", "6", "--policy", "nano",
+            "--sft-steps", "150", "--eval-every", "0", "--save-every", "2", "--name", "killed"]
+    p = _cli(*args, home=shared_home, start_new_session=True)
+    run_dir = shared_home / "jobs" / "killed"
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        ck = complete_checkpoints(run_dir) if run_dir.exists() else {}
+        steps = set(read_metrics(run_dir)["step"]) if (run_dir / "metrics.jsonl").exists() else set()
+        if 2 in ck and 3 in steps:
+            break
+        assert p.poll() is None, p.communicate()[1][-3000:]
+        time.sleep(0.2)
+    else:
+        pytest.fail("job did not reach step 3 in time")
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    assert json.loads((run_dir / "meta.json").read_text())["status"] == "running"  # killed, not finished
+
+    q = _cli("train", "--resume", "killed", "--json", home=shared_home)
+    out, err = q.communicate(timeout=600)
+    assert q.returncode == 0, err[-3000:]
+    doc = json.loads(out)
+    assert set(doc) >= {"run_id", "steps_done", "checkpoint", "evidence", "metrics"}
+    assert doc["steps_done"] == 6 and doc["checkpoint"].endswith("checkpoint-6")
+    lines = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train_steps = [ln["step"] for ln in lines if "loss" in ln]
+    assert train_steps == [1, 2, 3, 4, 5, 6]
+    df = read_rollouts(run_dir)
+    assert sorted(df["step"].unique()) == [1, 2, 3, 4, 5, 6]
+    assert df.groupby("step").size().eq(P * G).all()
+    hist = _client(shared_home).get_metric_history(doc["run_id"], "loss")
+    assert sorted(m.step for m in hist) == [1, 2, 3, 4, 5, 6]
