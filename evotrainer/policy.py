@@ -60,11 +60,24 @@ class PolicySpec(BaseModel):
         None, description="Local Hugging Face causal-LM directory to use instead of the built-in model (no warm start).",
     )
     sft_steps: int = Field(
-        600, ge=0, le=100_000, description="Supervised warm-start steps on solved train-split examples (0 = none).",
+        2000, ge=0, le=100_000,
+        description="Most supervised warm-start steps on solved train-split examples (0 = none).",
     )
-    sft_batch_size: int = Field(64, ge=1, le=4096, description="Examples per warm-start step.")
-    sft_learning_rate: float = Field(2e-3, gt=0, le=1.0, description="AdamW learning rate of the warm start.")
+    sft_target_accuracy: float | None = Field(
+        0.3, gt=0.0, le=1.0,
+        description="Stop the warm start once greedy accuracy on a probe of train-split problems reaches this, so "
+        "that RL starts from a policy that succeeds sometimes but not always. null = run all `sft_steps`.",
+    )
+    sft_batch_size: int = Field(128, ge=1, le=4096, description="Examples per warm-start step.")
+    sft_learning_rate: float = Field(3e-3, gt=0, le=1.0, description="Peak AdamW learning rate of the warm start.")
     max_position_embeddings: int = Field(256, ge=16, le=8192, description="Context length of the built-in model.")
+
+
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
 
 
 def build_tokenizer():
@@ -117,6 +130,7 @@ def load_policy(path: str | Path):
     """Load (model, tokenizer) from a local directory; never touches the hub."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    _quiet_transformers()
     p = Path(path)
     if not (p / "config.json").is_file():
         raise ConfigError(f"policy path {p} is not a Hugging Face model directory (no config.json)")
@@ -160,20 +174,38 @@ def sft_batch(tokenizer, prompts: list[str], answers: list[str]):
 
 
 def warm_start(model, tokenizer, task: Task, spec: PolicySpec, seed: int, difficulty: tuple[int, int], log=None) -> dict:
-    """Supervised warm start on solved train-split problems. Returns a small report."""
+    """Supervised warm start on solved train-split problems; returns a small report.
+
+    Small models learn arithmetic in a sudden transition (loss flat, then accuracy jumps within a few
+    hundred steps), so a fixed step count lands anywhere between 0 % and 90 %. Instead the loop checks
+    greedy accuracy on a probe of train-split problems every 25 steps and stops at
+    ``sft_target_accuracy``: the base then has pass@k well above zero and room for RL to improve.
+    """
+    from evotrainer.evaluation import generate
+
     rng = random.Random(seed)
-    pool = task.sample("train", max(spec.sft_batch_size * 8, 2048), seed=seed + 7919, difficulty_range=difficulty)
+    pool = task.sample("train", max(spec.sft_batch_size * 8, 4096), seed=seed + 7919, difficulty_range=difficulty)
     if not pool:
         raise ConfigError(f"task {task.name} produced no train problems at difficulty {list(difficulty)}")
-    opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_learning_rate, weight_decay=0.0)
+    probe = task.sample("train", 128, seed=seed + 104729, difficulty_range=difficulty)
+    max_new = task.max_answer_chars(difficulty[1]) + 1
+
+    def probe_accuracy() -> float:
+        model.eval()
+        outs = generate(model, tokenizer, [p.prompt for p in probe], max_new, do_sample=False)
+        model.train()
+        return sum(task.verify(p, c).correct for p, c in zip(probe, outs, strict=True)) / len(probe)
+
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_learning_rate, weight_decay=0.0, betas=(0.9, 0.98))
     model.train()
     losses: list[float] = []
     t0 = time.perf_counter()
-    warm = max(1, spec.sft_steps // 20)
+    warm = min(100, max(1, spec.sft_steps // 10))
+    acc, steps_done = None, 0
     for step in range(spec.sft_steps):
-        lr_scale = min(1.0, (step + 1) / warm) * 0.5 * (1 + math.cos(math.pi * step / max(1, spec.sft_steps)))
+        cosine = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / max(1, spec.sft_steps)))
         for g in opt.param_groups:
-            g["lr"] = spec.sft_learning_rate * max(lr_scale, 0.05)
+            g["lr"] = spec.sft_learning_rate * min(1.0, (step + 1) / warm) * cosine
         batch = [rng.choice(pool) for _ in range(spec.sft_batch_size)]
         ids, mask, lab = sft_batch(tokenizer, [b.prompt for b in batch], [b.answer for b in batch])
         out = model(input_ids=ids, attention_mask=mask, labels=lab)
@@ -182,11 +214,22 @@ def warm_start(model, tokenizer, task: Task, spec: PolicySpec, seed: int, diffic
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(out.loss.item())
-        if log is not None and (step + 1) % 100 == 0:
-            log(f"warm start {step + 1}/{spec.sft_steps} loss {sum(losses[-100:]) / len(losses[-100:]):.3f}")
+        steps_done = step + 1
+        # Probe every 25 steps, every 5 once the transition has started (it is steep: 5 % to 80 % in ~200 steps).
+        near = acc is not None and acc >= spec.sft_target_accuracy / 4
+        if spec.sft_target_accuracy is not None and steps_done % (5 if near else 25) == 0:
+            acc = probe_accuracy()
+            if log is not None and steps_done % 100 == 0:
+                log(f"warm start {steps_done}/{spec.sft_steps}: loss {losses[-1]:.3f}, probe accuracy {acc:.2f}")
+            if acc >= spec.sft_target_accuracy:
+                break
     model.eval()
+    if spec.sft_target_accuracy is not None and steps_done and acc is None:
+        acc = probe_accuracy()
+        model.eval()
     return {
-        "sft_steps": spec.sft_steps,
+        "sft_steps_run": steps_done,
+        "probe_accuracy": acc,
         "final_loss": (sum(losses[-20:]) / len(losses[-20:])) if losses else None,
         "seconds": round(time.perf_counter() - t0, 2),
     }
@@ -209,6 +252,7 @@ def base_policy_dir(home: Path, task: Task, spec: PolicySpec, seed: int, difficu
         return final
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".{final.name}.tmp-{int(time.time() * 1e6)}"
+    _quiet_transformers()
     tokenizer = build_tokenizer()
     model = build_model(spec.size, tokenizer, spec.max_position_embeddings, seed=seed)
     report = warm_start(model, tokenizer, task, spec, seed, difficulty, log=log)

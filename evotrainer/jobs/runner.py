@@ -398,6 +398,10 @@ def run_job(
 
 def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_ckpt, start_step, target, diff,
            progress, say, t_start) -> JobResult:
+    import warnings
+
+    # TRL 1.16 calls transformers APIs deprecated for v6 on every step; the warnings say nothing to our users.
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers(\.|$)")
     from evotrainer.data import build_pool, segment_problems, selection_weights, to_dataset
     from evotrainer.evaluation import evaluate, heldout_problems
     from evotrainer.evidence import RolloutRecorder, prompt_pass_stats

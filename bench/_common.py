@@ -1,0 +1,45 @@
+"""Shared bits of the benchmark scripts: argument parsing, peak RSS, and writing results as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+for k, v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+             "MLFLOW_ENABLE_TELEMETRY": "false"}.items():
+    os.environ.setdefault(k, v)
+
+
+def parser(doc: str, default_home: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=doc)
+    p.add_argument("--home", default=str(ROOT / "runs" / default_home), help="state directory for the bench runs")
+    return p
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def save(name: str, doc: dict) -> Path:
+    import torch
+
+    doc = {
+        "bench": name,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+                    "torch_threads": torch.get_num_threads()},
+        **doc,
+    }
+    out = ROOT / "bench" / "results" / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2))
+    print(json.dumps(doc, indent=2))
+    return out

@@ -1,0 +1,72 @@
+"""The built-in policy: tokenizer, sizes, warm start that leaves RL some signal, caching, local HF dirs."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from evotrainer.errors import ConfigError
+from evotrainer.evaluation import EvalSpec, evaluate, heldout_problems
+from evotrainer.policy import (
+    PolicySpec,
+    base_policy_dir,
+    build_model,
+    build_tokenizer,
+    count_parameters,
+    load_policy,
+)
+from evotrainer.tasks import get_task
+
+
+def test_char_tokenizer_round_trips_printable_ascii_with_bos_and_left_padding():
+    tok = build_tokenizer()
+    text = "123+456= -7*(8/9) abc XYZ ~!"
+    ids = tok(text)["input_ids"]
+    assert ids[0] == tok.bos_token_id and len(ids) == len(text) + 1
+    assert tok.decode(ids, skip_special_tokens=True) == text
+    batch = tok(["1+1=", "123+456="], padding=True)
+    assert batch["input_ids"][0][:4] == [tok.pad_token_id] * 4  # left padding for generation
+    assert tok.eos_token_id not in tok("9")["input_ids"]
+
+
+@pytest.mark.parametrize(("size", "lo", "hi"), [("nano", 0.08e6, 0.2e6), ("tiny", 0.7e6, 1.2e6), ("small", 4e6, 6e6)])
+def test_documented_sizes(size, lo, hi):
+    assert lo < count_parameters(build_model(size, build_tokenizer())) < hi
+
+
+def test_unknown_size_is_a_config_error():
+    with pytest.raises(ConfigError, match="nano, tiny, small"):
+        build_model("huge", build_tokenizer())
+
+
+def test_warm_start_gives_signal_and_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    task = get_task("arith")
+    spec = PolicySpec(size="nano", sft_steps=300, sft_target_accuracy=0.3)
+    d = base_policy_dir(tmp_path, task, spec, seed=0, difficulty=(1, 1))
+    report = json.loads((d / "warm_start.json").read_text())
+    assert report["probe_accuracy"] >= 0.3 and report["sft_steps_run"] <= 300
+    model, tok = load_policy(d)
+    ev = EvalSpec(n=64, k=8, difficulty=(1, 1))
+    r = evaluate(model, tok, task, heldout_problems(task, ev), ev, max_new_tokens=4)
+    assert r["eval/pass_at_8"] > 0.2  # GRPO has groups with successes to learn from
+    mtime = os.path.getmtime(d / "model.safetensors")
+    again = base_policy_dir(tmp_path, task, spec, seed=0, difficulty=(1, 1))
+    assert again == d and os.path.getmtime(d / "model.safetensors") == mtime  # reused, not rebuilt
+    other = base_policy_dir(tmp_path, task, PolicySpec(size="nano", sft_steps=0), seed=1, difficulty=(1, 1))
+    assert other != d
+
+
+def test_local_hf_directory_is_used_as_is(tmp_path):
+    tok = build_tokenizer()
+    model = build_model("nano", tok)
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    spec = PolicySpec(path=str(tmp_path / "m"))
+    assert base_policy_dir(tmp_path / "home", get_task("arith"), spec, 0, (1, 1)) == tmp_path / "m"
+    m2, t2 = load_policy(tmp_path / "m")
+    assert count_parameters(m2) == count_parameters(model) and t2.padding_side == "left"
+    with pytest.raises(ConfigError, match="no config.json"):
+        base_policy_dir(tmp_path, get_task("arith"), PolicySpec(path=str(tmp_path)), 0, (1, 1))
