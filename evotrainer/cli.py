@@ -12,7 +12,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -29,6 +29,8 @@ os.environ.setdefault("MLFLOW_ENABLE_TELEMETRY", "false")
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="EvoTrainer: autonomous RL post-training.")
 harness_app = typer.Typer(no_args_is_help=True, help="Inspect and validate harness files.")
 app.add_typer(harness_app, name="harness")
+diag_app = typer.Typer(no_args_is_help=True, help="List diagnostics and revise them against a labelled archive.")
+app.add_typer(diag_app, name="diagnostics")
 
 err_console = Console(stderr=True)
 out_console = Console()
@@ -189,6 +191,144 @@ def harness_knobs(as_json: bool = JsonOpt) -> None:
     for r in rows:
         table.add_row(r["knob"], repr(r["default"]), " ".join(f"{k}={v}" for k, v in r["bounds"].items()), r["description"])
     out_console.print(table)
+
+
+@app.command("diagnose")
+def diagnose_cmd(
+    run: str = typer.Argument(..., help="Run name, MLflow run id, job dir, TRL output dir or verl run dir."),
+    harness: Optional[Path] = typer.Option(None, "--harness", help="Harness whose diagnostic params/user files apply."),
+    only: list[str] = typer.Option([], "--only", help="Run only these diagnostics (repeatable)."),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="Exit 1 if a finding at/above this severity exists: warning|critical."),
+    home: Optional[Path] = HomeOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Diagnose a run's rollout evidence: findings by severity, with example rollouts."""
+    from rich.markup import escape
+
+    from evotrainer.config import HarnessSpec, load_harness
+    from evotrainer.diagnostics.base import SEVERITY_RANK
+    from evotrainer.diagnostics.registry import Registry
+    from evotrainer.errors import ConfigError
+    from evotrainer.home import resolve_home
+    from evotrainer.readers import load_evidence
+
+    def body() -> None:
+        if fail_on is not None and fail_on not in ("warning", "critical"):
+            raise ConfigError(f"--fail-on {fail_on!r}: use 'warning' or 'critical'")
+        h = load_harness(harness) if harness else HarnessSpec()
+        registry = Registry(h)
+        names = list(only) or None
+        for n in names or []:
+            registry.get(n)  # unknown names fail here with the list of known ones
+        ev = load_evidence(run, resolve_home(home))
+        findings = registry.run(ev, names)
+        if as_json:
+            _emit_json({"findings": [f.model_dump(mode="json") for f in findings], "evidence": ev.summary()})
+        else:
+            summ = ev.summary()
+            out_console.print(f"[bold]{escape(summ['run'] or run)}[/] ({summ['source']}): {summ['steps']} steps, "
+                              f"{summ['rollouts']} rollouts")
+            colours = {"critical": "red", "warning": "yellow", "info": "dim"}
+            shown = [f for f in findings if f.severity != "info"] or []
+            for f in findings:
+                if f.severity == "info" and f.confidence == 0.0:
+                    continue
+                c = colours[f.severity]
+                steps = f" steps {f.steps[0]}-{f.steps[1]}" if f.steps else ""
+                out_console.print(f"[{c}]{f.severity.upper():8}[/] [bold]{f.symptom}[/] ({f.diagnostic} v{f.version},"
+                                  f" confidence {f.confidence:.2f}){steps}")
+                out_console.print(f"          {escape(f.explanation)}")
+                if f.metrics:
+                    out_console.print("          " + ", ".join(f"{k}={v:.4g}" for k, v in f.metrics.items()))
+                for ex in f.examples[:3]:
+                    # rollout text is untrusted: escaped, never interpreted as markup
+                    out_console.print(f"          [dim]step {ex.step}[/] {escape(repr(ex.prompt))} → {escape(repr(ex.completion))}")
+            if not shown:
+                out_console.print("[green]no warning or critical finding[/]")
+            skipped = [f.diagnostic for f in findings if f.severity == "info" and f.confidence == 0.0]
+            if skipped:
+                out_console.print(f"[dim]not enough evidence for: {', '.join(sorted(set(skipped)))}[/]")
+        if fail_on is not None and any(SEVERITY_RANK[f.severity] >= SEVERITY_RANK[fail_on] for f in findings):
+            raise typer.Exit(code=1)
+
+    _guard(body)
+
+
+@diag_app.command("list")
+def diagnostics_list(as_json: bool = JsonOpt) -> None:
+    """Built-in diagnostics with the signal they read, their literature and parameters."""
+    from evotrainer.diagnostics.registry import builtin_diagnostics
+
+    docs = [cls.describe() for _, cls in sorted(builtin_diagnostics().items())]
+    if as_json:
+        _emit_json({"diagnostics": docs})
+        return
+    table = Table(title="Diagnostics")
+    for col in ("name", "signal", "parameters", "literature"):
+        table.add_column(col, overflow="fold")
+    for d in docs:
+        params = "\n".join(f"{p['name']}={p['default']!r}" for p in d["params"])
+        table.add_row(f"{d['name']} v{d['version']}", d["signal"], params, d["literature"])
+    out_console.print(table)
+
+
+@diag_app.command("revise")
+def diagnostics_revise(
+    name: str = typer.Argument(..., help="Diagnostic to revise."),
+    archive: Path = typer.Option(..., "--archive", help="YAML labelled archive: runs: [{path, labels, invalid}]."),
+    params: Optional[str] = typer.Option(None, "--params", help="Candidate parameters as a JSON object."),
+    code: Optional[Path] = typer.Option(None, "--code", help="Candidate code: a Python file defining a diagnostic NAME."),
+    untrusted: bool = typer.Option(True, "--untrusted/--trusted", help="Run candidate code in the sandbox (default)."),
+    harness: Optional[Path] = typer.Option(None, "--harness", help="Harness whose current params are the baseline."),
+    home: Optional[Path] = HomeOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Replay a revision over a labelled archive; accept only if no invalid-run recall is lost and F1 improves."""
+    from evotrainer.config import HarnessSpec, load_harness
+    from evotrainer.diagnostics.registry import Registry, SandboxedDiagnostic, load_diagnostic_file
+    from evotrainer.diagnostics.revision import Archive, evaluate_revision, record
+    from evotrainer.errors import ConfigError
+    from evotrainer.home import resolve_home
+    from evotrainer.readers import load_evidence
+
+    def body() -> None:
+        if (params is None) == (code is None):
+            raise ConfigError("give exactly one of --params JSON or --code FILE")
+        h = load_harness(harness) if harness else HarnessSpec()
+        registry = Registry(h)
+        current = registry.get(name)
+        symptom = registry.classes[name].symptom if name in registry.classes else name
+        hm = resolve_home(home)
+        if params is not None:
+            try:
+                cand_params = json.loads(params)
+            except json.JSONDecodeError as err:
+                raise ConfigError(f"--params is not valid JSON: {err}") from None
+            if not isinstance(cand_params, dict):
+                raise ConfigError("--params must be a JSON object of parameter: value")
+            candidate = registry.get(name, cand_params)
+            desc = {"params": cand_params}
+        else:
+            if untrusted:
+                candidate = SandboxedDiagnostic(code, name)
+            else:
+                classes = load_diagnostic_file(code)
+                if name not in classes:
+                    raise ConfigError(f"{code} defines {sorted(classes)}, not '{name}'")
+                candidate = classes[name]()
+            desc = {"code": str(code), "untrusted": untrusted}
+        result = evaluate_revision(current, candidate, symptom, Archive.load(archive), lambda p: load_evidence(p, hm), desc)
+        record(hm, result)
+        if as_json:
+            _emit_json(result.model_dump(mode="json"))
+        else:
+            verdict = "[green]accepted[/]" if result.accepted else "[red]rejected[/]"
+            out_console.print(f"revision of {name}: {verdict} — {'; '.join(result.reasons)}")
+            for label, sc in (("before", result.before), ("after", result.after)):
+                out_console.print(f"  {label:6} P={sc.precision:.2f} R={sc.recall:.2f} F1={sc.f1:.2f} "
+                                  f"invalid recall={sc.invalid_recall}")
+
+    _guard(body)
 
 
 def _guard(fn) -> None:

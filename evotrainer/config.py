@@ -22,7 +22,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from evotrainer.errors import ConfigError
+from evotrainer.errors import ConfigError, format_validation_error
 
 LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"]
 ScaleRewards = Literal["group", "batch", "none"]
@@ -194,6 +194,48 @@ class DataKnobs(_Section):
         return self
 
 
+class GateRule(_Section):
+    """One gate condition: the branch fails if this diagnostic reports a finding at or above ``fail_at``."""
+
+    diagnostic: str = Field(..., min_length=1, description="Diagnostic name (built-in or from `diagnostics.user`).")
+    fail_at: Literal["warning", "critical"] = Field(
+        "warning", description="Lowest finding severity that fails the gate.",
+    )
+
+
+class UserDiagnostic(_Section):
+    path: str = Field(..., min_length=1, description="Python file defining Diagnostic subclasses (relative to the harness file).")
+    trusted: bool = Field(
+        True,
+        description="Run in-process. Untrusted code (e.g. written by an LLM) runs in a separate process with time, "
+        "memory and network limits instead.",
+    )
+
+
+class DiagnosticsKnobs(_Section):
+    """Diagnostic parameters, user diagnostics, and the promotion gate."""
+
+    params: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Per-diagnostic parameter overrides, e.g. {entropy_collapse: {ratio: 0.2}} (see `evotrainer diagnostics list`).",
+    )
+    user: list[UserDiagnostic] = Field(default_factory=list, description="User diagnostics loaded from Python files.")
+    gate: list[GateRule] = Field(
+        default_factory=lambda: [
+            GateRule(diagnostic="nan", fail_at="critical"),
+            GateRule(diagnostic="reward_hacking", fail_at="warning"),
+            GateRule(diagnostic="answer_spraying", fail_at="warning"),
+            GateRule(diagnostic="length_collapse", fail_at="warning"),
+            GateRule(diagnostic="echo", fail_at="warning"),
+            GateRule(diagnostic="entropy_collapse", fail_at="critical"),
+        ],
+        description="Diagnostics a branch must pass before promotion, whatever its score (exploits are kept out here).",
+    )
+    gate_on_error: Literal["fail", "pass"] = Field(
+        "fail", description="What a gate decides when one of its diagnostics crashes or times out (fail closed by default).",
+    )
+
+
 class HarnessSpec(_Section):
     """One harness file. ``version`` is its content hash; ``diff`` lists the knobs that differ."""
 
@@ -203,6 +245,10 @@ class HarnessSpec(_Section):
     grpo: GRPOKnobs = Field(default_factory=GRPOKnobs, description="GRPO recipe (TRL GRPOConfig knobs).")
     reward: RewardKnobs = Field(default_factory=RewardKnobs, description="Reward composition.")
     data: DataKnobs = Field(default_factory=DataKnobs, description="Data selection.")
+    diagnostics: DiagnosticsKnobs = Field(default_factory=DiagnosticsKnobs, description="Diagnostics and gates.")
+    source_dir: str | None = Field(
+        None, exclude=True, description="Directory of the file this harness was loaded from (user paths resolve here).",
+    )
 
     @model_validator(mode="after")
     def _consistency(self) -> HarnessSpec:
@@ -219,7 +265,7 @@ class HarnessSpec(_Section):
     # ------------------------------------------------------------------ identity
     def knobs(self) -> dict[str, Any]:
         """Flat ``{dotted.path: value}`` of every knob (metadata excluded)."""
-        return _flatten(self.model_dump(mode="json", exclude={"name", "description"}))
+        return _flatten(self.model_dump(mode="json", exclude={"name", "description", "source_dir"}))
 
     @property
     def version(self) -> str:
@@ -237,7 +283,9 @@ class HarnessSpec(_Section):
         for p in parents:
             node = node[p]
         node[leaf] = value
-        return _validate(data, source=f"knob {path}={value!r}")
+        out = _validate(data, source=f"knob {path}={value!r}")
+        out.source_dir = self.source_dir
+        return out
 
 
 class KnobChange(BaseModel):
@@ -256,7 +304,7 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
-        if isinstance(v, dict):
+        if isinstance(v, dict) and v:
             out.update(_flatten(v, key + "."))
         else:
             out[key] = v
@@ -288,47 +336,13 @@ def knob_docs(model: type[BaseModel] = HarnessSpec, prefix: str = "") -> list[di
     return rows
 
 
-def _field_doc(loc: tuple[Any, ...]) -> str:
-    model: type[BaseModel] = HarnessSpec
-    field = None
-    for part in loc:
-        if not isinstance(part, str) or part not in model.model_fields:
-            break
-        field = model.model_fields[part]
-        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
-            model = field.annotation
-    return field.description if field is not None and field.description else ""
-
-
-def _format_errors(err: ValidationError, source: str) -> str:
-    lines = [f"{source}: invalid harness ({err.error_count()} problem{'s' if err.error_count() > 1 else ''})"]
-    for e in err.errors():
-        loc = tuple(e["loc"])
-        path = ".".join(str(p) for p in loc) or "(top level)"
-        if e["type"] == "extra_forbidden":
-            parent_loc = loc[:-1]
-            model: type[BaseModel] = HarnessSpec
-            for part in parent_loc:
-                ann = model.model_fields[part].annotation if part in model.model_fields else None
-                if isinstance(ann, type) and issubclass(ann, BaseModel):
-                    model = ann
-            allowed = ", ".join(model.model_fields)
-            lines.append(f"  - {path}: unknown key; allowed here: {allowed}")
-            continue
-        doc = _field_doc(loc)
-        got = e.get("input")
-        got_s = "" if isinstance(got, dict) else f" (got {got!r})"
-        lines.append(f"  - {path}: {e['msg']}{got_s}" + (f". {doc}" if doc else ""))
-    return "\n".join(lines)
-
-
 def _validate(data: Any, source: str) -> HarnessSpec:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: a harness must be a YAML mapping of sections, got {type(data).__name__}")
     try:
         return HarnessSpec.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_format_errors(err, source)) from None
+        raise ConfigError(format_validation_error(err, source, HarnessSpec, "harness")) from None
 
 
 def load_harness(path: str | Path) -> HarnessSpec:
@@ -342,7 +356,9 @@ def load_harness(path: str | Path) -> HarnessSpec:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError(f"{p}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
-    return _validate(data, source=str(p))
+    spec = _validate(data, source=str(p))
+    spec.source_dir = str(p.resolve().parent)
+    return spec
 
 
 def dump_harness(spec: HarnessSpec) -> str:

@@ -35,7 +35,7 @@ difficulty         int32    task difficulty level of the prompt
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -150,16 +150,32 @@ def append_metrics(run_dir: Path, step: int, metrics: dict[str, Any]) -> None:
 
 @dataclass
 class Evidence:
-    """What a run left behind: per-step metrics (one row per step) and per-rollout records."""
+    """What a run left behind, whoever made it.
+
+    ``metrics``: one row per step, a ``step`` column and metric columns under TRL's names (readers of other
+    tools map their names onto these). ``rollouts``: one row per completion with the columns of
+    ``ROLLOUT_SCHEMA`` that the source could provide; a reader leaves out what it does not know (for
+    instance strict correctness in a foreign dump), and diagnostics that need it report "not enough
+    evidence" instead of guessing. ``source`` says which reader produced it; ``run`` names the run.
+    """
 
     metrics: pd.DataFrame
     rollouts: pd.DataFrame
+    source: str = "evotrainer"
+    run: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"steps": int(self.metrics["step"].max()) if len(self.metrics) else 0,
-                               "rollouts": len(self.rollouts)}
-        if len(self.rollouts):
-            out["accuracy"] = float(self.rollouts["correct"].mean())
+        out: dict[str, Any] = {
+            "source": self.source,
+            "run": self.run,
+            "steps": int(self.metrics["step"].max()) if len(self.metrics) and "step" in self.metrics else 0,
+            "metric_columns": sorted(c for c in self.metrics.columns if c != "step"),
+            "rollouts": len(self.rollouts),
+            "rollout_columns": sorted(self.rollouts.columns),
+        }
+        if len(self.rollouts) and "correct" in self.rollouts and self.rollouts["correct"].notna().any():
+            out["accuracy"] = float(self.rollouts["correct"].dropna().astype(float).mean())
         return out
 
 
@@ -188,7 +204,11 @@ def read_rollouts(run_dir: Path, columns: list[str] | None = None) -> pd.DataFra
 
 
 def load_run_evidence(run_dir: Path) -> Evidence:
-    return Evidence(metrics=read_metrics(run_dir), rollouts=read_rollouts(run_dir))
+    meta = {}
+    if (run_dir / "meta.json").is_file():
+        meta = json.loads((run_dir / "meta.json").read_text())
+    return Evidence(metrics=read_metrics(run_dir), rollouts=read_rollouts(run_dir), source="evotrainer",
+                    run=meta.get("name", run_dir.name), meta=meta)
 
 
 def prompt_pass_stats(rollouts: pd.DataFrame) -> pd.DataFrame:

@@ -34,6 +34,10 @@ class Tracker:
 
     def __init__(self, home: Path):
         os.environ.setdefault("MLFLOW_ENABLE_TELEMETRY", "false")
+        import logging
+
+        for noisy in ("mlflow", "alembic"):  # schema-migration chatter on every new home
+            logging.getLogger(noisy).setLevel(logging.WARNING)
         from mlflow.tracking import MlflowClient
 
         self.home = home

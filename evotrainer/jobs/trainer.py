@@ -73,6 +73,7 @@ class EvidenceCallback(TrainerCallback):
 
     def _emit(self, step: int, metrics: dict[str, Any]) -> None:
         clean = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        clean.update({k: float("nan") for k, v in metrics.items() if v is None})  # TRL's "no valid value"
         append_metrics(self.run_dir, step, clean)
         if step > self.skip_upto:
             self.log_metrics(step, clean)
@@ -107,13 +108,16 @@ class EvidenceCallback(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kw):
         logs = dict(logs or {})
-        loss = logs.get("loss")
-        if loss is not None and not math.isfinite(float(loss)):
-            raise NonFiniteLoss(f"loss became {loss} at step {state.global_step}")
         for k in ("total_flos", "train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss"):
             logs.pop(k, None)
         if logs:
-            self._emit(state.global_step, logs)
+            self._emit(state.global_step, logs)  # NaN included: it is evidence for the `nan` diagnostic
+        if self.progress is not None:
+            self.progress(state.global_step, self.last)
+        loss = logs.get("loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            self.recorder.flush()
+            raise NonFiniteLoss(f"loss became {loss} at step {state.global_step}")
 
     def on_step_end(self, args, state, control, **kw):
         self.recorder.flush()
@@ -123,8 +127,6 @@ class EvidenceCallback(TrainerCallback):
         step = state.global_step
         if self.eval_every and (step % self.eval_every == 0 or step == self.max_steps):
             self._run_eval(step)
-        if self.progress is not None:
-            self.progress(step, self.last)
         return control
 
     def on_save(self, args, state, control, **kw):

@@ -1,0 +1,83 @@
+"""Make real pathological (and healthy) runs with our trainer, and the labelled archive that goes with them.
+
+Each variant trains the tiny policy on `arith` under one deliberately bad harness from
+`harnesses/pathological/` (see its README), or under `harnesses/grpo-small.yaml` for the healthy control.
+Runs are exported compactly (meta.json, metrics.jsonl, rollouts/ — no checkpoints) to `--export DIR`, with
+`archive.yaml` labelling each run by the symptoms it was made to have. The test fixtures in
+`tests/fixtures/runs` were made with:
+
+    .venv/bin/python bench/pathological_runs.py --seeds 0 --steps 40 --export tests/fixtures/runs
+
+and the detection benchmark uses 3 seeds (`bench/detection.py` calls this module).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from _common import ROOT, parser
+
+# name -> (harness file, policy overrides, labels, invalid)
+VARIANTS: dict[str, tuple[str, dict, list[str], bool]] = {
+    "healthy": ("harnesses/grpo-small.yaml", {}, [], False),
+    "lr-too-high": ("harnesses/pathological/lr-too-high.yaml", {}, ["entropy_collapse"], False),
+    "too-short": ("harnesses/pathological/too-short.yaml", {}, ["truncation"], False),
+    "too-easy": ("harnesses/pathological/too-easy.yaml", {"sft_target_accuracy": 0.95}, ["dead_groups", "too_easy"], False),
+    "lenient-reward": ("harnesses/pathological/lenient-reward.yaml", {}, ["answer_spraying", "reward_hacking"], True),
+}
+
+
+def make_runs(home: Path, seeds: list[int], steps: int, export: Path, only: list[str] | None = None) -> Path:
+    from evotrainer.evaluation import EvalSpec
+    from evotrainer.jobs.runner import JobSpec, run_job
+    from evotrainer.policy import PolicySpec
+
+    export.mkdir(parents=True, exist_ok=True)
+    archive_path = export / "archive.yaml"
+    entries = []
+    for variant, (harness, pol, labels, invalid) in VARIANTS.items():
+        if only and variant not in only:
+            continue
+        for seed in seeds:
+            name = f"{variant}-s{seed}"
+            dest = export / name
+            if not (dest / "meta.json").exists():
+                spec = JobSpec(task="arith", harness=str(ROOT / harness), steps=steps, seed=seed,
+                               policy=PolicySpec(**pol), eval=EvalSpec(every=max(1, steps // 4), n=100, k=4),
+                               save_every=steps, name=f"{name}-{steps}")
+                try:
+                    res = run_job(spec, home)
+                    src = Path(res.run_dir)
+                except Exception as err:  # noqa: BLE001 - a pathological run may crash (NaN); keep its evidence
+                    print(f"{name}: {err}")
+                    src = home / "jobs" / f"{name}-{steps}"
+                shutil.rmtree(dest, ignore_errors=True)
+                dest.mkdir(parents=True)
+                for f in ("meta.json", "metrics.jsonl"):
+                    shutil.copy(src / f, dest / f)
+                shutil.copytree(src / "rollouts", dest / "rollouts")
+            entries.append({"path": name, "labels": labels, "invalid": invalid, "note": f"harness {harness}"})
+            print(name, "done", flush=True)
+    import yaml
+
+    archive_path.write_text(yaml.safe_dump({"runs": entries}, sort_keys=False))
+    return archive_path
+
+
+def main() -> None:
+    p = parser(__doc__, "bench-pathological")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--export", default=str(ROOT / "runs" / "pathological-export"))
+    p.add_argument("--only", nargs="*", default=None)
+    a = p.parse_args()
+    from evotrainer.home import resolve_home
+
+    path = make_runs(resolve_home(a.home), a.seeds, a.steps, Path(a.export), a.only)
+    print(json.dumps({"archive": str(path)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""Promotion gates: diagnostics a branch must pass, whatever its score.
+
+A branch that scores higher by an exploit (spraying answers at a lenient checker, collapsing to empty
+answers under an efficiency reward, echoing the prompt) usually shows the exploit in its rollouts. The
+gate, declared in the harness (``diagnostics.gate``), runs those diagnostics on the branch's evidence and
+fails it when one reports a finding at or above its ``fail_at`` severity. A diagnostic that could not run
+(crash, timeout, missing evidence for a gate rule) fails the gate unless ``gate_on_error: pass``.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from evotrainer.diagnostics.base import SEVERITY_RANK, Diagnostic, Finding
+from evotrainer.diagnostics.registry import Registry
+from evotrainer.evidence import Evidence
+
+
+class GateResult(BaseModel):
+    passed: bool
+    reasons: list[str]
+    findings: list[Finding]
+
+
+def check_gate(ev: Evidence, registry: Registry) -> GateResult:
+    """Run the harness's gate on one branch's evidence."""
+    knobs = registry.harness.diagnostics
+    reasons: list[str] = []
+    findings: list[Finding] = []
+    for rule in knobs.gate:
+        results = registry.get(rule.diagnostic).run(ev)
+        findings.extend(results)
+        for f in results:
+            if f.symptom == "diagnostic_error" or Diagnostic.insufficient(f):
+                if knobs.gate_on_error == "fail":
+                    reasons.append(f"{rule.diagnostic} could not decide ({f.explanation}); gate_on_error=fail")
+            elif SEVERITY_RANK[f.severity] >= SEVERITY_RANK[rule.fail_at]:
+                where = f" at steps {f.steps[0]}-{f.steps[1]}" if f.steps else ""
+                reasons.append(f"{rule.diagnostic}: {f.severity} {f.symptom}{where}: {f.explanation}")
+    return GateResult(passed=not reasons, reasons=reasons, findings=findings)

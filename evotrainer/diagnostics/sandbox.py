@@ -1,0 +1,174 @@
+"""Running an untrusted diagnostic: another process, a time limit, a memory limit, no network.
+
+Diagnostics can be revised with new code, and later that code comes from an LLM. Such code is never
+imported into the campaign's process. Instead this module starts ``python -m evotrainer.diagnostics.sandbox``
+in a fresh process that:
+
+- gets the evidence as Parquet files in a private temporary directory (its working directory);
+- runs under ``RLIMIT_AS`` (memory), ``RLIMIT_CPU`` and a wall-clock timeout (killed with its process group),
+  ``RLIMIT_FSIZE`` (it cannot fill the disk) and ``RLIMIT_NPROC``-free but ``start_new_session`` isolation;
+- has no network: it is moved into a new, empty network namespace with ``unshare(CLONE_NEWNET)`` (as root,
+  or via a user namespace where the kernel allows it); where neither is possible, socket creation is
+  disabled inside the interpreter and the result says ``network: "socket-blocked"``;
+- returns findings as JSON on stdout, which the parent validates with the ``Finding`` schema — the
+  child's output is as untrusted as its code.
+
+Anything that goes wrong (crash, timeout, memory, malformed output) becomes one ``diagnostic_error``
+finding; the caller never sees an exception from here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+
+
+def _isolate_network() -> str:
+    libc = ctypes.CDLL(None, use_errno=True)
+    for flags in (CLONE_NEWNET, CLONE_NEWUSER | CLONE_NEWNET):
+        if libc.unshare(flags) == 0:
+            return "namespace"
+    return "socket-blocked"
+
+
+def _limits(memory_mb: int, cpu_s: int) -> None:
+    # RLIMIT_AS counts address space, which numpy/arrow reserve generously at import: bound the growth
+    # from the current size (the trusted imports are done by now) rather than the absolute size.
+    import re
+
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/status") as fh:
+        m = re.search(r"VmSize:\s+(\d+) kB", fh.read())
+    base = int(m.group(1)) * 1024 if m else 0
+    limit = base + memory_mb * 1024 * 1024
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024 * 1024, 64 * 1024 * 1024))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _error_finding(name: str, message: str):
+    from evotrainer.diagnostics.base import Finding
+
+    return Finding(symptom="diagnostic_error", diagnostic=name, version="sandboxed", severity="warning",
+                   confidence=0.0, explanation=message[:2000])
+
+
+def _spawn(args: list[str], workdir: Path, timeout_s: float, memory_mb: int) -> tuple[int | None, str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    env["EVOTRAINER_SANDBOX_MEMORY_MB"] = str(memory_mb)
+    env["EVOTRAINER_SANDBOX_CPU_S"] = str(max(1, int(timeout_s)))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "evotrainer.diagnostics.sandbox", *args],
+        cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return None, "", f"timed out after {timeout_s:.0f}s"
+    return proc.returncode, out, err
+
+
+def run_sandboxed(path: Path, name: str, params: dict[str, Any], ev, timeout_s: float = 30.0, memory_mb: int = 1024):
+    """Run diagnostic ``name`` from the untrusted file ``path`` on ``ev`` in a sandboxed process."""
+    from pydantic import ValidationError
+
+    from evotrainer.diagnostics.base import Finding
+
+    with tempfile.TemporaryDirectory(prefix="evo-sandbox-") as tmp:
+        work = Path(tmp)
+        ev.metrics.to_parquet(work / "metrics.parquet")
+        ev.rollouts.to_parquet(work / "rollouts.parquet")
+        (work / "diagnostic.py").write_bytes(Path(path).read_bytes())
+        (work / "params.json").write_text(json.dumps(params))
+        code, out, err = _spawn(["run", name], work, timeout_s, memory_mb)
+    if code is None:
+        return [_error_finding(name, f"untrusted diagnostic '{name}' {err}; it was killed")]
+    if code != 0:
+        tail = err.strip().splitlines()[-1] if err.strip() else f"exit code {code}"
+        return [_error_finding(name, f"untrusted diagnostic '{name}' failed: {tail}")]
+    try:
+        doc = json.loads(out.strip().splitlines()[-1])
+        findings = [Finding.model_validate(f) for f in doc["findings"]]
+    except (json.JSONDecodeError, KeyError, IndexError, TypeError, ValidationError) as bad:
+        return [_error_finding(name, f"untrusted diagnostic '{name}' returned malformed output: {bad}")]
+    for f in findings:  # the child may not impersonate another diagnostic
+        f.diagnostic = name
+    return findings
+
+
+def list_names(path: Path, timeout_s: float = 30.0) -> list[str]:
+    """Names of the diagnostics an untrusted file defines (learned in the sandbox, not by importing it)."""
+    from evotrainer.errors import ConfigError
+
+    with tempfile.TemporaryDirectory(prefix="evo-sandbox-") as tmp:
+        work = Path(tmp)
+        (work / "diagnostic.py").write_bytes(Path(path).read_bytes())
+        code, out, err = _spawn(["list"], work, timeout_s, 1024)
+    try:
+        names = json.loads(out.strip().splitlines()[-1])["names"] if code == 0 else None
+    except (json.JSONDecodeError, KeyError, IndexError):
+        names = None
+    if not names or not all(isinstance(n, str) and n.isidentifier() for n in names):
+        raise ConfigError(f"untrusted diagnostic file {path} defines no usable Diagnostic ({err.strip()[-300:] or 'no names'})")
+    return names
+
+
+# ---------------------------------------------------------------------------------------------- the child
+def _child(argv: list[str]) -> int:
+    mode = _isolate_network()
+    if mode != "namespace":
+        import socket
+
+        def _blocked(*_a, **_k):
+            raise OSError("network access is disabled in the diagnostics sandbox")
+
+        socket.socket = _blocked  # type: ignore[assignment, misc]
+        socket.create_connection = _blocked  # type: ignore[assignment]
+    # Trusted imports and input first; the limits then apply to everything the untrusted code does.
+    import importlib.util
+    import inspect
+
+    import pandas as pd
+
+    from evotrainer.diagnostics.base import Diagnostic
+    from evotrainer.evidence import Evidence
+
+    ev = None
+    if argv[0] == "run":
+        ev = Evidence(metrics=pd.read_parquet("metrics.parquet"), rollouts=pd.read_parquet("rollouts.parquet"),
+                      source="sandbox")
+        params = json.loads(Path("params.json").read_text())
+    _limits(int(os.environ.get("EVOTRAINER_SANDBOX_MEMORY_MB", "1024")), int(os.environ.get("EVOTRAINER_SANDBOX_CPU_S", "30")))
+
+    spec = importlib.util.spec_from_file_location("untrusted_diagnostic", Path("diagnostic.py").resolve())
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    classes = {c.name: c for c in vars(module).values()
+               if inspect.isclass(c) and issubclass(c, Diagnostic) and c is not Diagnostic and getattr(c, "name", None)}
+    if argv[0] == "list":
+        print(json.dumps({"names": sorted(classes), "network": mode}))
+        return 0
+    findings = classes[argv[1]](params).run(ev)
+    print(json.dumps({"findings": [f.model_dump(mode="json") for f in findings], "network": mode}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1:]))

@@ -1,0 +1,297 @@
+"""Shared pieces of the built-in diagnostics: per-step series, early/recent windows, per-group aggregates.
+
+Every diagnostic reads one of two shapes of evidence: a per-step series (a TRL metric, or the same
+quantity aggregated from the rollouts by step) or the rollout rows of a window of steps (per GRPO group,
+or per completion). The helpers here do those reads once, vectorised, so that a diagnostic's ``analyze``
+is only its decision rule.
+
+Windows are over the distinct steps a series actually has: ``recent`` is the last ``max(min_steps,
+ceil(frac * n))`` of them and ``early`` the first as many. When a run is shorter than two windows the
+two overlap; diagnostics that compare early with recent check ``Windows.disjoint`` first.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+from evotrainer.diagnostics.base import Example, examples_from
+from evotrainer.evidence import Evidence
+
+# -------------------------------------------------------------------------------------------- params
+
+
+class BaseParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class WindowParams(BaseParams):
+    """The early/recent windows most diagnostics judge on."""
+
+    window_frac: float = Field(0.25, gt=0.0, le=0.5,
+                               description="Share of the run's steps in the early and in the recent window.")
+    min_window_steps: int = Field(5, ge=1, le=10_000,
+                                  description="Fewest steps a window holds (when the run has them).")
+
+
+# -------------------------------------------------------------------------------------------- windows
+
+
+@dataclass(frozen=True)
+class Window:
+    """Steps ``lo..hi`` (inclusive) holding ``n`` distinct steps of the series it was cut from."""
+
+    lo: int
+    hi: int
+    n: int
+
+    @property
+    def steps(self) -> tuple[int, int]:
+        return (self.lo, self.hi)
+
+    def mask(self, steps: pd.Series | np.ndarray) -> np.ndarray:
+        s = np.asarray(steps)
+        return (s >= self.lo) & (s <= self.hi)
+
+    def of(self, series: pd.Series) -> pd.Series:
+        """The part of a step-indexed series inside the window."""
+        return series[self.mask(series.index)]
+
+
+@dataclass(frozen=True)
+class Windows:
+    early: Window
+    recent: Window
+    total: int  # distinct steps in the series
+
+    @property
+    def disjoint(self) -> bool:
+        return self.early.hi < self.recent.lo
+
+
+def windows(steps, frac: float, min_steps: int) -> Windows | None:
+    """Early and recent windows over the distinct, non-null ``steps``; None when there are none."""
+    s = pd.Series(np.asarray(steps)).dropna()
+    u = np.unique(s.to_numpy())
+    if not len(u):
+        return None
+    k = min(len(u), max(int(min_steps), math.ceil(frac * len(u))))
+    return Windows(early=Window(int(u[0]), int(u[k - 1]), k), recent=Window(int(u[-k]), int(u[-1]), k), total=len(u))
+
+
+def window_params(p: BaseModel) -> tuple[float, int]:
+    return p.window_frac, p.min_window_steps  # type: ignore[attr-defined]
+
+
+# -------------------------------------------------------------------------------------------- series
+
+
+def as_float(s: pd.Series) -> pd.Series:
+    """Numbers, booleans (possibly object dtype with None) or numeric strings as float64, nulls as NaN."""
+    try:
+        return s.astype("float64")
+    except (TypeError, ValueError):
+        return pd.to_numeric(s, errors="coerce").astype("float64")
+
+
+def has_column(df: pd.DataFrame, col: str) -> bool:
+    return col in df.columns and bool(df[col].notna().any())
+
+
+def metric_series(metrics: pd.DataFrame, name: str, *, keep_nonfinite: bool = False) -> pd.Series | None:
+    """A metric as a float series indexed by (int) step, sorted; None when absent or all null.
+
+    Rows without a value (e.g. an eval-only row) are dropped; so is ±inf unless ``keep_nonfinite``.
+    Duplicate steps (foreign readers) are averaged.
+    """
+    if name not in metrics.columns or "step" not in metrics.columns:
+        return None
+    s = pd.Series(as_float(metrics[name]).to_numpy(), index=as_float(metrics["step"]).to_numpy())
+    s = s[s.index.notna()]
+    if not keep_nonfinite:
+        s = s[np.isfinite(s.to_numpy())]
+    s = s.dropna()
+    if s.empty:
+        return None
+    s.index = s.index.astype("int64")
+    if not s.index.is_unique:
+        s = s.groupby(level=0).mean()
+    return s.sort_index()
+
+
+def rollout_series(rollouts: pd.DataFrame, col: str, how: str = "mean") -> pd.Series | None:
+    """A rollout column aggregated by step (``how``: a pandas groupby reduction); None when absent."""
+    if "step" not in rollouts.columns or not has_column(rollouts, col):
+        return None
+    v = as_float(rollouts[col])
+    ok = v.notna().to_numpy() & rollouts["step"].notna().to_numpy()
+    s = v[ok].groupby(rollouts["step"][ok].astype("int64").to_numpy()).agg(how)
+    s = s[np.isfinite(s.to_numpy())]
+    return None if s.empty else s.sort_index()
+
+
+@dataclass(frozen=True)
+class StepSeries:
+    values: pd.Series  # indexed by step
+    source: str  # "metric 'x'" or "rollouts 'y'"
+
+
+def metric_or_rollout(ev: Evidence, metric: str | None, rollout_col: str | None, how: str = "mean") -> StepSeries | None:
+    """The metric when the run logged it, else the rollout column aggregated by step, else None."""
+    if metric:
+        s = metric_series(ev.metrics, metric)
+        if s is not None:
+            return StepSeries(s, f"metric '{metric}'")
+    if rollout_col:
+        s = rollout_series(ev.rollouts, rollout_col, how)
+        if s is not None:
+            return StepSeries(s, f"rollouts '{rollout_col}'")
+    return None
+
+
+def early_recent(s: pd.Series, p: BaseModel) -> tuple[Windows, float, float] | None:
+    """Windows over a step series and its early and recent means; None unless the windows are disjoint."""
+    w = windows(s.index, *window_params(p))
+    if w is None or not w.disjoint:
+        return None
+    return w, float(w.early.of(s).mean()), float(w.recent.of(s).mean())
+
+
+def slope(x, y) -> float:
+    """Least-squares slope of y on x (NaN-free input); NaN with fewer than 2 distinct x."""
+    x = np.asarray(x, dtype="float64")
+    y = np.asarray(y, dtype="float64")
+    if len(x) < 2 or np.ptp(x) == 0:
+        return float("nan")
+    xc = x - x.mean()
+    return float((xc * (y - y.mean())).sum() / (xc * xc).sum())
+
+
+def series_slope(s: pd.Series) -> float:
+    return slope(s.index.to_numpy(), s.to_numpy())
+
+
+# -------------------------------------------------------------------------------------------- rollouts
+
+
+def rows_in(rollouts: pd.DataFrame, window: Window, columns: list[str] | None = None,
+            max_n: int | None = None, seed: int = 0) -> pd.DataFrame:
+    """Rollout rows whose step lies in ``window``: only ``columns`` that exist (plus ``step``), when given;
+    at most ``max_n`` rows drawn uniformly and reproducibly (in their original order) when given.
+
+    Sampling happens on row positions before any column is copied, so a text check on a 1M-row run
+    touches only the strings it reads.
+    """
+    idx = np.flatnonzero(window.mask(rollouts["step"].to_numpy()))
+    if max_n is not None and len(idx) > max_n:
+        idx = np.sort(np.random.default_rng(seed).choice(idx, size=max_n, replace=False))
+    cols = list(rollouts.columns) if columns is None else [c for c in dict.fromkeys(["step", *columns]) if c in rollouts.columns]
+    return rollouts.iloc[idx][cols]
+
+
+def rollout_windows(rollouts: pd.DataFrame, p: BaseModel) -> Windows | None:
+    if "step" not in rollouts.columns or not len(rollouts):
+        return None
+    return windows(rollouts["step"].to_numpy(), *window_params(p))
+
+
+def group_keys(rollouts: pd.DataFrame) -> list[str] | None:
+    """Columns that identify a GRPO group: (step, group_id), else (step, prompt_id); None when neither."""
+    if "step" not in rollouts.columns:
+        return None
+    for col in ("group_id", "prompt_id"):
+        if has_column(rollouts, col):
+            return ["step", col]
+    return None
+
+
+def group_stats(rows: pd.DataFrame, values: dict[str, pd.Series]) -> pd.DataFrame:
+    """Per group of ``rows``: ``n`` (completions with a value) and ``<name>_min`` / ``<name>_max``.
+
+    ``values`` maps a name to a float series aligned with ``rows`` (e.g. reward, strict success). Groups
+    with fewer than 2 valued completions are dropped: a group of one has no variance to lose.
+    """
+    keys = group_keys(rows)
+    if keys is None or not len(rows):
+        return pd.DataFrame(columns=["step", "n"])
+    frame = rows[keys].copy()
+    for name, v in values.items():
+        frame[name] = v.to_numpy()
+    first = next(iter(values))
+    g = frame.groupby(keys, sort=False, observed=True)
+    agg = g[list(values)].agg(["min", "max"])
+    agg.columns = [f"{a}_{b}" for a, b in agg.columns]
+    agg["n"] = g[first].count()
+    agg = agg.reset_index()
+    return agg[agg["n"] >= 2]
+
+
+SUCCESS_COLUMNS = ("correct", "reward_correctness", "reward")
+EXAMPLE_COLUMNS = ["run_id", "group_id", "prompt", "completion", "reward", "correct"]  # what an Example shows
+
+
+def success(rows: pd.DataFrame) -> tuple[pd.Series, str] | None:
+    """Per-completion success as 0/1 floats: strict ``correct``, else correctness reward > 0, else reward > 0."""
+    if has_column(rows, "correct"):
+        return as_float(rows["correct"]), "strict correct"
+    for col in SUCCESS_COLUMNS[1:]:
+        if has_column(rows, col):
+            v = as_float(rows[col])
+            return (v > 0).astype("float64").where(v.notna()), f"{col} > 0"
+    return None
+
+
+def group_examples(rows: pd.DataFrame, groups: pd.DataFrame, limit: int = 3) -> list[Example]:
+    """One completion from each of the latest ``limit`` groups of ``groups`` (a ``group_stats`` frame)."""
+    keys = group_keys(rows)
+    if keys is None or not len(groups):
+        return []
+    latest = groups.sort_values("step", kind="stable").tail(limit)
+    near = rows[rows["step"].isin(latest["step"]).to_numpy()]
+    hit = pd.MultiIndex.from_frame(near[keys]).isin(pd.MultiIndex.from_frame(latest[keys]))
+    return recent_examples(near[hit].drop_duplicates(keys), limit)
+
+
+def recent_examples(rows: pd.DataFrame, limit: int = 3) -> list[Example]:
+    """Up to ``limit`` rollout examples, most recent step first."""
+    if rows is None or not len(rows):
+        return []
+    if "step" in rows.columns:
+        rows = rows.sort_values("step", kind="stable")
+    return examples_from(rows.tail(limit).iloc[::-1], limit)
+
+
+def examples_in(ev: Evidence, window: Window | tuple[int, int] | None, limit: int = 3) -> list[Example]:
+    """Examples from the rollouts of a step range (the latest ones), or none when there are no rollouts."""
+    r = ev.rollouts
+    if window is None or not len(r) or "step" not in r.columns:
+        return []
+    lo, hi = window.steps if isinstance(window, Window) else window
+    steps = r["step"].to_numpy()
+    idx = np.flatnonzero((steps >= lo) & (steps <= hi))
+    if not len(idx):
+        return []
+    last = idx[np.argsort(steps[idx], kind="stable")[-limit:]]
+    return recent_examples(r.iloc[last], limit)
+
+
+# -------------------------------------------------------------------------------------------- confidence
+
+
+def confidence(value: float, threshold: float, full: float, support: float = 1.0) -> float:
+    """Confidence in a finding: 0.5 at the threshold, 1.0 at ``full`` (a value well past it), scaled by
+    ``support`` in [0, 1] (how much evidence backs it: 0 → ×0.6, 1 → ×1). Works for either direction."""
+    span = full - threshold
+    margin = 1.0 if span == 0 else (value - threshold) / span
+    margin = min(1.0, max(0.0, margin))
+    support = min(1.0, max(0.0, support))
+    return round((0.5 + 0.5 * margin) * (0.6 + 0.4 * support), 3)
+
+
+def support(n: float, full: float) -> float:
+    """``n`` supporting items out of ``full`` that give full support, clipped to [0, 1]."""
+    return 0.0 if full <= 0 else min(1.0, max(0.0, n / full))

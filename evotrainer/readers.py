@@ -1,0 +1,403 @@
+"""Readers: one ``Evidence`` from whatever made the run (EvoTrainer, an MLflow run, TRL, verl).
+
+Why: diagnostics read one evidence model (metrics under TRL's names, rollouts in ``ROLLOUT_SCHEMA``
+columns) and never care who made the run. Each reader maps its tool's files onto that model and leaves
+out what the tool does not record (a missing ``correct`` column makes diagnostics say "not enough
+evidence" instead of guessing). Unreadable files and malformed lines are skipped and listed in
+``Evidence.meta["skipped"]`` ("path: reason"); nothing here executes or unpickles anything.
+
+**TRL** (``GRPOTrainer`` output dir, ``log_completions=True``): ``completions/completions_{step:05d}.parquet``
+with columns ``step, prompt, completion, <reward function names>, <log_extra columns>, advantage`` (prompt and
+completion are strings or ``[{"role", "content"}]`` conversations), and ``trainer_state.json`` (top level
+or in the latest ``checkpoint-*/``) whose ``log_history`` gives the metrics. Reward columns are told from
+extra columns by the ``rewards/<name>/mean`` metric keys. ``reward`` is the *unweighted* sum of the reward
+columns: TRL keeps ``reward_weights`` only in the pickled ``training_args.bin``, which we do not load.
+``group_id`` is ``<step>:<k>`` with k counting prompt changes (TRL writes each prompt's completions
+consecutively). ``correct`` comes from a boolean ``correct`` extra column, else from a 0/1-valued reward
+named correct / correctness / accuracy / accuracy_reward; otherwise it is left out.
+
+**verl**: ``trainer.rollout_data_dir`` holds ``{step}.jsonl`` (``RayPPOTrainer._dump_generations``: one
+object per completion with ``input, output, gts, score, step`` plus the reward function's
+``reward_extra_info`` keys, e.g. ``acc``); the file logger (``trainer.logger=[file]``, ``FileLogger`` in
+``verl/utils/tracking.py``) writes ``{"step": N, "data": {metric: value}}`` lines to
+``$VERL_FILE_LOGGER_PATH`` or ``$VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl``. A verl run dir is a
+directory holding either, directly or one level down. verl dumps rollouts *after* ``balance_batch``
+reorders the batch, so groups are identical prompts within a step (not consecutive rows). Metric names
+mapped onto TRL's (all other verl keys are kept under their own names):
+
+==============================  =========================  ==============================================
+verl                            TRL                        why it is the same quantity
+==============================  =========================  ==============================================
+critic/score/mean               reward                     reward-function score before any KL penalty
+                                                           (critic/rewards/mean is after the in-reward
+                                                           KL penalty: kept as is). verl logs no std.
+actor/entropy                   entropy                    mean token entropy of the rollout policy
+actor/kl_loss                   kl                         KL(policy ‖ reference), as TRL's ``kl``;
+actor/reward_kl_penalty         kl (if no kl_loss)         same, in-reward variant. actor/ppo_kl is
+                                                           KL(old ‖ new policy): not TRL's kl, kept.
+actor/pg_loss                   policy_loss                policy-gradient term of the loss
+actor/grad_norm                 grad_norm
+actor/lr                        learning_rate
+actor/pg_clipfrac               clip_ratio/region_mean     share of tokens where the clipped branch won
+response_length/mean|min|max    completions/{mean,min,max}_length
+response_length/clip_ratio      completions/clipped_ratio  share of responses at max length
+timing_s/step                   step_time                  seconds of the whole step
+==============================  =========================  ==============================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from evotrainer.errors import RunNotFound
+from evotrainer.evidence import ROLLOUT_SCHEMA, Evidence, load_run_evidence, read_metrics
+
+VERL_METRICS: tuple[tuple[str, str], ...] = (  # (verl key, TRL key); the first present source wins
+    ("critic/score/mean", "reward"),
+    ("actor/entropy", "entropy"),
+    ("actor/kl_loss", "kl"),
+    ("actor/reward_kl_penalty", "kl"),
+    ("actor/pg_loss", "policy_loss"),
+    ("actor/grad_norm", "grad_norm"),
+    ("actor/lr", "learning_rate"),
+    ("actor/pg_clipfrac", "clip_ratio/region_mean"),
+    ("response_length/mean", "completions/mean_length"),
+    ("response_length/min", "completions/min_length"),
+    ("response_length/max", "completions/max_length"),
+    ("response_length/clip_ratio", "completions/clipped_ratio"),
+    ("timing_s/step", "step_time"),
+)
+CORRECT_REWARDS = ("correct", "correctness", "accuracy", "accuracy_reward")
+CORRECT_KEYS = ("correct", "acc", "is_correct", "accuracy")  # boolean fields in a rollout record
+LENGTH_KEYS = ("length", "completion_length", "response_length")
+TRUNCATED_KEYS = ("truncated", "is_truncated", "clipped")
+ACCEPTED = (
+    "an EvoTrainer job directory (meta.json, metrics.jsonl, rollouts/step_*.parquet); a job name or MLflow "
+    "run id under HOME/jobs; an MLflow run id in HOME's tracking store (or $EVOTRAINER_MLFLOW_URI); a TRL "
+    "GRPOTrainer output directory (trainer_state.json at the top or in checkpoint-*/, "
+    "completions/completions_*.parquet); a verl run directory ({step}.jsonl files from "
+    "trainer.rollout_data_dir and/or the file logger's {\"step\", \"data\"} .jsonl)"
+)
+_NUMBERED = re.compile(r"\d+\.jsonl")
+_RUN_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def load_evidence(ref: str | Path, home: Path | None = None) -> Evidence:
+    """Evidence from a job dir, a job name / run id under ``home``, an MLflow run id, a TRL or verl dir."""
+    p = Path(ref).expanduser()
+    if p.is_dir():
+        if (p / "meta.json").is_file():
+            return _job_evidence(p)
+        if _trl_state_file(p) or any((p / "completions").glob("completions_*.parquet")):
+            return read_trl_dir(p)
+        if _verl_rollout_dir(p) or _verl_metric_files(p):
+            return read_verl_dir(p)
+        raise RunNotFound(f"{p} holds no run files we know; accepted: {ACCEPTED}")
+    if home is not None:
+        from evotrainer.jobs.runner import resolve_run
+
+        try:
+            return _job_evidence(resolve_run(home, str(ref)))
+        except RunNotFound:
+            pass
+        if _RUN_ID.fullmatch(str(ref)) and (os.environ.get("EVOTRAINER_MLFLOW_URI") or (home / "mlflow.db").is_file()):
+            return read_mlflow_run(str(ref), home)
+    where = f" (home {home})" if home is not None else " (no home given, so only directories)"
+    raise RunNotFound(f"no run '{ref}'{where}; accepted: {ACCEPTED}")
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def _text(x: Any) -> str:
+    """A prompt or completion as text: strings as is, conversations as 'role: content' lines."""
+    if x is None or isinstance(x, str):
+        return x or ""
+    if isinstance(x, dict):
+        c = x.get("content", x.get("text", ""))
+        return c if isinstance(c, str) else " ".join(_text(b) for b in (c if c is not None else []))
+    msgs = list(x)  # list or numpy array (pyarrow's reading of a list<struct> column)
+    if len(msgs) == 1:
+        return _text(msgs[0])
+    return "\n".join(f"{m.get('role', '')}: {_text(m)}" if isinstance(m, dict) else _text(m) for m in msgs)
+
+
+def _boolish(s: pd.Series) -> pd.Series | None:
+    """The column as nullable booleans if it holds only booleans or 0/1, else None."""
+    vals = s.dropna()
+    if not len(vals) or not all(isinstance(v, (bool, int, float, np.bool_, np.number)) and v in (0, 1) for v in vals):
+        return None
+    return s.map(lambda v: None if pd.isna(v) else bool(v)).astype("boolean")
+
+
+def _group_ids(steps, prompts, consecutive: bool) -> list[str]:
+    out, state = [], {}
+    for s, p in zip(steps, prompts):
+        if consecutive:
+            k, prev = state.get(s, (-1, None))
+            state[s] = (k + 1, p) if p != prev or k < 0 else (k, prev)
+            out.append(f"{s}:{state[s][0]}")
+        else:
+            seen = state.setdefault(s, {})
+            out.append(f"{s}:{seen.setdefault(p, len(seen))}")
+    return out
+
+
+def _finish(out: pd.DataFrame, raw: pd.DataFrame, consecutive: bool, exclude=()) -> pd.DataFrame:
+    """Add prompt_id, group_id and whatever of correct / length / truncated the raw columns support."""
+    out["prompt_id"] = [hashlib.sha1(t.encode()).hexdigest()[:16] for t in out["prompt"]]
+    out["group_id"] = _group_ids(out["step"], out["prompt"], consecutive)
+    for col, keys in (("correct", CORRECT_KEYS), ("truncated", TRUNCATED_KEYS)):
+        for k in keys:
+            b = _boolish(raw[k]) if k in raw and k not in exclude else None
+            if col not in out and b is not None:
+                out[col] = b.values
+    for k in LENGTH_KEYS:
+        if k in raw and k not in exclude and "length" not in out:
+            out["length"] = pd.to_numeric(raw[k], errors="coerce").round().astype("Int64").values
+    return out
+
+
+def _metrics_frame(rows: dict[int, dict[str, Any]]) -> pd.DataFrame:
+    if not rows:
+        return pd.DataFrame({"step": pd.Series([], dtype="int64")})
+    return pd.DataFrame([rows[s] for s in sorted(rows)]).reset_index(drop=True)
+
+
+def _read_jsonl(path: Path, skipped: list[str]) -> list[dict[str, Any]]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        skipped.append(f"{path}: {e}")
+        return []
+    out = []
+    for i, ln in enumerate(lines, 1):
+        if not ln.strip():
+            continue
+        try:
+            rec = json.loads(ln)
+        except json.JSONDecodeError as e:
+            skipped.append(f"{path}:{i}: malformed JSON ({e.msg})")
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+        else:
+            skipped.append(f"{path}:{i}: not a JSON object")
+    return out
+
+
+def _read_parquets(files, skipped: list[str]) -> list[pd.DataFrame]:
+    frames = []
+    for f in files:
+        try:
+            frames.append(pq.read_table(f).to_pandas())
+        except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a damaged file
+            skipped.append(f"{f}: {type(e).__name__}: {e}")
+    return frames
+
+
+def _empty_rollouts() -> pd.DataFrame:
+    return pd.DataFrame({"step": pd.Series([], dtype="int64"), "prompt": [], "completion": []})
+
+
+# ------------------------------------------------------------------------------------- our jobs, MLflow
+def _job_evidence(run_dir: Path) -> Evidence:
+    try:
+        ev = load_run_evidence(run_dir)
+        ev.meta.setdefault("skipped", [])
+        return ev
+    except (OSError, ValueError):  # a damaged meta.json or Parquet file: read what can be read, file by file
+        pass
+    skipped: list[str] = []
+    try:
+        meta = json.loads((run_dir / "meta.json").read_text())
+    except (OSError, ValueError) as e:
+        meta = {}
+        skipped.append(f"{run_dir / 'meta.json'}: {e}")
+    frames = _read_parquets(sorted((run_dir / "rollouts").glob("step_*.parquet")), skipped)
+    rollouts = pd.concat(frames, ignore_index=True) if frames else ROLLOUT_SCHEMA.empty_table().to_pandas()
+    return Evidence(metrics=read_metrics(run_dir), rollouts=rollouts, source="evotrainer",
+                    run=meta.get("name", run_dir.name), meta={**meta, "skipped": skipped})
+
+
+def read_mlflow_run(run_id: str, home: Path) -> Evidence:
+    """A run in the tracking store (SQLite under ``home`` or ``$EVOTRAINER_MLFLOW_URI``): metric histories
+    pivoted by step, rollouts from the run's ``rollouts/`` artifacts. Uses the client directly rather than
+    ``Tracker`` so that reading never creates an experiment on a shared server."""
+    os.environ.setdefault("MLFLOW_ENABLE_TELEMETRY", "false")
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from evotrainer.tracking import tracking_uri
+
+    client = MlflowClient(tracking_uri=tracking_uri(home))
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        raise RunNotFound(f"no MLflow run '{run_id}' in {tracking_uri(home)}; accepted: {ACCEPTED}") from None
+    rows: dict[int, dict[str, Any]] = {}
+    for key in run.data.metrics:
+        for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.timestamp):
+            rows.setdefault(int(m.step), {"step": int(m.step)})[key] = m.value
+    skipped: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        files: list[Path] = []
+        try:
+            if client.list_artifacts(run_id, "rollouts"):
+                files = sorted(Path(client.download_artifacts(run_id, "rollouts", tmp)).glob("*.parquet"))
+        except (MlflowException, OSError) as e:
+            skipped.append(f"mlflow:{run_id}/rollouts: {e}")
+        frames = _read_parquets(files, skipped)
+    rollouts = pd.concat(frames, ignore_index=True) if frames else ROLLOUT_SCHEMA.empty_table().to_pandas()
+    meta = {"run_id": run_id, "tracking_uri": tracking_uri(home), "status": run.info.status,
+            "tags": dict(run.data.tags), "skipped": skipped}
+    return Evidence(metrics=_metrics_frame(rows), rollouts=rollouts, source="mlflow",
+                    run=run.info.run_name or run_id, meta=meta)
+
+
+# ------------------------------------------------------------------------------------------------- TRL
+def _trl_state_file(path: Path) -> Path | None:
+    """The newest trainer_state.json: top level or latest checkpoint-N/, whichever has the larger global_step."""
+    cands = [path / "trainer_state.json"]
+    ckpts = [d for d in path.glob("checkpoint-*") if d.name.split("-", 1)[1].isdigit()]
+    if ckpts:
+        cands.append(max(ckpts, key=lambda d: int(d.name.split("-", 1)[1])) / "trainer_state.json")
+    found = [c for c in cands if c.is_file()]
+    found.sort(key=_global_step, reverse=True)  # stable: the top-level file wins a tie
+    return found[0] if found else None
+
+
+def _global_step(state_file: Path) -> int:
+    try:
+        return int(json.loads(state_file.read_text()).get("global_step", -1))
+    except (OSError, ValueError, AttributeError):
+        return -1
+
+
+def read_trl_dir(path: str | Path) -> Evidence:
+    path = Path(path)
+    skipped: list[str] = []
+    state_file = _trl_state_file(path)
+    files = sorted((path / "completions").glob("completions_*.parquet"))
+    if state_file is None and not files:
+        raise RunNotFound(f"{path} is not a TRL output dir: no trainer_state.json (top level or checkpoint-*/) "
+                          "and no completions/completions_*.parquet (set log_completions=True)")
+    history: list[Any] = []
+    if state_file is not None:
+        try:
+            history = json.loads(state_file.read_text()).get("log_history", [])
+        except (OSError, ValueError, AttributeError) as e:
+            skipped.append(f"{state_file}: {e}")
+    rows: dict[int, dict[str, Any]] = {}
+    for e in history:  # train and eval_* entries merge by step; the final train_runtime summary is dropped
+        if isinstance(e, dict) and "step" in e and "train_runtime" not in e:
+            rows.setdefault(int(e["step"]), {"step": int(e["step"])}).update({k: v for k, v in e.items() if k != "step"})
+    names = list(dict.fromkeys(k[len("rewards/"):-len("/mean")] for r in rows.values() for k in r
+                               if k.startswith("rewards/") and k.endswith("/mean")))
+    frames = []
+    for f, raw in zip(files, _read_parquets(files, skipped)):
+        if {"step", "prompt", "completion"} <= set(raw.columns):
+            frames.append(raw)
+        else:
+            skipped.append(f"{f}: missing step/prompt/completion columns")
+    rollouts = _trl_rollouts(pd.concat(frames, ignore_index=True), names) if frames else _empty_rollouts()
+    meta = {"path": str(path), "trainer_state": str(state_file) if state_file else None,
+            "reward_functions": names, "skipped": skipped}
+    return Evidence(metrics=_metrics_frame(rows), rollouts=rollouts, source="trl", run=path.name, meta=meta)
+
+
+def _trl_rollouts(raw: pd.DataFrame, names: list[str]) -> pd.DataFrame:
+    known = set(CORRECT_KEYS + LENGTH_KEYS + TRUNCATED_KEYS) | {"step", "advantage"}
+    rcols = [n for n in names if n in raw] or [  # without trainer_state.json: the float columns
+        c for c in raw.columns if c not in known and pd.api.types.is_float_dtype(raw[c])]
+    out = pd.DataFrame({"step": raw["step"].astype("int64"), "prompt": raw["prompt"].map(_text),
+                        "completion": raw["completion"].map(_text)})
+    for c in rcols:
+        out[f"reward_{c}"] = pd.to_numeric(raw[c], errors="coerce")
+    if rcols:
+        out["reward"] = out[[f"reward_{c}" for c in rcols]].sum(axis=1, min_count=1)
+    if "advantage" in raw:
+        out["advantage"] = pd.to_numeric(raw["advantage"], errors="coerce")
+    for c in (c for c in rcols if c in CORRECT_REWARDS):
+        vals = out[f"reward_{c}"].dropna()
+        if "correct" not in out and len(vals) and vals.isin([0.0, 1.0]).all():
+            out["correct"] = out[f"reward_{c}"].map(lambda v: None if pd.isna(v) else v == 1).astype("boolean")
+    return _finish(out, raw, consecutive=True, exclude=rcols)
+
+
+# ------------------------------------------------------------------------------------------------ verl
+def _numbered(d: Path) -> list[Path]:
+    return sorted((f for f in d.glob("*.jsonl") if _NUMBERED.fullmatch(f.name)), key=lambda f: int(f.stem))
+
+
+def _verl_rollout_dir(path: Path) -> Path | None:
+    """``path`` if it holds {step}.jsonl dumps, else a subdirectory that does (``rollout*`` first, ``val*`` never)."""
+    if _numbered(path):
+        return path
+    subs = sorted((d for d in path.iterdir() if d.is_dir() and not d.name.lower().startswith("val")),
+                  key=lambda d: ("rollout" not in d.name.lower(), d.name))
+    return next((d for d in subs if _numbered(d)), None)
+
+
+def _verl_metric_files(path: Path) -> list[Path]:
+    """File-logger outputs in ``path`` or one level down: .jsonl whose first object has ``step`` and ``data``."""
+    out = []
+    for f in sorted([*path.glob("*.jsonl"), *path.glob("*/*.jsonl")]):
+        if _NUMBERED.fullmatch(f.name):
+            continue
+        try:
+            with open(f, encoding="utf-8") as fh:
+                first = next((ln for ln in fh if ln.strip()), "")
+            rec = json.loads(first)
+        except (OSError, ValueError):
+            continue
+        if isinstance(rec, dict) and "step" in rec and isinstance(rec.get("data"), dict):
+            out.append(f)
+    return out
+
+
+def read_verl_dir(path: str | Path) -> Evidence:
+    path = Path(path)
+    skipped: list[str] = []
+    rdir = _verl_rollout_dir(path) if path.is_dir() else None
+    mfiles = _verl_metric_files(path) if path.is_dir() else []
+    if rdir is None and not mfiles:
+        raise RunNotFound(f"{path} is not a verl run dir: no {{step}}.jsonl rollout dumps (trainer.rollout_data_dir) "
+                          "and no file-logger .jsonl with {\"step\": N, \"data\": {...}} lines, here or one level down")
+    rows: dict[int, dict[str, Any]] = {}
+    for f in mfiles:
+        for rec in _read_jsonl(f, skipped):
+            if not isinstance(rec.get("data"), dict) or not isinstance(rec.get("step"), int):
+                skipped.append(f"{f}: a line without an integer step and a data object")
+                continue
+            data = {k: v for k, v in rec["data"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            for src, dst in VERL_METRICS:
+                if src in data and dst not in data:
+                    data[dst] = data.pop(src)
+            rows.setdefault(rec["step"], {"step": rec["step"]}).update(data)
+    records = []
+    for f in _numbered(rdir) if rdir else []:
+        for rec in _read_jsonl(f, skipped):
+            rec.setdefault("step", int(f.stem))
+            records.append(rec)
+    if records:
+        raw = pd.DataFrame(records)
+        out = pd.DataFrame({"step": pd.to_numeric(raw["step"], errors="coerce").fillna(-1).astype("int64"),
+                            "prompt": raw.get("input", pd.Series([""] * len(raw))).map(_text),
+                            "completion": raw.get("output", pd.Series([""] * len(raw))).map(_text)})
+        if "score" in raw:
+            out["reward"] = pd.to_numeric(raw["score"], errors="coerce")
+        rollouts = _finish(out, raw, consecutive=False)
+    else:
+        rollouts = _empty_rollouts()
+    meta = {"path": str(path), "rollout_dir": str(rdir) if rdir else None,
+            "metric_files": [str(f) for f in mfiles], "skipped": skipped}
+    return Evidence(metrics=_metrics_frame(rows), rollouts=rollouts, source="verl", run=path.name, meta=meta)

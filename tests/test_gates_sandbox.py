@@ -1,0 +1,167 @@
+"""Gates, user diagnostics (trusted and sandboxed), and revisions scored on a labelled archive."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from evotrainer.config import HarnessSpec, load_harness
+from evotrainer.diagnostics.gates import check_gate
+from evotrainer.diagnostics.registry import Registry
+from evotrainer.diagnostics.revision import Archive, evaluate_revision, history, record
+from evotrainer.errors import ConfigError
+from evotrainer.evidence import Evidence
+
+USER_DIAG = '''
+from evotrainer.diagnostics.base import Diagnostic
+from pydantic import BaseModel, Field
+
+
+class Params(BaseModel):
+    max_reward: float = Field(0.5, description="Reward above which the run is suspicious.")
+
+
+class HighReward(Diagnostic):
+    name = "high_reward"
+    symptom = "reward_hacking"
+    signal = "mean reward"
+    Params = Params
+    requires_metrics = ("reward",)
+
+    def analyze(self, ev):
+        m = float(ev.metrics["reward"].mean())
+        if m > self.params.max_reward:
+            return [self.finding("warning", f"mean reward {m:.2f} is suspicious", metrics={"reward": m})]
+        return []
+'''
+
+
+def _ev(reward: float, steps: int = 10) -> Evidence:
+    metrics = pd.DataFrame({"step": range(1, steps + 1), "reward": [reward] * steps})
+    return Evidence(metrics=metrics, rollouts=pd.DataFrame(), source="test")
+
+
+def _harness(tmp_path: Path, extra: str) -> HarnessSpec:
+    (tmp_path / "diag.py").write_text(USER_DIAG)
+    p = tmp_path / "h.yaml"
+    p.write_text(extra)
+    return load_harness(p)
+
+
+def test_trusted_user_diagnostic_loads_relative_to_harness_and_gates(tmp_path):
+    h = _harness(tmp_path, "diagnostics:\n  user: [{path: diag.py}]\n  gate: [{diagnostic: high_reward}]\n")
+    reg = Registry(h)
+    assert "high_reward" in reg.names()
+    bad = check_gate(_ev(0.9), reg)
+    assert not bad.passed and "high_reward" in bad.reasons[0] and "0.90" in bad.reasons[0]
+    assert check_gate(_ev(0.1), reg).passed
+
+
+def test_gate_fails_closed_when_a_rule_cannot_decide(tmp_path):
+    h = _harness(tmp_path, "diagnostics:\n  user: [{path: diag.py}]\n  gate: [{diagnostic: high_reward}]\n")
+    no_reward = Evidence(metrics=pd.DataFrame({"step": [1]}), rollouts=pd.DataFrame())
+    res = check_gate(no_reward, Registry(h))
+    assert not res.passed and "could not decide" in res.reasons[0]
+    h2 = h.with_knob("diagnostics.gate_on_error", "pass")
+    assert check_gate(no_reward, Registry(h2)).passed
+
+
+def test_registry_rejects_unknown_names_and_shadowing(tmp_path):
+    with pytest.raises(ConfigError, match="unknown diagnostic 'nope'"):
+        Registry(_harness(tmp_path, "diagnostics:\n  gate: [{diagnostic: nope}]\n"))
+    with pytest.raises(ConfigError, match="unknown diagnostics"):
+        Registry(_harness(tmp_path, "diagnostics:\n  params: {nope: {x: 1}}\n"))
+    (tmp_path / "shadow.py").write_text(USER_DIAG.replace('"high_reward"', '"nan"'))
+    with pytest.raises(ConfigError, match="already taken"):
+        Registry(_harness(tmp_path, "diagnostics:\n  user: [{path: shadow.py}]\n"))
+    with pytest.raises(ConfigError, match="diagnostics.params.high_reward"):
+        Registry(_harness(tmp_path, "diagnostics:\n  user: [{path: diag.py}]\n  params: {high_reward: {max_reward: x}}\n")).get("high_reward")
+
+
+def test_untrusted_diagnostic_runs_in_a_sandbox_and_its_output_is_validated(tmp_path):
+    h = _harness(tmp_path, "diagnostics:\n  user: [{path: diag.py, trusted: false}]\n  gate: []\n")
+    reg = Registry(h)
+    assert "high_reward" in reg.untrusted and "high_reward" not in reg.classes  # never imported here
+    findings = reg.get("high_reward").run(_ev(0.9))
+    assert [f.symptom for f in findings] == ["reward_hacking"] and findings[0].diagnostic == "high_reward"
+    assert reg.get("high_reward", {"max_reward": 0.95}).run(_ev(0.9)) == []
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("        while True:\n            pass\n", "timed out"),
+        ("        x = bytearray(4 * 1024 * 1024 * 1024)\n        return []\n", "MemoryError"),
+        ("        import sys\n        sys.stdout.write('{not json')\n        sys.exit(0)\n", "malformed output"),
+        ("        raise RuntimeError('boom')\n", "diagnostic crashed: RuntimeError: boom"),
+    ],
+)
+def test_sandbox_turns_hangs_memory_network_and_garbage_into_error_findings(tmp_path, body, expected):
+    code = USER_DIAG.split("    def analyze")[0] + "    def analyze(self, ev):\n" + body
+    (tmp_path / "evil.py").write_text(code)
+    from evotrainer.diagnostics.registry import SandboxedDiagnostic
+
+    diag = SandboxedDiagnostic(tmp_path / "evil.py", "high_reward", timeout_s=4, memory_mb=512)
+    t = time.time()
+    findings = diag.run(_ev(0.9))
+    assert time.time() - t < 30
+    assert len(findings) == 1 and findings[0].symptom == "diagnostic_error", findings
+    assert expected in findings[0].explanation
+
+
+def test_sandbox_has_no_network_even_to_loopback(tmp_path):
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    body = (f"        import socket\n        socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+            "        return [self.finding('warning', 'connected')]\n")
+    (tmp_path / "net.py").write_text(USER_DIAG.split("    def analyze")[0] + "    def analyze(self, ev):\n" + body)
+    from evotrainer.diagnostics.registry import SandboxedDiagnostic
+
+    try:
+        findings = SandboxedDiagnostic(tmp_path / "net.py", "high_reward", timeout_s=10).run(_ev(0.9))
+    finally:
+        server.close()
+    assert [f.symptom for f in findings] == ["diagnostic_error"]
+    assert "connected" not in findings[0].explanation and "OSError" in findings[0].explanation
+
+
+def test_revision_is_accepted_only_if_it_keeps_invalid_recall_and_improves_f1(tmp_path):
+    reg = Registry(_harness(tmp_path, "diagnostics:\n  user: [{path: diag.py}]\n"))
+    rewards = {"exploit": 0.9, "mild_exploit": 0.6, "honest_high": 0.55, "honest_low": 0.2}
+    exploits = {"exploit", "mild_exploit"}
+    arch = Archive.model_validate({"runs": [
+        {"path": k, "labels": ["reward_hacking"] if k in exploits else [], "invalid": k in exploits} for k in rewards]})
+    load = lambda p: _ev(rewards[p])  # noqa: E731
+    cur = reg.get("high_reward")  # threshold 0.5 flags honest_high too: P=2/3, R=1
+    cand = lambda t: reg.get("high_reward", {"max_reward": t})  # noqa: E731
+
+    good = evaluate_revision(cur, cand(0.58), "reward_hacking", arch, load, {"params": {"max_reward": 0.58}})
+    assert (good.before.tp, good.before.fp, good.before.f1) == (2, 1, 0.8)
+    assert good.accepted and good.after.f1 == 1.0 and good.after.invalid_recall == 1.0
+
+    same = evaluate_revision(cur, cand(0.52), "reward_hacking", arch, load, {})
+    assert not same.accepted and "F1 does not improve" in same.reasons[0]
+
+    lossy = evaluate_revision(cur, cand(0.8), "reward_hacking", arch, load, {})
+    assert not lossy.accepted and any("loses recall on invalid runs: 1.0 → 0.5" in r for r in lossy.reasons)
+
+    record(tmp_path, good)
+    record(tmp_path, lossy)
+    assert [r.accepted for r in history(tmp_path, "high_reward")] == [True, False]
+    line = json.loads((tmp_path / "diagnostics" / "history.jsonl").read_text().splitlines()[1])
+    assert line["after"]["invalid_recall"] == 0.5 and line["candidate"] == {}
+
+
+def test_archive_file_errors_name_the_file(tmp_path):
+    p = tmp_path / "a.yaml"
+    p.write_text("runs: [{path: x, labels: [not_a_symptom]}]\n")
+    with pytest.raises(ConfigError, match=r"(?s)a.yaml.*runs.0.labels: unknown symptom 'not_a_symptom'"):
+        Archive.load(p)
