@@ -6,9 +6,10 @@ Runs are exported compactly (meta.json, metrics.jsonl, rollouts/ — no checkpoi
 `archive.yaml` labelling each run by the symptoms it was made to have. The test fixtures in
 `tests/fixtures/runs` were made with:
 
-    .venv/bin/python bench/pathological_runs.py --seeds 0 --steps 40 --export tests/fixtures/runs
+    .venv/bin/python bench/pathological_runs.py --seeds 0 1 2 --steps 40
+    cp -r runs/pathological-export/*-s0 tests/fixtures/runs/   # + an archive.yaml for seed 0
 
-and the detection benchmark uses 3 seeds (`bench/detection.py` calls this module).
+and the detection benchmark (`bench/detection.py`) reads all three seeds.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def make_runs(home: Path, seeds: list[int], steps: int, export: Path, only: list
 def main() -> None:
     p = parser(__doc__, "bench-pathological")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--steps", type=int, default=40)
     p.add_argument("--export", default=str(ROOT / "runs" / "pathological-export"))
     p.add_argument("--only", nargs="*", default=None)
     a = p.parse_args()

@@ -1,6 +1,6 @@
 """Benchmark 2 (issue 2): GRPO throughput at 32 prompts x 8 generations, and peak memory.
 
-Runs the baseline harness (32 prompts x 8 generations = 256 completions per step) for a few steps with
+Runs the baseline harness at 32 prompts x 8 generations (= 256 completions per step) for a few steps with
 evaluation off, and reports optimiser steps/s, generated tokens/s (completion tokens incl. EOS, from the
 rollout records) and the process's peak RSS. The first step is excluded as warm-up.
 
@@ -26,8 +26,13 @@ def main() -> None:
     from evotrainer.jobs.runner import JobSpec, run_job
     from evotrainer.policy import PolicySpec
 
+    from evotrainer.config import dump_harness, load_harness
+
     home = resolve_home(a.home)
-    spec = JobSpec(task="arith", harness=str(ROOT / "harnesses" / "grpo-baseline.yaml"), steps=a.steps, seed=0,
+    harness = load_harness(ROOT / "harnesses" / "grpo-baseline.yaml").with_knob("grpo.prompts_per_step", 32)
+    hfile = home / "throughput-harness.yaml"
+    hfile.write_text(dump_harness(harness))
+    spec = JobSpec(task="arith", harness=str(hfile), steps=a.steps, seed=0,
                    policy=PolicySpec(size=a.size), eval=EvalSpec(every=0), save_every=10_000)
     res = run_job(spec, home)
     m = read_metrics(Path(res.run_dir)).set_index("step")
