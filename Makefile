@@ -29,13 +29,16 @@ $(STAMP): pyproject.toml | $(PY)
 setup: $(STAMP)
 
 demo: setup
-	$(VENV)/bin/evotrainer train --task arith --harness harnesses/grpo-baseline.yaml --steps 40 --seed 0
+	$(VENV)/bin/evotrainer train --task arith --harness harnesses/grpo-baseline.yaml --steps 60 --seed 0 --eval-every 30
+	$(VENV)/bin/evotrainer diagnose latest
+	@echo "Browse the runs: $(VENV)/bin/mlflow ui --backend-store-uri sqlite:///runs/mlflow.db"
 
 test: setup
 	$(PY) -m pytest -q tests
 
 bench: setup
 	$(PY) bench/learning.py && $(PY) bench/throughput.py && $(PY) bench/segments.py
+	$(PY) bench/pathological_runs.py && $(PY) bench/detection.py && $(PY) bench/diagnose_scale.py
 
 clean:
 	rm -rf runs/* $(VENV)

@@ -20,13 +20,12 @@ def main() -> None:
     p.add_argument("--size", default="tiny")
     a = p.parse_args()
 
+    from evotrainer.config import dump_harness, load_harness
     from evotrainer.evaluation import EvalSpec
     from evotrainer.evidence import read_metrics, read_rollouts
     from evotrainer.home import resolve_home
     from evotrainer.jobs.runner import JobSpec, run_job
     from evotrainer.policy import PolicySpec
-
-    from evotrainer.config import dump_harness, load_harness
 
     home = resolve_home(a.home)
     harness = load_harness(ROOT / "harnesses" / "grpo-baseline.yaml").with_knob("grpo.prompts_per_step", 32)

@@ -36,9 +36,10 @@ class Tracker:
         os.environ.setdefault("MLFLOW_ENABLE_TELEMETRY", "false")
         import logging
 
-        for noisy in ("mlflow", "alembic"):  # schema-migration chatter on every new home
-            logging.getLogger(noisy).setLevel(logging.WARNING)
         from mlflow.tracking import MlflowClient
+
+        for noisy in ("mlflow", "alembic"):  # schema-migration chatter on every new home (after mlflow's own setup)
+            logging.getLogger(noisy).setLevel(logging.WARNING)
 
         self.home = home
         self.uri = tracking_uri(home)

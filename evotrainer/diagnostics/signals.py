@@ -8,6 +8,10 @@ is only its decision rule.
 Windows are over the distinct steps a series actually has: ``recent`` is the last ``max(min_steps,
 ceil(frac * n))`` of them and ``early`` the first as many. When a run is shorter than two windows the
 two overlap; diagnostics that compare early with recent check ``Windows.disjoint`` first.
+
+The decision side is shared too: ``grade`` maps a value to a severity against warning/critical levels, and
+``window_confidence`` / ``share_confidence`` turn the margin past a threshold and the steps behind it into a
+finding's confidence.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from evotrainer.diagnostics.base import Example, examples_from
+from evotrainer.diagnostics.base import SEVERITY_RANK, Example, Severity, examples_from
 from evotrainer.evidence import Evidence
 
 # -------------------------------------------------------------------------------------------- params
@@ -36,6 +40,13 @@ class WindowParams(BaseParams):
                                description="Share of the run's steps in the early and in the recent window.")
     min_window_steps: int = Field(5, ge=1, le=10_000,
                                   description="Fewest steps a window holds (when the run has them).")
+
+
+class ShareParams(WindowParams):
+    """A share judged on the recent window, with warning/critical levels."""
+
+    warning: float = Field(0.5, ge=0.0, le=1.0, description="Share at or above which the finding is a warning.")
+    critical: float = Field(1.0, ge=0.0, le=1.0, description="Share at or above which the finding is critical.")
 
 
 # -------------------------------------------------------------------------------------------- windows
@@ -85,6 +96,11 @@ def windows(steps, frac: float, min_steps: int) -> Windows | None:
 
 def window_params(p: BaseModel) -> tuple[float, int]:
     return p.window_frac, p.min_window_steps  # type: ignore[attr-defined]
+
+
+def between(s: pd.Series, lo: int, hi: int) -> pd.Series:
+    """The part of a step-indexed series in steps ``lo..hi`` (inclusive)."""
+    return s[(s.index >= lo) & (s.index <= hi)]
 
 
 # -------------------------------------------------------------------------------------------- series
@@ -153,6 +169,12 @@ def metric_or_rollout(ev: Evidence, metric: str | None, rollout_col: str | None,
     return None
 
 
+def recent_mean(s: pd.Series, p: BaseModel) -> tuple[Windows, float]:
+    """Windows over a (non-empty) step series and its recent mean."""
+    w = windows(s.index, *window_params(p))
+    return w, float(w.recent.of(s).mean())
+
+
 def early_recent(s: pd.Series, p: BaseModel) -> tuple[Windows, float, float] | None:
     """Windows over a step series and its early and recent means; None unless the windows are disjoint."""
     w = windows(s.index, *window_params(p))
@@ -173,6 +195,12 @@ def slope(x, y) -> float:
 
 def series_slope(s: pd.Series) -> float:
     return slope(s.index.to_numpy(), s.to_numpy())
+
+
+def change_over(s: pd.Series, lo: int, hi: int) -> float:
+    """Fitted change of a step series over steps ``lo..hi``: its least-squares slope there × (hi - lo);
+    NaN with fewer than 2 steps inside."""
+    return series_slope(between(s, lo, hi)) * (hi - lo)
 
 
 # -------------------------------------------------------------------------------------------- rollouts
@@ -230,19 +258,25 @@ def group_stats(rows: pd.DataFrame, values: dict[str, pd.Series]) -> pd.DataFram
     return agg[agg["n"] >= 2]
 
 
-SUCCESS_COLUMNS = ("correct", "reward_correctness", "reward")
+REWARD_COLUMNS = ("reward_correctness", "reward")  # the correctness reward, else the total
+SUCCESS_COLUMNS = ("correct", *REWARD_COLUMNS)
 EXAMPLE_COLUMNS = ["run_id", "group_id", "prompt", "completion", "reward", "correct"]  # what an Example shows
+
+
+def first_column(df: pd.DataFrame, columns) -> str | None:
+    """The first of ``columns`` that ``df`` has with data; None when it has none."""
+    return next((c for c in columns if has_column(df, c)), None)
 
 
 def success(rows: pd.DataFrame) -> tuple[pd.Series, str] | None:
     """Per-completion success as 0/1 floats: strict ``correct``, else correctness reward > 0, else reward > 0."""
     if has_column(rows, "correct"):
         return as_float(rows["correct"]), "strict correct"
-    for col in SUCCESS_COLUMNS[1:]:
-        if has_column(rows, col):
-            v = as_float(rows[col])
-            return (v > 0).astype("float64").where(v.notna()), f"{col} > 0"
-    return None
+    col = first_column(rows, REWARD_COLUMNS)
+    if col is None:
+        return None
+    v = as_float(rows[col])
+    return (v > 0).astype("float64").where(v.notna()), f"{col} > 0"
 
 
 def group_examples(rows: pd.DataFrame, groups: pd.DataFrame, limit: int = 3) -> list[Example]:
@@ -279,7 +313,32 @@ def examples_in(ev: Evidence, window: Window | tuple[int, int] | None, limit: in
     return recent_examples(r.iloc[last], limit)
 
 
-# -------------------------------------------------------------------------------------------- confidence
+# -------------------------------------------------------------------------------------------- decisions
+
+
+def grade(value: float | None, warning: float | None, critical: float | None = None, *, higher: bool = True,
+          strict: bool = False) -> Severity | None:
+    """'critical' / 'warning' / None for ``value`` against thresholds (``higher``: bigger is worse; ``strict``:
+    a value equal to a threshold is not past it). Critical is checked first; a missing or NaN value grades
+    None (±inf compares like any number)."""
+    if value is None or np.isnan(value):
+        return None
+
+    def past(t: float | None) -> bool:
+        if t is None:
+            return False
+        if strict:
+            return value > t if higher else value < t
+        return value >= t if higher else value <= t
+
+    if past(critical):
+        return "critical"
+    return "warning" if past(warning) else None
+
+
+def worst(*severities: Severity | None) -> Severity | None:
+    """The most severe of several rules' outcomes (None when none fired)."""
+    return max([s for s in severities if s], key=SEVERITY_RANK.__getitem__, default=None)
 
 
 def confidence(value: float, threshold: float, full: float, support: float = 1.0) -> float:
@@ -295,3 +354,15 @@ def confidence(value: float, threshold: float, full: float, support: float = 1.0
 def support(n: float, full: float) -> float:
     """``n`` supporting items out of ``full`` that give full support, clipped to [0, 1]."""
     return 0.0 if full <= 0 else min(1.0, max(0.0, n / full))
+
+
+def window_confidence(value: float, threshold: float, full: float, window: Window, p: BaseModel) -> float:
+    """``confidence`` of a finding judged on ``window``: full support at two minimal windows of steps."""
+    return confidence(value, threshold, full, support(window.n, 2 * p.min_window_steps))  # type: ignore[attr-defined]
+
+
+def share_confidence(share: float, p: ShareParams, window: Window) -> float:
+    """Confidence in a share past ``p.warning``: full at ``p.critical`` (or 0.3 past the warning when the
+    critical level is not above it)."""
+    full = p.critical if p.critical > p.warning else min(1.0, p.warning + 0.3)
+    return window_confidence(share, p.warning, full, window, p)

@@ -89,11 +89,15 @@ def _write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
 
 
 def resolve_run(home: Path, ref: str) -> Path:
-    """A job directory from a run name, an MLflow run id, or a path. RunNotFound otherwise."""
+    """A job directory from a run name, an MLflow run id, a path, or ``latest``. RunNotFound otherwise."""
     p = Path(ref).expanduser()
     if (p / "meta.json").is_file():
         return p.resolve()
     root = jobs_dir(home)
+    if ref == "latest" and root.is_dir():
+        runs = [d for d in root.iterdir() if (d / "meta.json").is_file()]
+        if runs:
+            return max(runs, key=lambda d: (d / "meta.json").stat().st_mtime)
     if (root / ref / "meta.json").is_file():
         return root / ref
     if root.is_dir():

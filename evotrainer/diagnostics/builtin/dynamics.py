@@ -1,0 +1,322 @@
+"""Built-ins that read the per-step training dynamics: entropy, KL, gradient norm, non-finite values, progress.
+
+Each reads a TRL metric series (or the same quantity aggregated from the rollouts), not the rollout text:
+they say how the optimisation is behaving, whatever the task. Entropy collapse and blow-up are one rule
+(the recent mean against the early mean, past an absolute bound) read in the two directions.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+from pydantic import Field
+
+from evotrainer.diagnostics.base import Finding, Severity
+from evotrainer.diagnostics.builtin.common import BuiltinDiagnostic
+from evotrainer.diagnostics.signals import (
+    BaseParams,
+    WindowParams,
+    as_float,
+    between,
+    change_over,
+    confidence,
+    early_recent,
+    examples_in,
+    grade,
+    has_column,
+    metric_or_rollout,
+    metric_series,
+    recent_examples,
+    recent_mean,
+    support,
+    window_confidence,
+)
+from evotrainer.evidence import Evidence
+
+# ------------------------------------------------------------------------------------------------ entropy
+
+
+class _EntropyShift(BuiltinDiagnostic):
+    """Mean entropy of the recent window against the early window: graded on their ratio (``ratio`` /
+    ``critical_ratio``, strictly past), and only when the recent mean is also past an absolute ``bound``."""
+
+    requires_metrics = ("entropy",)
+    rising: ClassVar[bool]  # True: a blow-up (ratios above 1); False: a collapse (ratios below 1)
+    bound: ClassVar[str]  # the Params field holding the absolute bound
+    story: ClassVar[str]  # the explanation after "Policy entropy ", formatted with early, recent and ratio
+
+    def analyze(self, ev: Evidence) -> list[Finding]:
+        p = self.params
+        er = early_recent(metric_series(ev.metrics, "entropy"), p)
+        if er is None:
+            return self.not_enough(f"at least {2 * p.min_window_steps} steps of metric 'entropy'")
+        w, early, recent = er
+        bound = getattr(p, self.bound)
+        if (recent <= bound) if self.rising else (recent >= bound):
+            return []
+        ratio = recent / early if early > 0 else float("inf")
+        sev = grade(ratio, p.ratio, p.critical_ratio, higher=self.rising, strict=True)
+        if sev is None:
+            return []
+        story = "Policy entropy " + self.story.format(early=early, recent=recent, ratio=ratio)
+        ratio = min(ratio, 1e9)
+        return [self.finding(
+            sev, story, confidence=window_confidence(ratio, p.ratio, p.critical_ratio, w.recent, p),
+            steps=w.recent.steps, examples=examples_in(ev, w.recent),
+            metrics={"early_entropy": early, "recent_entropy": recent, "ratio": ratio, "ratio_threshold": p.ratio,
+                     "critical_ratio": p.critical_ratio, self.bound: bound})]
+
+
+class EntropyCollapse(_EntropyShift):
+    name = "entropy_collapse"
+    version = "1"
+    symptom = "entropy_collapse"
+    signal = "Mean policy entropy (TRL 'entropy') of the recent window against the early window, and an absolute floor."
+    literature = ("The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models, arXiv 2505.22617; "
+                  "DAPO, arXiv 2503.14476 (clip-higher against entropy collapse); Skywork-OR1, arXiv 2505.22312; "
+                  "Beyond the 80/20 Rule: High-Entropy Minority Tokens Drive Effective RL for LLM Reasoning, "
+                  "arXiv 2506.01939.")
+    rising = False
+    bound = "floor"
+    story = ("fell from {early:.3f} to {recent:.3f} nats/token ({ratio:.0%} of its start): sampling has become "
+             "near-deterministic and exploration has stopped. Try clip-higher (a larger epsilon_high), an entropy "
+             "bonus, or a higher sampling temperature.")
+
+    class Params(WindowParams):
+        ratio: float = Field(0.25, gt=0.0, lt=1.0, description="Warning when recent mean < ratio × early mean (and below the floor).")
+        critical_ratio: float = Field(0.1, gt=0.0, lt=1.0, description="Critical when recent mean < critical_ratio × early mean (and below the floor).")
+        floor: float = Field(0.15, ge=0.0, description="Absolute entropy (nats/token) the recent mean must also be below.")
+
+
+class EntropyBlowup(_EntropyShift):
+    name = "entropy_blowup"
+    version = "1"
+    symptom = "entropy_blowup"
+    signal = "Mean policy entropy (TRL 'entropy') of the recent window against the early window, and an absolute level."
+    literature = ("Skywork-OR1, arXiv 2505.22312 (entropy loss can make entropy explode; adaptive entropy control); "
+                  "The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models, arXiv 2505.22617.")
+    rising = True
+    bound = "level"
+    story = ("rose from {early:.3f} to {recent:.3f} nats/token (×{ratio:.1f}): completions are drifting toward "
+             "noise. Lower or anneal the entropy coefficient, lower the learning rate, or tighten clipping.")
+
+    class Params(WindowParams):
+        ratio: float = Field(2.0, gt=1.0, description="Warning when recent mean > ratio × early mean (and above the level).")
+        critical_ratio: float = Field(4.0, gt=1.0, description="Critical when recent mean > critical_ratio × early mean (and above the level).")
+        level: float = Field(1.5, ge=0.0, description="Absolute entropy (nats/token) the recent mean must also exceed.")
+
+
+# ------------------------------------------------------------------------------------------------ optimisation
+
+
+class KLBlowup(BuiltinDiagnostic):
+    name = "kl_blowup"
+    version = "1"
+    symptom = "kl_blowup"
+    signal = "Mean per-token KL to the reference (TRL 'kl') of the recent window: its level, and its growth over the early window."
+    literature = ("Proximal Policy Optimization Algorithms, arXiv 1707.06347; Training language models to follow "
+                  "instructions with human feedback, arXiv 2203.02155 (KL-penalised RL from a reference policy).")
+    requires_metrics = ("kl",)
+
+    class Params(WindowParams):
+        warning: float = Field(0.5, ge=0.0, description="Recent mean KL at or above which it is a warning.")
+        critical: float = Field(2.0, ge=0.0, description="Recent mean KL at or above which it is critical.")
+        growth: float = Field(10.0, gt=1.0, description="Warning when the recent mean is at least growth × the early mean ...")
+        growth_min_kl: float = Field(0.2, ge=0.0, description="... and at least this large (KL starts near 0, so small values grow fast).")
+        early_floor: float = Field(0.01, gt=0.0, description="The early mean is taken as at least this (avoids dividing by ~0).")
+
+    def analyze(self, ev: Evidence) -> list[Finding]:
+        p = self.params
+        s = metric_series(ev.metrics, "kl")
+        w, recent = recent_mean(s, p)
+        early = max(float(w.early.of(s).mean()), p.early_floor) if w.disjoint else float("nan")
+        growth = recent / early if w.disjoint else float("nan")
+        sev = grade(recent, p.warning, p.critical)
+        if sev is None and w.disjoint and recent >= p.growth_min_kl and growth >= p.growth:
+            sev = "warning"
+        if sev is None:
+            return []
+        metrics = {"recent_kl": recent, "warning": p.warning, "critical": p.critical, "growth_threshold": p.growth}
+        if w.disjoint:
+            metrics |= {"early_kl": early, "growth": growth}
+        conf = window_confidence(recent, p.warning, p.critical, w.recent, p)
+        if recent < p.warning:
+            conf = window_confidence(growth, p.growth, 3 * p.growth, w.recent, p)
+        return [self.finding(
+            sev, f"KL to the reference policy averages {recent:.3f} in steps {w.recent.lo}-{w.recent.hi}"
+                 + (f" (×{growth:.0f} the early level)" if w.disjoint else "") + ": the policy is moving far from "
+                 "its reference. Lower the learning rate, raise beta, or reset the reference.",
+            confidence=conf, steps=w.recent.steps, examples=examples_in(ev, w.recent), metrics=metrics)]
+
+
+class GradSpike(BuiltinDiagnostic):
+    name = "grad_spike"
+    version = "1"
+    symptom = "grad_spike"
+    signal = "Steps where 'grad_norm' exceeds k × the rolling median of the previous W steps."
+    literature = ("A Theory on Adam Instability in Large-Scale Machine Learning (Molybog et al.); RAGEN, arXiv "
+                  "2504.20073 (gradient spikes in the Echo Trap).")
+    requires_metrics = ("grad_norm",)
+
+    class Params(BaseParams):
+        factor: float = Field(10.0, gt=1.0, description="A step spikes when grad_norm > factor × the rolling median.")
+        window: int = Field(20, ge=3, le=10_000, description="Previous steps the rolling median covers.")
+        min_history: int = Field(5, ge=1, le=10_000, description="Fewest previous steps before a spike can be called.")
+        critical_count: int = Field(3, ge=1, description="Spikes at or above which it is critical (repeated spikes).")
+
+    def analyze(self, ev: Evidence) -> list[Finding]:
+        p = self.params
+        s = metric_series(ev.metrics, "grad_norm")
+        s = s[s > 0]
+        median = s.shift(1).rolling(p.window, min_periods=min(p.min_history, p.window)).median()
+        ratio = (s / median).dropna()
+        spikes = ratio[ratio > p.factor]
+        if spikes.empty:
+            return []
+        n = len(spikes)
+        sev: Severity = "critical" if n >= p.critical_count else "warning"
+        first, last = int(spikes.index[0]), int(spikes.index[-1])
+        top = int(spikes.idxmax())
+        return [self.finding(
+            sev, f"grad_norm spiked above {p.factor:g}× its running median {n} time(s) between steps {first} and "
+                 f"{last} (worst ×{spikes.max():.0f} at step {top}). Lower the learning rate or max_grad_norm, "
+                 "and look at the rollouts of the spiking steps for outliers.",
+            confidence=confidence(float(spikes.max()), p.factor, 5 * p.factor, support(n, p.critical_count)),
+            steps=(first, last), examples=examples_in(ev, (top, top)),
+            metrics={"spikes": n, "max_ratio": float(spikes.max()), "worst_step": top, "factor": p.factor,
+                     "window": p.window, "critical_count": p.critical_count})]
+
+
+class NonFinite(BuiltinDiagnostic):
+    name = "nan"
+    version = "1"
+    symptom = "nan"
+    signal = "NaN or ±inf in the 'loss', 'grad_norm', 'reward' or 'entropy' metrics, or in the rollouts' 'reward'."
+    literature = "Mixed Precision Training, arXiv 1710.03740 (overflow, loss scaling and non-finite gradients)."
+
+    class Params(BaseParams):
+        metrics: list[str] = Field(default_factory=lambda: ["loss", "grad_norm", "reward", "entropy"],
+                                   description="Metric columns checked for NaN/inf.")
+        dense_share: float = Field(0.5, gt=0.0, le=1.0,
+                                   description="A row counts as a training log when it holds at least this share of the non-eval metric columns; only there is a NaN evidence (elsewhere it means 'not logged').")
+
+    def analyze(self, ev: Evidence) -> list[Finding]:
+        p = self.params
+        m = ev.metrics
+        watched = [c for c in p.metrics if c in m.columns and "step" in m.columns]
+        rollout_reward = "step" in ev.rollouts.columns and has_column(ev.rollouts, "reward")
+        if not watched and not rollout_reward:
+            return self.not_enough("one of metrics " + ", ".join(f"'{c}'" for c in p.metrics) + " or rollout column 'reward'")
+        bad_steps: list[np.ndarray] = []
+        metrics: dict[str, float] = {}
+        if watched:
+            logged = self._training_rows(m)
+            for c in watched:
+                v = as_float(m[c]).to_numpy()
+                bad = ~np.isfinite(v) & (logged | np.isinf(v))
+                if bad.any():
+                    metrics[f"nonfinite_{c}"] = int(bad.sum())
+                    bad_steps.append(as_float(m["step"]).to_numpy()[bad])
+        rows_bad = None
+        if rollout_reward:
+            v = as_float(ev.rollouts["reward"]).to_numpy()
+            bad = ~np.isfinite(v)
+            if bad.any():
+                metrics["nonfinite_rollout_reward"] = int(bad.sum())
+                bad_steps.append(ev.rollouts["step"].to_numpy()[bad].astype("float64"))
+                rows_bad = ev.rollouts[bad]
+        steps = np.concatenate(bad_steps) if bad_steps else np.array([])
+        steps = steps[np.isfinite(steps)]
+        if not len(steps):
+            return []
+        first, last = int(steps.min()), int(steps.max())
+        metrics["first_step"] = first
+        examples = recent_examples(rows_bad[rows_bad["step"] == rows_bad["step"].min()]) if rows_bad is not None else examples_in(ev, (first, first))
+        what = ", ".join(k.removeprefix("nonfinite_") for k in metrics if k.startswith("nonfinite_"))
+        return [self.finding(
+            "critical", f"Non-finite values (NaN/inf) in {what}, first at step {first}. Training past this point "
+                        "is meaningless: lower the learning rate, enable gradient clipping, check the reward "
+                        "function for NaN, or use bf16 instead of fp16.",
+            confidence=1.0, steps=(first, last), examples=examples, metrics=metrics)]
+
+    def _training_rows(self, m: pd.DataFrame) -> np.ndarray:
+        """Rows that are training logs (so a NaN there was logged): rows holding most non-eval columns,
+        or rows holding nothing at all (only a NaN-valued log creates one)."""
+        train_cols = [c for c in m.columns if c != "step" and not str(c).startswith("eval/")]
+        eval_cols = [c for c in m.columns if str(c).startswith("eval/")]
+        present = m[train_cols].notna().to_numpy() if train_cols else np.zeros((len(m), 0), dtype=bool)
+        dense = present.mean(axis=1) >= self.params.dense_share if train_cols else np.zeros(len(m), dtype=bool)
+        empty = ~present.any(axis=1) & (~m[eval_cols].notna().to_numpy().any(axis=1) if eval_cols else True)
+        return dense | empty
+
+
+# ------------------------------------------------------------------------------------------------ progress
+
+
+class Plateau(BuiltinDiagnostic):
+    name = "plateau"
+    version = "1"
+    symptom = "plateau"
+    signal = ("Least-squares change of 'reward' (and of 'eval/greedy_accuracy' when logged) over the last W "
+              "steps, W = max(min_steps, window_frac × run length), while accuracy (held-out, else train) is "
+              "below a ceiling.")
+    literature = ("Does Reinforcement Learning Really Incentivize Reasoning Capacity in LLMs Beyond the Base "
+                  "Model?, arXiv 2504.13837 (RLVR gains saturate within the base model's reach).")
+
+    class Params(BaseParams):
+        window_frac: float = Field(0.25, gt=0.0, le=0.5, description="W as a share of the run's steps.")
+        min_steps: int = Field(30, ge=30, le=100_000, description="Smallest W (steps).")
+        max_change: float = Field(0.05, gt=0.0, description="Fitted reward change over W at or below which (in absolute value) reward is flat.")
+        max_eval_change: float = Field(0.05, gt=0.0, description="Fitted held-out accuracy change over W at or below which it is flat.")
+        min_eval_points: int = Field(3, ge=2, description="Fewest eval points inside W for the held-out series to count.")
+        ceiling: float = Field(0.95, gt=0.0, le=1.0, description="No plateau is called when accuracy is at or above this.")
+
+    def analyze(self, ev: Evidence) -> list[Finding]:
+        p = self.params
+        reward = metric_or_rollout(ev, "reward", "reward")
+        if reward is None:
+            return self.not_enough("metric 'reward' or rollout column 'reward'")
+        s = reward.values
+        W = max(p.min_steps, math.ceil(p.window_frac * len(s)))
+        if len(s) < W:
+            return self.not_enough(f"at least {W} steps of reward")
+        flat, metrics = self._flat(ev, s.iloc[-W:])
+        if not flat:
+            return []
+        # held-out greedy accuracy is the better ceiling signal: sampled train accuracy rarely nears 1.0
+        acc = metric_or_rollout(ev, "eval/greedy_accuracy", None) or metric_or_rollout(ev, "accuracy", "correct")
+        lo, hi = int(s.index[-W]), int(s.index[-1])
+        if acc is not None:
+            level = between(acc.values, lo, hi)
+            level = float(level.mean()) if len(level) else float(acc.values.iloc[-1])
+            metrics |= {"accuracy": level, "ceiling": p.ceiling}
+            if level >= p.ceiling:
+                return []
+        long = len(s) >= 2 * W and self._flat(ev, s.iloc[-2 * W :])[0]
+        if long:
+            lo = int(s.index[-2 * W])
+        sev: Severity = "warning" if long else "info"
+        metrics |= {"window_steps": W, "max_change": p.max_change}
+        return [self.finding(
+            sev, f"Reward has been flat over steps {lo}-{hi}" + (" (two windows)" if long else "")
+                 + f" (fitted change {metrics['reward_change']:+.3f}) and accuracy is below the ceiling: learning "
+                 "has stalled. Change the curriculum (harder or easier prompts), the learning rate, or stop.",
+            confidence=confidence(abs(metrics["reward_change"]), p.max_change, 0.0, 1.0 if long else 0.5),
+            steps=(lo, hi), examples=examples_in(ev, (lo, hi)), metrics=metrics)]
+
+    def _flat(self, ev: Evidence, tail: pd.Series) -> tuple[bool, dict[str, float]]:
+        p = self.params
+        lo, hi = int(tail.index[0]), int(tail.index[-1])
+        change = change_over(tail, lo, hi)
+        metrics = {"reward_change": change}
+        flat = abs(change) <= p.max_change
+        evals = metric_series(ev.metrics, "eval/greedy_accuracy")
+        if evals is not None:
+            if len(between(evals, lo, hi)) >= p.min_eval_points:
+                metrics["eval_change"] = change_over(evals, lo, hi)
+                flat = flat and abs(metrics["eval_change"]) <= p.max_eval_change
+        return flat, metrics
+

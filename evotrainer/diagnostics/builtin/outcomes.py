@@ -1,0 +1,241 @@
+"""Built-ins that compare what training optimises with what it should achieve: reward against strict and
+held-out accuracy, and held-out accuracy over time.
+
+A rising reward is the goal only while it tracks the task: when it outgrows strict accuracy the checker is
+being gamed (``reward_hacking``), when train accuracy outgrows held-out accuracy the policy is memorising
+its prompts (``overfitting``), and when an earlier distribution's held-out accuracy falls the run is
+trading old skills for new ones (``forgetting``). These read the eval metrics, so they judge eval points
+rather than step windows where they must.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+
+import numpy as np
+import pandas as pd
+from pydantic import Field
+
+from evotrainer.diagnostics.base import Finding, Severity
+from evotrainer.diagnostics.builtin.common import BuiltinDiagnostic
+from evotrainer.diagnostics.signals import (
+    EXAMPLE_COLUMNS,
+    REWARD_COLUMNS,
+    BaseParams,
+    StepSeries,
+    Window,
+    WindowParams,
+    as_float,
+    change_over,
+    confidence,
+    early_recent,
+    examples_in,
+    first_column,
+    has_column,
+    metric_or_rollout,
+    metric_series,
+    recent_examples,
+    rows_in,
+    support,
+    window_confidence,
+    worst,
+)
+from evotrainer.evidence import Evidence
+
+
+class RewardHacking(BuiltinDiagnostic):
+    name = "reward_hacking"
+    version = "1"
+    symptom = "reward_hacking"
+    signal = ("Correctness reward vs strict accuracy per step (metrics or rollouts): the gap growing from the "
+              "early to the recent window; or reward rising while strict or held-out greedy accuracy does not.")
+    literature = ("Scaling Laws for Reward Model Overoptimization (Gao et al.), arXiv 2210.10760; Defining and "
+                  "Characterizing Reward Hacking (Skalse et al.), arXiv 2209.13085.")
+
+    class Params(WindowParams):
+        gap: float = Field(0.2, ge=0.0, le=1.0, description="Recent (correctness reward - strict accuracy) at or above which it is a warning.")
+        critical_gap: float = Field(0.5, ge=0.0, le=1.0, description="Recent gap at or above which it is critical.")
+        min_gap_growth: float = Field(0.1, ge=0.0, le=1.0, description="The recent gap must exceed the early gap by at least this much.")
+        min_reward_gain: float = Field(0.2, ge=0.0, description="Reward gain (early→recent, or over the eval span) that counts as 'rising'.")
+        max_accuracy_gain: float = Field(0.0, ge=-1.0, le=1.0, description="Accuracy gain at or below which accuracy 'does not rise'.")
+        min_eval_points: int = Field(3, ge=3, description="Fewest held-out eval points for the held-out rule.")
+
+    def analyze(self, ev: Evidence) -> list[Finding]:
+        p = self.params
+        acc = metric_or_rollout(ev, "accuracy", "correct")
+        corr = metric_or_rollout(ev, "rewards/correctness/mean", "reward_correctness")
+        total = metric_or_rollout(ev, "reward", "reward")
+        evals = metric_series(ev.metrics, "eval/greedy_accuracy")
+        reward = corr or total
+        if reward is None or (acc is None and (evals is None or len(evals) < p.min_eval_points)):
+            return self.not_enough("a reward (metric or rollouts) and strict accuracy (metric 'accuracy' or "
+                                     f"rollout 'correct') or {p.min_eval_points}+ points of 'eval/greedy_accuracy'")
+        hits: list[tuple[Severity, float, tuple[int, int] | None, str]] = []
+        metrics: dict[str, float] = {}
+        if acc is not None and corr is not None:
+            hits += self._gap_rule(corr, acc, metrics)
+        elif acc is not None:
+            hits += self._gain_rule(total, acc, metrics)
+        if evals is not None and len(evals) >= p.min_eval_points:
+            hits += self._eval_rule(reward, acc, evals, metrics)
+        if not hits:
+            return []
+        sev = worst(*(h[0] for h in hits))
+        conf = max(h[1] for h in hits)
+        steps = next((h[2] for h in hits if h[2]), None)
+        r = ev.rollouts
+        examples = []
+        if steps and len(r) and has_column(r, "correct"):
+            rcol = first_column(r, REWARD_COLUMNS)
+            if rcol:
+                rows = rows_in(r, Window(steps[0], steps[1], 0), [rcol, *EXAMPLE_COLUMNS])
+                bad = (as_float(rows[rcol]) > 0).to_numpy() & (as_float(rows["correct"]) == 0).to_numpy()
+                examples = recent_examples(rows[bad])
+        return [self.finding(
+            sev, " ".join(h[3] for h in hits) + " Tighten the checker (strict match, one answer) and compare "
+                 "rewarded completions with strict verdicts before training further.",
+            confidence=conf, steps=steps, examples=examples, metrics=metrics)]
+
+    def _gap_rule(self, corr: StepSeries, acc: StepSeries, metrics: dict[str, float]):
+        p = self.params
+        gap = (corr.values - acc.values).dropna()
+        er = early_recent(gap, p)
+        if er is None:
+            return []
+        w, early, recent = er
+        metrics |= {"early_gap": early, "recent_gap": recent, "gap_threshold": p.gap, "critical_gap": p.critical_gap,
+                    "min_gap_growth": p.min_gap_growth}
+        if recent < p.gap or recent < early + p.min_gap_growth:
+            return []
+        sev: Severity = "critical" if recent >= p.critical_gap else "warning"
+        conf = window_confidence(recent, p.gap, p.critical_gap, w.recent, p)
+        return [(sev, conf, w.recent.steps,
+                 f"The correctness reward exceeds strict accuracy by {recent:.2f} in steps {w.recent.lo}-{w.recent.hi} "
+                 f"(early gap {early:.2f}): rewarded completions are increasingly not strictly correct.")]
+
+    def _gain_rule(self, total: StepSeries | None, acc: StepSeries, metrics: dict[str, float]):
+        p = self.params
+        if total is None:
+            return []
+        both = pd.concat([total.values, acc.values], axis=1, join="inner").dropna()
+        er_r = early_recent(both.iloc[:, 0], p)
+        er_a = early_recent(both.iloc[:, 1], p)
+        if er_r is None or er_a is None:
+            return []
+        w, r0, r1 = er_r
+        _, a0, a1 = er_a
+        metrics |= {"reward_gain": r1 - r0, "accuracy_gain": a1 - a0, "min_reward_gain": p.min_reward_gain,
+                    "max_accuracy_gain": p.max_accuracy_gain}
+        if r1 - r0 < p.min_reward_gain or a1 - a0 > p.max_accuracy_gain:
+            return []
+        conf = window_confidence(r1 - r0, p.min_reward_gain, 2 * p.min_reward_gain + 0.1, w.recent, p)
+        return [("warning", conf, w.recent.steps,
+                 f"Reward rose by {r1 - r0:.2f} while strict accuracy changed by {a1 - a0:+.2f}.")]
+
+    def _eval_rule(self, reward: StepSeries, acc: StepSeries | None, evals: pd.Series, metrics: dict[str, float]):
+        """Reward rising over the eval span while held-out accuracy does not. The part of the reward gain that
+        strict train accuracy explains is taken off first: reward and train accuracy rising together while
+        held-out accuracy stays flat is overfitting, not a hacked reward."""
+        p = self.params
+        lo, hi = int(evals.index[0]), int(evals.index[-1])
+        reward_gain = change_over(reward.values, lo, hi)
+        if hi <= lo or not np.isfinite(reward_gain):
+            return []
+        acc_gain = change_over(acc.values, lo, hi) if acc is not None else float("nan")
+        unexplained = reward_gain - (acc_gain if np.isfinite(acc_gain) else 0.0)
+        eval_gain = change_over(evals, lo, hi)
+        metrics |= {"reward_gain_over_evals": reward_gain, "eval_gain": eval_gain, "eval_points": len(evals),
+                    "unexplained_reward_gain": unexplained, "min_reward_gain": p.min_reward_gain}
+        if unexplained < p.min_reward_gain or eval_gain > p.max_accuracy_gain:
+            return []
+        conf = confidence(unexplained, p.min_reward_gain, 2 * p.min_reward_gain + 0.1, support(len(evals), 6))
+        return [("warning", conf, (lo, hi),
+                 f"Reward rose by {reward_gain:.2f} over steps {lo}-{hi}"
+                 + (f" (strict train accuracy by {acc_gain:+.2f})" if np.isfinite(acc_gain) else "")
+                 + f" while held-out greedy accuracy changed by {eval_gain:+.2f} over {len(evals)} evaluations.")]
+
+
+class Forgetting(BuiltinDiagnostic):
+    name = "forgetting"
+    version = "1"
+    symptom = "forgetting"
+    signal = ("Held-out accuracy on earlier distributions (metrics 'eval/<suite>/greedy_accuracy'): the latest "
+              "smoothed value against the best smoothed value before it.")
+    literature = "Overcoming catastrophic forgetting in neural networks (Kirkpatrick et al.), arXiv 1612.00796."
+
+    class Params(BaseParams):
+        pattern: str = Field("eval/*/greedy_accuracy", min_length=1, description="fnmatch pattern of the suite series.")
+        drop: float = Field(0.1, gt=0.0, le=1.0, description="Absolute drop from the best value at or above which it is a warning.")
+        smooth_points: int = Field(2, ge=1, le=20, description="Eval points averaged (rolling) before comparing; damps eval noise.")
+        min_points: int = Field(3, ge=2, description="Fewest eval points a suite needs.")
+
+    def analyze(self, ev: Evidence) -> list[Finding]:
+        p = self.params
+        cols = [c for c in ev.metrics.columns if fnmatch.fnmatchcase(str(c), p.pattern)]
+        series = {c: s for c in cols if (s := metric_series(ev.metrics, c)) is not None}
+        if not series:
+            return self.not_enough(f"held-out series of an earlier distribution (metrics matching '{p.pattern}')")
+        out = []
+        for c, s in series.items():
+            if len(s) < p.min_points:
+                continue
+            k = min(p.smooth_points, len(s) - 1)
+            sm = s.rolling(k, min_periods=k).mean().dropna()
+            best_step = int(sm.idxmax())
+            best, now = float(sm.max()), float(sm.iloc[-1])
+            drop = best - now
+            if drop < p.drop:
+                continue
+            out.append(self.finding(
+                "warning", f"{c} fell from {best:.2f} (step {best_step}) to {now:.2f} (step {int(sm.index[-1])}): "
+                           "training on the current distribution is erasing an earlier one. Mix earlier data back "
+                           "in (replay), lower the learning rate, or add a KL anchor.",
+                confidence=confidence(drop, p.drop, 3 * p.drop, support(len(s), 6)),
+                steps=(best_step, int(sm.index[-1])), examples=examples_in(ev, (best_step, int(sm.index[-1]))),
+                metrics={"best": best, "latest": now, "drop": drop, "drop_threshold": p.drop, "eval_points": len(s)}))
+        return out
+
+
+class Overfitting(BuiltinDiagnostic):
+    name = "overfitting"
+    version = "1"
+    symptom = "overfitting"
+    signal = ("Train accuracy ('accuracy' metric or rollout 'correct', averaged over the steps before each eval) "
+              "minus 'eval/greedy_accuracy' at eval steps: the recent gap against the early gap.")
+    literature = ("Quantifying Generalization in Reinforcement Learning (Cobbe et al.), arXiv 1812.02341; SFT "
+                  "Memorizes, RL Generalizes (Chu et al.).")
+
+    class Params(BaseParams):
+        gap: float = Field(0.15, ge=0.0, le=1.0, description="Recent train-minus-held-out gap at or above which it is a warning ...")
+        min_growth: float = Field(0.1, ge=0.0, le=1.0, description="... when it also exceeds the early gap by at least this.")
+        align_steps: int = Field(10, ge=1, description="Train steps (up to each eval step) averaged into the train accuracy at that eval.")
+        min_points: int = Field(4, ge=2, description="Fewest eval points with a train accuracy beside them.")
+        points_frac: float = Field(0.34, gt=0.0, le=0.5, description="Share of the eval points in the early and in the recent group.")
+
+    def analyze(self, ev: Evidence) -> list[Finding]:
+        p = self.params
+        train = metric_or_rollout(ev, "accuracy", "correct")
+        evals = metric_series(ev.metrics, "eval/greedy_accuracy")
+        if train is None or evals is None:
+            return self.not_enough("train accuracy (metric 'accuracy' or rollout 'correct') and metric 'eval/greedy_accuracy'")
+        t = train.values.rolling(p.align_steps, min_periods=1).mean()
+        left = pd.DataFrame({"step": evals.index.astype("int64"), "eval": evals.to_numpy()})
+        right = pd.DataFrame({"step": t.index.astype("int64"), "train": t.to_numpy()})
+        both = pd.merge_asof(left, right, on="step", direction="backward", tolerance=p.align_steps).dropna()
+        if len(both) < p.min_points:
+            return self.not_enough(f"at least {p.min_points} eval points with train accuracy beside them")
+        gap = (both["train"] - both["eval"]).to_numpy()
+        k = max(1, math.ceil(p.points_frac * len(gap)))
+        early, recent = float(gap[:k].mean()), float(gap[-k:].mean())
+        if recent < p.gap or recent < early + p.min_growth:
+            return []
+        lo, hi = int(both["step"].iloc[-k]), int(both["step"].iloc[-1])
+        return [self.finding(
+            "warning", f"Train accuracy exceeds held-out greedy accuracy by {recent:.2f} at the last {k} evaluations "
+                       f"(early gap {early:.2f}): the policy is fitting the training prompts, not the task. Enlarge "
+                       "or refresh the prompt pool, or stop at the best held-out checkpoint.",
+            confidence=confidence(recent - early, p.min_growth, 3 * p.min_growth, support(len(gap), 8)),
+            steps=(lo, hi), examples=examples_in(ev, (lo, hi)),
+            metrics={"early_gap": early, "recent_gap": recent, "gap_threshold": p.gap, "min_growth": p.min_growth,
+                     "eval_points": len(gap)})]
