@@ -29,6 +29,10 @@ os.environ.setdefault("MLFLOW_ENABLE_TELEMETRY", "false")
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="EvoTrainer: autonomous RL post-training.")
 harness_app = typer.Typer(no_args_is_help=True, help="Inspect and validate harness files.")
 app.add_typer(harness_app, name="harness")
+campaign_app = typer.Typer(no_args_is_help=True, help="Autonomous campaigns: diagnose, propose, backtest, promote.")
+app.add_typer(campaign_app, name="campaign")
+review_app = typer.Typer(no_args_is_help=True, help="Review proposals waiting for a person.")
+app.add_typer(review_app, name="review")
 diag_app = typer.Typer(no_args_is_help=True, help="List diagnostics and revise them against a labelled archive.")
 app.add_typer(diag_app, name="diagnostics")
 
@@ -329,6 +333,216 @@ def diagnostics_revise(
                                   f"invalid recall={sc.invalid_recall}")
 
     _guard(body)
+
+
+def _say(as_json: bool):
+    return (lambda m: err_console.print(f"[dim]{m}", highlight=False)) if as_json else (
+        lambda m: out_console.print(m, highlight=False))
+
+
+@campaign_app.command("start")
+def campaign_start(
+    spec: Path = typer.Argument(..., help="Campaign spec YAML (see campaigns/arith-demo.yaml)."),
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="At a review, wait for a person instead of exiting."),
+    max_rounds: Optional[int] = typer.Option(None, "--max-rounds", min=1, help="Stop after N rounds (resume continues)."),
+    home: Optional[Path] = HomeOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Start a campaign and run it until it finishes (or waits for a review with --no-wait)."""
+    from evotrainer.agent.campaign import start_campaign
+    from evotrainer.home import resolve_home
+
+    def body() -> None:
+        h = resolve_home(home)
+        cid = start_campaign(spec, h, log=_say(as_json), wait=wait, max_rounds=max_rounds)
+        _print_status(h, cid, as_json)
+
+    _guard(body)
+
+
+@campaign_app.command("resume")
+def campaign_resume(
+    cid: str = typer.Argument(..., help="Campaign id."),
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="At a review, wait for a person instead of exiting."),
+    max_rounds: Optional[int] = typer.Option(None, "--max-rounds", min=1, help="Stop after N rounds in total."),
+    home: Optional[Path] = HomeOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Continue a campaign from where it stopped (a kill, a stop, a review)."""
+    from evotrainer.agent.campaign import run_campaign
+    from evotrainer.home import resolve_home
+
+    def body() -> None:
+        h = resolve_home(home)
+        run_campaign(cid, h, log=_say(as_json), wait=wait, max_rounds=max_rounds)
+        _print_status(h, cid, as_json)
+
+    _guard(body)
+
+
+@campaign_app.command("status")
+def campaign_status(cid: Optional[str] = typer.Argument(None, help="Campaign id (default: all)."),
+                    home: Optional[Path] = HomeOpt, as_json: bool = JsonOpt) -> None:
+    """Lineage, budget spent and every decision with its reason."""
+    from evotrainer.home import resolve_home
+
+    def body() -> None:
+        h = resolve_home(home)
+        if cid is None:
+            from evotrainer.store import Store
+
+            camps = Store.for_home(h).list_campaigns()
+            if as_json:
+                _emit_json({"campaigns": [c.model_dump(mode="json") for c in camps]})
+            elif not camps:
+                out_console.print("no campaigns yet: evotrainer campaign start campaigns/arith-demo.yaml")
+            for c in camps:
+                out_console.print(f"{c.id}  {c.status}  mainline {c.mainline_version}")
+            return
+        _print_status(h, cid, as_json)
+
+    _guard(body)
+
+
+@campaign_app.command("stop")
+def campaign_stop(cid: str, home: Optional[Path] = HomeOpt) -> None:
+    """Ask a campaign to stop before its next job (resume continues it)."""
+    from evotrainer.agent.campaign import stop_campaign
+    from evotrainer.home import resolve_home
+
+    _guard(lambda: (stop_campaign(cid, resolve_home(home)), out_console.print(f"campaign {cid}: stop requested")))
+
+
+@campaign_app.command("rollback")
+def campaign_rollback(cid: str, version: str = typer.Argument(..., help="Policy version id (see campaign status)."),
+                      home: Optional[Path] = HomeOpt) -> None:
+    """Return the mainline to an earlier policy version (and its harness)."""
+    from evotrainer.agent.campaign import rollback
+    from evotrainer.home import resolve_home
+
+    _guard(lambda: (rollback(cid, version, resolve_home(home)), out_console.print(f"{cid}: mainline is now {version}")))
+
+
+def campaign_summary(home: Path, cid: str) -> dict[str, Any]:
+    from evotrainer.store import Store
+
+    store = Store.for_home(home)
+    camp = store.get_campaign(cid)
+    lineage = store.policy_lineage(cid)
+    decisions = store.list_decisions(cid)
+    props = {p.id: p for p in store.list_proposals(cid)}
+    accs = [pv.eval_accuracy for pv in lineage if pv.eval_accuracy is not None]
+    return {
+        "campaign": camp.model_dump(mode="json"),
+        "budget": {"spent": store.ledger_total(cid), "total": camp.spec["budget"]["total_steps"]},
+        "accuracy": {"start": accs[0] if accs else None, "end": accs[-1] if accs else None},
+        "lineage": [pv.model_dump(mode="json") for pv in lineage],
+        "proposals": [p.model_dump(mode="json") for p in props.values()],
+        "decisions": [{**d.model_dump(mode="json"), "knob": props[d.proposal_id].knob,
+                       "new": props[d.proposal_id].new} for d in decisions if d.proposal_id in props],
+        "promoted": [d.proposal_id for d in decisions if d.outcome == "promote"],
+    }
+
+
+def _print_status(home: Path, cid: str, as_json: bool) -> None:
+    doc = campaign_summary(home, cid)
+    if as_json:
+        _emit_json(doc)
+        return
+    c = doc["campaign"]
+    out_console.print(f"[bold]{c['id']}[/] {c['status']}  budget {doc['budget']['spent']}/{doc['budget']['total']} steps"
+                      f"  held-out accuracy {doc['accuracy']['start']} → {doc['accuracy']['end']}")
+    out_console.print("[bold]lineage[/]")
+    for pv in doc["lineage"]:
+        out_console.print(f"  {pv['id']}  step {pv['step']}  harness {pv['harness_version']}  "
+                          f"eval {pv['eval_accuracy']}  ← {pv['parent_id']}")
+    out_console.print("[bold]decisions[/]")
+    for d in doc["decisions"]:
+        out_console.print(f"  {d['proposal_id']}  {d['knob']}={d['new']!r}: [bold]{d['outcome']}[/] — {'; '.join(d['reasons'])}",
+                          highlight=False)
+    if not doc["decisions"]:
+        out_console.print("  none yet")
+    out_console.print(f"MLflow: mlflow ui --backend-store-uri sqlite:///{home / 'mlflow.db'}   state: {home / 'state.db'}")
+
+
+@review_app.command("list")
+def review_list(home: Optional[Path] = HomeOpt, as_json: bool = JsonOpt) -> None:
+    """Proposals waiting for a person, oldest first."""
+    from evotrainer.home import resolve_home
+    from evotrainer.store import Store
+
+    def body() -> None:
+        pending = Store.for_home(resolve_home(home)).pending_reviews()
+        if as_json:
+            _emit_json({"pending": [p.model_dump(mode="json") for p in pending]})
+            return
+        if not pending:
+            out_console.print("nothing waiting for review")
+        for p in pending:
+            out_console.print(f"{p.id}  {p.knob}: {p.old!r} → {p.new!r}  ({p.hypothesis.symptom})", highlight=False)
+
+    _guard(body)
+
+
+@review_app.command("show")
+def review_show(pid: str, home: Optional[Path] = HomeOpt, as_json: bool = JsonOpt) -> None:
+    """One proposal: hypothesis, the knob changed, cited skills, the findings behind it."""
+    from rich.markup import escape
+
+    from evotrainer.home import resolve_home
+    from evotrainer.store import Store
+
+    def body() -> None:
+        store = Store.for_home(resolve_home(home))
+        p = store.get_proposal(pid)
+        findings = store.list_findings(p.campaign_id, round=p.round)
+        if as_json:
+            _emit_json({"proposal": p.model_dump(mode="json"), "review": (r := store.get_review(pid)) and r.model_dump(mode="json"),
+                        "findings": [f.model_dump(mode="json") for f in findings]})
+            return
+        h = p.hypothesis
+        out_console.print(f"[bold]{p.id}[/] ({p.status}, brain {p.brain})\n  change: {escape(p.knob)} {p.old!r} → {p.new!r}"
+                          f"\n  symptom: {h.symptom}\n  cause: {escape(h.cause)}\n  change: {escape(h.change)}"
+                          f"\n  expected: {escape(h.expected_effect)}\n  rationale: {escape(p.rationale)}"
+                          f"\n  cites: {', '.join(p.cited_skills) or '-'}", highlight=False)
+        for f in findings:
+            if f.severity != "info":
+                out_console.print(f"  finding: {f.severity} {f.symptom}: {escape(f.explanation)}", highlight=False)
+
+    _guard(body)
+
+
+def _review(pid: str, verdict: str, comment: str, reviewer: str, home: Optional[Path]) -> None:
+    from datetime import datetime, timezone
+
+    from evotrainer.agent.schemas import Review
+    from evotrainer.errors import ConfigError
+    from evotrainer.home import resolve_home
+    from evotrainer.store import Store
+
+    store = Store.for_home(resolve_home(home))
+    p = store.get_proposal(pid)
+    if p.status != "pending_review":
+        raise ConfigError(f"proposal {pid} is {p.status}, not waiting for review")
+    store.add_review(Review(proposal_id=pid, verdict=verdict, reviewer=reviewer, comment=comment,
+                            at=datetime.now(timezone.utc)))
+    out_console.print(f"{pid}: {verdict}d; the campaign continues (at once if it is waiting, else on resume)")
+
+
+@review_app.command("approve")
+def review_approve(pid: str, comment: str = typer.Option("", "--comment"),
+                   reviewer: str = typer.Option(os.environ.get("USER", "reviewer"), "--reviewer"),
+                   home: Optional[Path] = HomeOpt) -> None:
+    """Approve a proposal: it will be backtested."""
+    _guard(lambda: _review(pid, "approve", comment, reviewer, home))
+
+
+@review_app.command("reject")
+def review_reject(pid: str, comment: str = typer.Option(..., "--comment", help="Why (recorded with the review)."),
+                  reviewer: str = typer.Option(os.environ.get("USER", "reviewer"), "--reviewer"),
+                  home: Optional[Path] = HomeOpt) -> None:
+    """Reject a proposal with a comment: it will not be backtested."""
+    _guard(lambda: _review(pid, "reject", comment, reviewer, home))
 
 
 def _guard(fn) -> None:

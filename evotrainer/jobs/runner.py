@@ -334,10 +334,8 @@ def run_job(
                     "evotrainer.parent_run": parent_meta["name"],
                     "evotrainer.parent_step": str(parent_step),
                     "evotrainer.parent_harness_version": parent_meta["harness_version"],
-                    "mlflow.parentRunId": parent_meta["run_id"] if spec.tags.get("evotrainer.nest") else "",
                 }
             )
-            tags = {k: v for k, v in tags.items() if v != ""}
         params = {f"harness.{k}": v for k, v in harness.knobs().items()}
         params.update({"task": spec.task, "seed": spec.seed, "policy.size": spec.policy.size, "steps": spec.steps})
         run_id = tracker.create_run(name, tags, params)
@@ -461,7 +459,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
     cb = EvidenceCallback(
-        run_dir, recorder, _log, _on_ckpt, _eval if spec.eval.every else None, spec.eval.every, target,
+        run_dir, recorder, _log, _on_ckpt, _eval if spec.eval.every else None, spec.eval.every, spec.eval.at_start, target,
         skip_upto=tracker.max_step(run_id, "loss"), progress=_progress,
     )
     trainer.add_callback(cb)

@@ -57,6 +57,7 @@ class EvidenceCallback(TrainerCallback):
         on_checkpoint: Callable[[int], None],
         evaluate: Callable[[], dict[str, float]] | None,
         eval_every: int,
+        eval_at_start: bool,
         max_steps: int,
         skip_upto: int,
         progress: Callable[[int, dict[str, Any]], None] | None = None,
@@ -64,6 +65,7 @@ class EvidenceCallback(TrainerCallback):
         self.run_dir, self.recorder = run_dir, recorder
         self.log_metrics, self.on_checkpoint = log_metrics, on_checkpoint
         self.evaluate, self.eval_every, self.max_steps = evaluate, eval_every, max_steps
+        self.eval_at_start = eval_at_start
         self.skip_upto = skip_upto  # MLflow already has steps ≤ this (resume after a crash)
         self.progress = progress
         self.last: dict[str, Any] = {}
@@ -87,7 +89,7 @@ class EvidenceCallback(TrainerCallback):
         self.eval_seconds += time.perf_counter() - t
 
     def on_train_begin(self, args, state, control, **kw):
-        if self.eval_every and state.global_step not in self._eval_steps_done():
+        if self.eval_every and self.eval_at_start and state.global_step not in self._eval_steps_done():
             self._run_eval(state.global_step)
         self._t = time.perf_counter()
 

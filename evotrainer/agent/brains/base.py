@@ -1,0 +1,67 @@
+"""What every brain gets and returns, so the propose node does not care which brain it asked.
+
+A brain turns findings into at most ``max_proposals`` single-factor ``ProposalDraft``s. It sees the
+current harness (to know old values and bounds), the findings of the last segment, the candidate
+interventions (the catalog, later the skill library) with the evidence recorded for them, and what this
+campaign already refuted. It never applies anything: the propose node validates every draft against the
+harness (``HarnessSpec.with_knob``) and drops drafts that change nothing or repeat a refuted change.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evotrainer.agent.schemas import ProposalDraft
+from evotrainer.config import HarnessSpec
+from evotrainer.diagnostics.base import Finding
+
+
+class Candidate(BaseModel):
+    """One intervention a brain may propose: a knob change with the evidence recorded for it so far."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(..., description="Catalog id or skill slug.")
+    symptoms: list[str] = Field(..., description="Symptoms it addresses.")
+    knob: str
+    value: Any = Field(..., description="Value to set (already resolved against the current harness).")
+    description: str
+    source: str = ""
+    effects: list[float] = Field(default_factory=list, description="Recorded held-out effects (points/100) of past backtests.")
+    mistake: bool = Field(False, description="Known mistake: only proposable with new evidence.")
+
+
+class RefutedChange(BaseModel):
+    knob: str
+    value: Any
+    outcome: str
+    symptoms: list[str] = Field(default_factory=list, description="Symptoms present when it was refuted.")
+
+
+class BrainContext(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    harness: HarnessSpec
+    findings: list[Finding]
+    candidates: list[Candidate]
+    refuted: list[RefutedChange] = Field(default_factory=list)
+    max_proposals: int = 2
+    task: str = ""
+    seed: int = 0
+    round: int = 0
+    metrics: dict[str, float] = Field(default_factory=dict, description="Latest segment's key metrics.")
+
+
+class BrainResult(BaseModel):
+    drafts: list[ProposalDraft]
+    brain: str = Field(..., description="Which brain produced the drafts: heuristic, llm, or llm→heuristic.")
+    notes: list[str] = Field(default_factory=list, description="What happened (retries, fallbacks, rejected drafts).")
+    tokens: int = 0
+
+
+class Brain(Protocol):
+    name: str
+
+    def propose(self, ctx: BrainContext) -> BrainResult: ...

@@ -1,0 +1,107 @@
+"""The offline default brain: findings → candidate interventions, ranked by Thompson sampling.
+
+Why Thompson sampling: which intervention helps a given run is uncertain, evidence arrives one backtest
+at a time, and both exploiting what worked and trying what has not been tried matter. Each candidate's
+held-out effect has a normal prior (mean 0, sd ``prior_sd``) updated by the effects recorded in earlier
+backtests (known noise ``noise_sd``); one draw from each posterior, plus a small bonus for how strongly
+the current findings call for it, ranks the candidates. Draws are seeded by (campaign seed, round), so a
+resumed campaign proposes the same thing again.
+
+Never proposed: a change that does nothing, a change already refuted in this campaign, or a known
+mistake — unless a symptom is present now that was not present when it failed ("new evidence").
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from evotrainer.agent.brains.base import BrainContext, BrainResult, Candidate
+from evotrainer.agent.schemas import Hypothesis, ProposalDraft
+from evotrainer.diagnostics.base import SEVERITY_RANK
+
+CAUSES = {
+    "dead_groups": "groups whose completions all get the same reward give GRPO a zero advantage, so no gradient",
+    "too_hard": "the policy rarely succeeds on these prompts, so most groups carry no signal",
+    "too_easy": "the policy already solves these prompts, so most groups carry no signal",
+    "entropy_collapse": "the policy became nearly deterministic and stopped exploring",
+    "entropy_blowup": "updates are too large and the policy drifts towards noise",
+    "truncation": "answers are cut off by the completion length limit and scored as failures",
+    "length_collapse": "the reward favours minimal completions over correct ones",
+    "repetition": "the policy fell into n-gram loops that the reward does not penalise",
+    "echo": "the policy copies the prompt instead of answering",
+    "reward_hacking": "the reward gives credit that strict correctness does not",
+    "answer_spraying": "a lenient checker rewards completions that list several candidate answers",
+    "kl_blowup": "the policy moves away from the reference faster than the reward justifies",
+    "grad_spike": "occasional very large gradients destabilise training",
+    "nan": "numerical overflow from too large updates",
+    "plateau": "the current recipe has extracted what it can from this data",
+    "forgetting": "updates overwrite what the policy knew on earlier distributions",
+    "overfitting": "the policy memorises training prompts instead of generalising",
+}
+
+
+class HeuristicBrain:
+    name = "heuristic"
+
+    def __init__(self, prior_sd: float = 0.05, noise_sd: float = 0.03, relevance_bonus: float = 0.01):
+        self.prior_sd, self.noise_sd, self.relevance_bonus = prior_sd, noise_sd, relevance_bonus
+
+    def posterior(self, effects: list[float]) -> tuple[float, float]:
+        precision = 1 / self.prior_sd**2 + len(effects) / self.noise_sd**2
+        mean = (sum(effects) / self.noise_sd**2) / precision
+        return mean, math.sqrt(1 / precision)
+
+    def propose(self, ctx: BrainContext) -> BrainResult:
+        rng = random.Random(f"{ctx.seed}:{ctx.round}")
+        # How strongly the findings call for each symptom: severity rank + confidence of the strongest finding.
+        pressure: dict[str, float] = {}
+        for f in ctx.findings:
+            if f.symptom == "diagnostic_error" or (f.severity == "info" and f.symptom != "plateau"):
+                continue
+            pressure[f.symptom] = max(pressure.get(f.symptom, 0.0), SEVERITY_RANK[f.severity] + f.confidence)
+        present = set(pressure)
+        notes: list[str] = []
+        scored: list[tuple[float, Candidate, str, float]] = []
+        current = ctx.harness.knobs()
+        for c in ctx.candidates:
+            if current.get(c.knob) == c.value:
+                continue
+            matched = [s for s in c.symptoms if s in present]
+            # With no symptom at all, every candidate may be explored, ranked by its evidence alone.
+            if present and not matched:
+                continue
+            blocked = [r for r in ctx.refuted if r.knob == c.knob and r.value == c.value]
+            if blocked and not (present - set().union(*[set(r.symptoms) for r in blocked])):
+                notes.append(f"skip {c.id}: {c.knob}={c.value!r} was {blocked[0].outcome} and no new symptom since")
+                continue
+            if c.mistake and not blocked and not matched:
+                continue
+            mean, sd = self.posterior(c.effects)
+            draw = rng.gauss(mean, sd)
+            bonus = self.relevance_bonus * max((pressure[s] for s in matched), default=0.0)
+            symptom = max(matched, key=lambda s: pressure[s]) if matched else "plateau"
+            scored.append((draw + bonus, c, symptom, mean))
+        scored.sort(key=lambda t: -t[0])
+        drafts: list[ProposalDraft] = []
+        used: set[str] = set()
+        for score, c, symptom, mean in scored:
+            if c.knob in used:
+                continue
+            used.add(c.knob)
+            old = current.get(c.knob)
+            drafts.append(ProposalDraft(
+                knob=c.knob, value=c.value,
+                hypothesis=Hypothesis(
+                    symptom=symptom, cause=CAUSES.get(symptom, "see the finding"),
+                    change=f"{c.description} ({c.knob}: {old!r} → {c.value!r})",
+                    expected_effect=f"held-out accuracy up; posterior mean effect {mean:+.3f} from {len(c.effects)} "
+                                    f"past backtest(s)"),
+                rationale=f"{c.id} ({c.source}); Thompson score {score:+.4f}",
+                cited_skills=[c.id], prior=round(mean, 4),
+            ))
+            if len(drafts) >= ctx.max_proposals:
+                break
+        if not drafts:
+            notes.append("no applicable candidate for the current findings")
+        return BrainResult(drafts=drafts, brain=self.name, notes=notes)

@@ -1,0 +1,106 @@
+"""The campaign spec: what to train, under which budget, how to backtest, who approves, when to stop.
+
+A campaign YAML (``campaigns/*.yaml``) is validated like a harness: every field documented with its
+default and bounds, unknown keys rejected, errors naming the file, the field and what is allowed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from evotrainer.errors import ConfigError, format_validation_error
+from evotrainer.evaluation import EvalSpec
+from evotrainer.policy import PolicySpec
+
+
+class _S(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BudgetSpec(_S):
+    total_steps: int = Field(..., ge=1, le=10_000_000,
+                             description="Trainer steps for the whole campaign, segments and every backtest branch included.")
+    wall_clock_minutes: float | None = Field(None, gt=0, description="Stop starting new work after this many minutes.")
+    llm_tokens: int | None = Field(None, ge=0, description="LLM tokens the brain may spend; then it falls back to the heuristic.")
+
+
+class BacktestSpec(_S):
+    branch_steps: int = Field(30, ge=1, le=100_000, description="Trainer steps of each backtest branch.")
+    seeds: int = Field(3, ge=2, le=16, description="Paired seeds per branch pair (control and treatment share them).")
+    max_proposals: int = Field(2, ge=1, le=8, description="Proposals backtested per round (they share one control).")
+    min_effect: float = Field(0.0, ge=-1.0, le=1.0, description="Held-out accuracy gain the interval must exceed to promote.")
+    confidence: float = Field(0.8, gt=0.5, lt=1.0, description="Confidence level of the paired interval.")
+
+
+class LLMBrainSpec(_S):
+    base_url: str = Field(..., description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (vLLM, Ollama).")
+    model: str = Field(..., description="Model name at that endpoint.")
+    api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key.")
+
+
+class BrainSpec(_S):
+    kind: Literal["heuristic", "llm"] = Field("heuristic", description="Who proposes: the offline heuristic or an LLM.")
+    llm: LLMBrainSpec | None = Field(None, description="Endpoint settings, required when kind is 'llm'.")
+
+    @model_validator(mode="after")
+    def _llm(self) -> BrainSpec:
+        if self.kind == "llm" and self.llm is None:
+            raise ValueError("brain.kind is 'llm' but brain.llm (base_url, model) is missing")
+        return self
+
+
+class StopSpec(_S):
+    target_accuracy: float | None = Field(None, gt=0, le=1, description="Stop when held-out greedy accuracy reaches this.")
+    plateau_rounds: int = Field(3, ge=1, le=100, description="Stop after this many rounds in a row without a promotion.")
+
+
+class CampaignSpec(_S):
+    name: str = Field(..., min_length=1, max_length=100, description="Campaign name (ids are derived from it).")
+    task: str = Field("arith", description="Task name or 'module:Class'.")
+    task_options: dict[str, Any] = Field(default_factory=dict, description="Task options.")
+    policy: PolicySpec = Field(default_factory=PolicySpec, description="Policy to train.")
+    harness: str = Field("harnesses/grpo-baseline.yaml", description="Starting harness (relative to the spec file).")
+    seed: int = Field(0, ge=0, description="Campaign seed: mainline training and the brain's draws.")
+    segment_steps: int = Field(50, ge=1, le=1_000_000, description="Steps of each mainline segment between proposals.")
+    budget: BudgetSpec
+    backtest: BacktestSpec = Field(default_factory=BacktestSpec, description="How interventions are backtested.")
+    autonomy: Literal["auto", "review"] = Field("auto", description="'review' waits for a person to approve each proposal.")
+    brain: BrainSpec = Field(default_factory=BrainSpec, description="Who proposes interventions.")
+    eval: EvalSpec = Field(default_factory=lambda: EvalSpec(every=0, n=300), description="Held-out evaluation protocol.")
+    stop: StopSpec = Field(default_factory=StopSpec, description="Stop rules.")
+    source_dir: str | None = Field(None, exclude=True, description="Directory of the spec file.")
+
+    @model_validator(mode="after")
+    def _fits(self) -> CampaignSpec:
+        one_round = self.segment_steps + (1 + 1) * self.backtest.seeds * self.backtest.branch_steps
+        if self.budget.total_steps < one_round:
+            raise ValueError(f"budget.total_steps={self.budget.total_steps} cannot fit one round "
+                             f"(segment {self.segment_steps} + one backtest {2 * self.backtest.seeds}×"
+                             f"{self.backtest.branch_steps} = {one_round} steps)")
+        return self
+
+    def harness_path(self) -> Path:
+        p = Path(self.harness)
+        return p if p.is_absolute() or self.source_dir is None else Path(self.source_dir) / p
+
+
+def load_campaign_spec(path: str | Path) -> CampaignSpec:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"campaign spec not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{p}: not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: a campaign spec must be a YAML mapping")
+    try:
+        spec = CampaignSpec.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, str(p), CampaignSpec, "campaign spec")) from None
+    spec.source_dir = str(p.resolve().parent)
+    return spec

@@ -1,0 +1,42 @@
+"""The campaign graph's state and runtime context.
+
+State is what the LangGraph checkpointer persists after every node: small, JSON-friendly, ids only —
+the records themselves live in the state store. The context is the per-process runtime (store, home,
+spec, brain, branch pool) handed to nodes through LangGraph's ``Runtime``; it is never checkpointed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, TypedDict
+
+from evotrainer.agent.spec import CampaignSpec
+
+
+class CampaignState(TypedDict, total=False):
+    campaign_id: str
+    round: int
+    mainline: str  # policy version id
+    harness_version: str
+    segment_run: str | None
+    proposal_ids: list[str]
+    approved_ids: list[str]
+    backtest_id: str | None
+    promoted: str | None
+    rounds_without_promotion: int
+    stop_reason: str | None
+
+
+@dataclass
+class CampaignContext:
+    campaign_id: str
+    spec: CampaignSpec
+    home: Path
+    store: Any  # evotrainer.store.Store
+    brain: Any  # Brain
+    pool: Any  # BranchPool
+    tracker: Any  # evotrainer.tracking.Tracker
+    mlflow_run_id: str | None = None
+    log: Callable[[str], None] = field(default=lambda _m: None)
+    started_at: float = 0.0

@@ -1,0 +1,24 @@
+"""Campaign state: campaigns, policy and harness versions, findings, proposals, reviews, backtests, decisions,
+the step ledger and the event log, in one SQL database behind one facade, ``Store``.
+
+Why a facade: a campaign, the ``review`` CLI and the UI all read and write the same state, possibly from
+different processes at once. Giving them one object whose methods take and return the pydantic entities
+of ``evotrainer.agent.schemas`` (never ORM rows, never sessions) keeps transactions short and in one
+place, makes every keyed write idempotent (a node re-run after ``kill -9`` duplicates nothing), and lets
+the tables change behind migrations without touching callers. ``store.models`` is imported by ``store.store``
+alone.
+
+Where the data lives: ``Store.for_home(home)`` opens ``sqlite:///HOME/state.db`` (WAL, busy timeout,
+foreign keys on). To share state between machines, point it at PostgreSQL (or any SQLAlchemy URL) with::
+
+    export EVOTRAINER_STATE_URL=postgresql+psycopg://user:password@host:5432/evotrainer
+
+(install the driver, e.g. ``pip install 'psycopg[binary]'``). Opening a store runs the Alembic migrations
+in ``store/migrations`` up to head, on SQLite and PostgreSQL alike; there is no alembic.ini, the config is
+built in code (``alembic_config``).
+"""
+
+from evotrainer.store.entities import Backtest, Event
+from evotrainer.store.store import STATE_URL_ENV, NotFound, Store, StoreError, alembic_config
+
+__all__ = ["Store", "StoreError", "NotFound", "Backtest", "Event", "alembic_config", "STATE_URL_ENV"]

@@ -1,0 +1,1 @@
+"""Alembic migrations for the campaign store (a package so that installs ship the revision files)."""

@@ -1,0 +1,406 @@
+"""The campaign store on real SQLite files: round trips, idempotent writes, constraints, two processes, migrations."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import CheckConstraint, create_engine, inspect, text
+from sqlalchemy.exc import IntegrityError
+
+from evotrainer.agent.schemas import (
+    BacktestStats,
+    BranchResult,
+    Decision,
+    Hypothesis,
+    LedgerEntry,
+    PolicyVersion,
+    Proposal,
+    Review,
+)
+from evotrainer.diagnostics.base import Example, Finding
+from evotrainer.errors import EvoError
+from evotrainer.store import NotFound, Store, StoreError, alembic_config
+from evotrainer.store.models import Base
+
+T0 = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
+
+
+def url_of(path) -> str:
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture()
+def db(tmp_path):
+    return tmp_path / "state.db"
+
+
+@pytest.fixture()
+def store(db):
+    with Store(url_of(db)) as s:
+        yield s
+
+
+@pytest.fixture()
+def campaign(store):
+    return store.create_campaign("c1", "first", {"task": "arith", "rounds": 3}, "thread-1")
+
+
+def proposal(pid: str = "p1", campaign_id: str = "c1", *, created: datetime = T0, **kw) -> Proposal:
+    base = dict(
+        id=pid, campaign_id=campaign_id, round=1, knob="grpo.epsilon_high", old=0.2, new={"v": [0.28, None]},
+        hypothesis=Hypothesis(symptom="entropy_collapse", cause="clip too tight", change="raise epsilon_high",
+                              expected_effect="entropy stays up, +2 points"),
+        rationale="see findings", cited_skills=["clip-higher"], brain="rules", status="pending_review",
+        harness_version="h0", created=created,
+    )
+    base.update(kw)
+    return Proposal(**base)
+
+
+def finding(symptom: str = "dead_groups", severity: str = "warning", **kw) -> Finding:
+    return Finding(symptom=symptom, diagnostic=f"d_{symptom}", version="1", severity=severity, confidence=0.7,
+                   steps=(3, 9), metrics={"share": 0.4}, examples=[Example(rollout_id="r:1", step=3, reward=0.0)],
+                   explanation=f"{symptom} seen", **kw)
+
+
+def stats(effect: float = 0.03) -> BacktestStats:
+    return BacktestStats(n_pairs=3, effect=effect, ci_low=effect - 0.01, ci_high=effect + 0.01, confidence=0.9,
+                         method="paired-t", control_mean=0.5, treatment_mean=0.5 + effect)
+
+
+# ---------------------------------------------------------------------------------------------- migrations
+def test_migration_head_creates_exactly_the_orm_tables(db, store):
+    engine = create_engine(url_of(db))
+    try:
+        insp = inspect(engine)
+        assert set(insp.get_table_names()) - {"alembic_version"} == set(Base.metadata.tables)
+        with engine.connect() as conn:
+            diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+        assert diff == [], f"models.py and the migrations differ; add a migration: {diff}"
+
+        def norm(sql: str) -> str:
+            return re.sub(r"\s+", " ", sql).strip()
+
+        for name, table in Base.metadata.tables.items():  # autogenerate does not compare CHECK constraints
+            declared = {c.name: norm(str(c.sqltext)) for c in table.constraints if isinstance(c, CheckConstraint)}
+            reflected = {c["name"]: norm(c["sqltext"]) for c in insp.get_check_constraints(name)}
+            assert reflected == declared, name
+    finally:
+        engine.dispose()
+
+
+def test_migrations_are_idempotent_and_reversible(db, store):
+    Store(url_of(db)).close()  # second open: already at head, nothing to do
+    cfg = alembic_config(url_of(db))
+    command.downgrade(cfg, "base")
+    engine = create_engine(url_of(db))
+    assert set(inspect(engine).get_table_names()) == {"alembic_version"}
+    engine.dispose()
+    with Store(url_of(db)) as again:  # opening upgrades back to head
+        assert again.list_campaigns() == []
+
+
+# ---------------------------------------------------------------------------------------------- campaigns
+def test_campaign_round_trip_and_create_is_idempotent(store, campaign):
+    assert campaign.status == "created" and campaign.spec == {"task": "arith", "rounds": 3}
+    assert campaign.created.tzinfo is not None and campaign.created.utcoffset() == timedelta(0)
+    again = store.create_campaign("c1", "other name", {"x": 1}, "thread-2")
+    assert again == campaign == store.get_campaign("c1")
+    assert store.list_campaigns() == [campaign]
+
+    upd = store.set_campaign("c1", status="running", mainline_version="pv0", mlflow_run_id="m1", error="boom")
+    assert (upd.status, upd.mainline_version, upd.mlflow_run_id, upd.error) == ("running", "pv0", "m1", "boom")
+    assert upd.updated >= campaign.updated and upd.created == campaign.created
+    cleared = store.set_campaign("c1", error=None)
+    assert cleared.error is None and cleared.status == "running" and cleared.mainline_version == "pv0"
+    with pytest.raises(StoreError, match="invalid campaign status 'runing'.*waiting_review"):
+        store.set_campaign("c1", status="runing")
+
+
+def test_not_found_names_the_id_and_what_exists(store):
+    with pytest.raises(NotFound, match="campaign 'nope' not found; the store has no campaigns yet"):
+        store.get_campaign("nope")
+    for i in range(7):
+        store.create_campaign(f"camp-{i}", "n", {}, "t")
+    with pytest.raises(NotFound) as err:
+        store.get_campaign("camp-x")
+    msg = str(err.value)
+    assert "'camp-x'" in msg and "camp-6" in msg and "…" in msg
+    assert isinstance(err.value, StoreError) and isinstance(err.value, EvoError)
+    with pytest.raises(NotFound, match="proposal 'p9' not found"):
+        store.get_proposal("p9")
+    with pytest.raises(NotFound, match="harness version 'h9' not found"):
+        store.get_harness_version("h9")
+    with pytest.raises(NotFound, match="policy version 'pv9' not found"):
+        store.get_policy_version("pv9")
+    with pytest.raises(NotFound, match="backtest 'b9' not found"):
+        store.list_branches("b9")
+    with pytest.raises(NotFound, match="campaign 'ghost' not found"):  # a write for an unknown parent
+        store.add_proposal(proposal(campaign_id="ghost"))
+
+
+# ---------------------------------------------------------------------------------------------- versions
+def test_harness_and_policy_versions(store, campaign):
+    h0 = store.add_harness_version("h0", None, {"grpo": {"epsilon_high": 0.2}}, [])
+    assert store.add_harness_version("h0", None, {"changed": True}, [{"x": 1}]) == h0 == store.get_harness_version("h0")
+    h1 = store.add_harness_version("h1", "h0", {"grpo": {"epsilon_high": 0.28}},
+                                   [{"knob": "grpo.epsilon_high", "old": 0.2, "new": 0.28}])
+    assert h1.parent == "h0" and h1.diff[0]["new"] == 0.28
+    with pytest.raises(NotFound, match="harness version 'hx'"):
+        store.add_harness_version("h2", "hx", {}, [])
+
+    pv0 = PolicyVersion(id="pv0", campaign_id="c1", parent_id=None, harness_version="h0", checkpoint="/ck/0",
+                        run_name="base", mlflow_run_id=None, eval_accuracy=0.41, step=0, created=T0)
+    pv1 = pv0.model_copy(update=dict(id="pv1", parent_id="pv0", harness_version="h1", checkpoint="/ck/1",
+                                     eval_accuracy=0.45, step=100, created=T0 + timedelta(minutes=5)))
+    with pytest.raises(NotFound, match="policy version 'pv0'"):
+        store.add_policy_version(pv1)  # parent not stored yet
+    assert store.add_policy_version(pv0) == pv0
+    assert store.add_policy_version(pv1) == pv1
+    assert store.add_policy_version(pv1.model_copy(update={"eval_accuracy": 0.99})) == pv1  # first write wins
+    assert store.get_policy_version("pv1") == pv1
+    assert store.policy_lineage("c1") == [pv0, pv1]
+    with pytest.raises(NotFound, match="harness version 'h7'"):
+        store.add_policy_version(pv0.model_copy(update={"id": "pv2", "harness_version": "h7"}))
+
+
+# ---------------------------------------------------------------------------------------------- findings
+def test_findings_are_stored_once_per_run_and_round(store, campaign):
+    fs = [finding("dead_groups"), finding("entropy_collapse", "critical")]
+    assert store.add_findings("c1", 1, "run-a", fs) == 2
+    assert store.add_findings("c1", 1, "run-a", [finding("plateau")]) == 2  # re-run: nothing replaced
+    assert store.add_findings("c1", 2, "run-a", [finding("plateau", "info")]) == 1
+    assert store.list_findings("c1", round=1) == fs
+    assert store.list_findings("c1") == fs + [finding("plateau", "info")]
+    assert store.list_findings("c1", round=1)[0].steps == (3, 9)
+    assert store.list_findings("c1", round=3) == []
+
+
+# ---------------------------------------------------------------------------------------------- proposals, reviews
+def test_proposals_round_trip_filter_and_idempotent(store, campaign):
+    store.create_campaign("c2", "second", {}, "t2")
+    p1 = proposal("p1", created=T0)
+    p2 = proposal("p2", created=T0 + timedelta(seconds=1), old=None, new=3, round=2)
+    p3 = proposal("p3", "c2", created=T0 + timedelta(seconds=2), status="approved")
+    for p in (p2, p1, p3):
+        assert store.add_proposal(p) == p
+    assert store.add_proposal(p1.model_copy(update={"knob": "optim.lr", "status": "approved"})) == p1
+    assert store.get_proposal("p2") == p2 and store.get_proposal("p2").old is None
+    assert store.get_proposal("p1").new == {"v": [0.28, None]}
+    assert [p.id for p in store.list_proposals()] == ["p1", "p2", "p3"]
+    assert [p.id for p in store.list_proposals(campaign_id="c1", round=2)] == ["p2"]
+    assert [p.id for p in store.list_proposals(status="approved")] == ["p3"]
+    assert [p.id for p in store.pending_reviews()] == ["p1", "p2"]
+    assert store.set_proposal_status("p2", "skipped_budget").status == "skipped_budget"
+    assert [p.id for p in store.pending_reviews()] == ["p1"]
+    with pytest.raises(StoreError, match="invalid proposal status 'done'"):
+        store.set_proposal_status("p1", "done")
+
+
+def test_review_moves_status_once_and_conflicts_raise(store, campaign):
+    store.add_proposal(proposal("p1"))
+    store.add_proposal(proposal("p2", created=T0 + timedelta(seconds=1)))
+    assert store.get_review("p1") is None
+    r = Review(proposal_id="p1", verdict="approve", reviewer="ana", comment="ok", at=T0)
+    assert store.add_review(r) == r
+    assert store.get_proposal("p1").status == "approved"
+    assert store.add_review(r.model_copy(update={"comment": "again", "reviewer": "bob"})) == r
+    with pytest.raises(StoreError, match=r"'p1' was already reviewed: approve by ana.*refusing reject by bob"):
+        store.add_review(Review(proposal_id="p1", verdict="reject", reviewer="bob", comment="no", at=T0))
+    assert store.get_review("p1") == r and store.get_proposal("p1").status == "approved"
+
+    store.add_review(Review(proposal_id="p2", verdict="reject", reviewer="bob", comment="risky", at=T0))
+    assert store.get_proposal("p2").status == "rejected"
+    assert store.pending_reviews() == []
+
+    store.add_proposal(proposal("p3", status="promoted"))
+    with pytest.raises(StoreError, match="'p3' is promoted"):
+        store.add_review(Review(proposal_id="p3", verdict="approve", reviewer="ana", comment="", at=T0))
+    assert store.get_review("p3") is None
+    with pytest.raises(NotFound, match="proposal 'p4'"):
+        store.add_review(Review(proposal_id="p4", verdict="approve", reviewer="ana", comment="", at=T0))
+
+
+# ---------------------------------------------------------------------------------------------- backtests, decisions
+def test_backtests_branches_and_stats(store, campaign):
+    store.add_proposal(proposal("p1"))
+    store.add_proposal(proposal("p2"))
+    bt = store.add_backtest("bt1", "c1", 1, ["p1", "p2"], [0, 1], 50)
+    assert store.add_backtest("bt1", "c1", 9, ["p1"], [7], 1) == bt == store.get_backtest("bt1")
+    assert (bt.proposal_ids, bt.seeds, bt.branch_steps, bt.stats) == (["p1", "p2"], [0, 1], 50, {})
+    with pytest.raises(NotFound, match="proposal 'p9'"):
+        store.add_backtest("bt2", "c1", 1, ["p9"], [0], 50)
+
+    control = BranchResult(backtest_id="bt1", proposal_id=None, role="control", seed=0, run_name="ctl-0",
+                           status="finished", eval_accuracy=0.5, train_reward=0.4, gate_passed=True, steps=50)
+    treat = BranchResult(backtest_id="bt1", proposal_id="p1", role="treatment", seed=0, run_name="p1-0",
+                         status="failed", error="NaN loss", gate_passed=False, gate_reasons=["nan"], steps=12)
+    assert store.add_branch(control) == control
+    assert store.add_branch(control.model_copy(update={"eval_accuracy": 0.9})) == control  # NULL proposal still unique
+    assert store.add_branch(treat) == treat
+    assert store.add_branch(treat) == treat
+    other_seed = control.model_copy(update={"seed": 1})
+    store.add_branch(other_seed)
+    assert store.list_branches("bt1") == [control, treat, other_seed]
+
+    s1 = stats(0.03)
+    assert store.set_backtest_stats("bt1", "p1", s1).stats == {"p1": s1}
+    store.set_backtest_stats("bt1", "p2", stats(-0.01))
+    assert store.set_backtest_stats("bt1", "p1", s1).stats == {"p1": s1, "p2": stats(-0.01)}
+    with pytest.raises(StoreError, match="'p9' is not part of backtest 'bt1'; it tests: p1, p2"):
+        store.set_backtest_stats("bt1", "p9", s1)
+    assert [b.id for b in store.list_backtests("c1")] == ["bt1"]
+
+
+def test_decisions_one_per_proposal(store, campaign):
+    store.add_proposal(proposal("p1"))
+    store.add_proposal(proposal("p2"))
+    d1 = Decision(proposal_id="p1", outcome="promote", reasons=["CI above 0"], stats=stats(), at=T0)
+    d2 = Decision(proposal_id="p2", outcome="blocked", reasons=["gate"], gate_reasons=["kl_blowup"],
+                  at=T0 + timedelta(seconds=1))
+    assert store.add_decision(d1) == d1
+    assert store.add_decision(d1.model_copy(update={"outcome": "reject"})) == d1
+    assert store.add_decision(d2) == d2 and store.get_decision("p2").stats is None
+    assert store.list_decisions("c1") == [d1, d2]
+    assert store.get_decision("p1") == d1
+
+
+# ---------------------------------------------------------------------------------------------- ledger, events
+def test_ledger_never_counts_a_key_twice(store, campaign):
+    store.create_campaign("c2", "second", {}, "t2")
+    e1 = LedgerEntry(campaign_id="c1", key="segment:0", kind="segment", run_name="main-0", steps=100, at=T0)
+    e2 = LedgerEntry(campaign_id="c1", key="branch:bt1:p1:0", kind="branch", run_name="p1-0", steps=50, at=T0)
+    assert store.ledger_add(e1) is True
+    assert store.ledger_add(e1) is False
+    assert store.ledger_add(e1.model_copy(update={"steps": 999})) is False
+    assert store.ledger_add(e2) is True
+    assert store.ledger_add(e1.model_copy(update={"campaign_id": "c2"})) is True  # keys are per campaign
+    assert store.ledger_total("c1") == 150 and store.ledger_total("c2") == 100
+    assert store.ledger("c1") == [e1, e2]
+    store.create_campaign("c3", "empty", {}, "t3")
+    assert store.ledger_total("c3") == 0
+
+
+def test_events_log(store, campaign):
+    a = store.log_event("c1", "started", {"rounds": 3})
+    b = store.log_event("c1", "round", {"n": 1, "findings": ["dead_groups"]})
+    c = store.log_event("c1", "round", {"n": 2})
+    assert store.events("c1") == [a, b, c]
+    assert store.events("c1", kind="round") == [b, c]
+    assert store.events("c1", limit=2) == [b, c]
+    assert a.at.tzinfo is not None and b.message["findings"] == ["dead_groups"]
+    with pytest.raises(StoreError, match="event kind"):
+        store.log_event("c1", "", {})
+
+
+def test_timestamps_come_back_in_utc(store, campaign):
+    plus2 = timezone(timedelta(hours=2))
+    store.add_proposal(proposal("p1", created=datetime(2026, 5, 1, 12, 0, tzinfo=plus2)))
+    store.add_proposal(proposal("p2", created=datetime(2026, 5, 1, 12, 0)))  # naive: taken as UTC
+    assert store.get_proposal("p1").created == datetime(2026, 5, 1, 10, 0, tzinfo=timezone.utc)
+    assert store.get_proposal("p1").created.tzinfo == timezone.utc
+    assert store.get_proposal("p2").created == datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)
+
+
+# ---------------------------------------------------------------------------------------------- the database itself
+@pytest.mark.parametrize("sql", [
+    "UPDATE campaigns SET status = 'paused' WHERE id = 'c1'",
+    "UPDATE proposals SET status = 'maybe' WHERE id = 'p1'",
+    "UPDATE reviews SET verdict = 'meh'",
+    "UPDATE decisions SET outcome = 'win'",
+    "UPDATE branches SET role = 'baseline'",
+    "UPDATE branches SET status = 'running'",
+    "UPDATE ledger SET kind = 'eval'",
+    "UPDATE findings SET severity = 'fatal'",
+])
+def test_check_constraints_are_enforced_by_the_database(db, store, campaign, sql):
+    store.add_proposal(proposal("p1"))
+    store.add_review(Review(proposal_id="p1", verdict="approve", reviewer="ana", comment="", at=T0))
+    store.add_decision(Decision(proposal_id="p1", outcome="promote", reasons=[], at=T0))
+    store.add_backtest("bt1", "c1", 1, ["p1"], [0], 10)
+    store.add_branch(BranchResult(backtest_id="bt1", proposal_id="p1", role="treatment", seed=0, run_name=None,
+                                  status="finished"))
+    store.ledger_add(LedgerEntry(campaign_id="c1", key="k", kind="segment", run_name=None, steps=1, at=T0))
+    store.add_findings("c1", 1, "r", [finding()])
+    engine = create_engine(url_of(db))
+    try:
+        with pytest.raises(IntegrityError, match="CHECK constraint failed"):
+            with engine.begin() as conn:
+                assert conn.execute(text(sql)).rowcount  # (never reached: the row exists and the CHECK fires)
+    finally:
+        engine.dispose()
+
+
+def test_foreign_keys_are_on(db, store, campaign):
+    engine = create_engine(url_of(db))
+    try:
+        with pytest.raises(IntegrityError, match="FOREIGN KEY"):
+            with engine.begin() as conn:
+                conn.execute(text("PRAGMA foreign_keys = ON"))
+                conn.execute(text("INSERT INTO events (campaign_id, at, kind, message) "
+                                  "VALUES ('ghost', '2026-01-01 00:00:00', 'x', '{}')"))
+    finally:
+        engine.dispose()
+
+
+def test_two_stores_share_the_file_and_a_reader_does_not_block_a_writer(db):
+    a = Store(url_of(db), busy_timeout_s=1.0)
+    b = Store(url_of(db), busy_timeout_s=1.0)
+    try:
+        a.create_campaign("c1", "n", {}, "t")
+        assert b.get_campaign("c1").name == "n"
+        b.add_proposal(proposal("p1"))
+        assert a.pending_reviews()[0].id == "p1"
+
+        reader = create_engine(url_of(db))
+        try:
+            with reader.connect() as conn:
+                assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+                conn.exec_driver_sql("BEGIN")
+                assert conn.execute(text("SELECT count(*) FROM proposals")).scalar() == 1  # holds a read snapshot
+                b.add_review(Review(proposal_id="p1", verdict="approve", reviewer="cli", comment="", at=T0))
+                assert a.get_proposal("p1").status == "approved"  # committed while the reader is open
+                assert conn.execute(text("SELECT status FROM proposals")).scalar() == "pending_review"  # snapshot
+                conn.exec_driver_sql("COMMIT")
+                assert conn.execute(text("SELECT status FROM proposals")).scalar() == "approved"
+        finally:
+            reader.dispose()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_two_processes_open_a_new_file_at_once(tmp_path):
+    url = url_of(tmp_path / "fresh" / "state.db")
+    code = ("import sys; from evotrainer.store import Store; s = Store(sys.argv[1]); "
+            "s.create_campaign('c', 'n', {}, 't'); s.log_event('c', 'opened', {}); s.close()")
+    procs = [subprocess.Popen([sys.executable, "-c", code, url], stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    with Store(url) as s:
+        assert [c.id for c in s.list_campaigns()] == ["c"]
+        assert len(s.events("c")) == 2
+
+
+def test_for_home_uses_state_db_or_the_configured_url(tmp_path, monkeypatch):
+    monkeypatch.delenv("EVOTRAINER_STATE_URL", raising=False)
+    home = tmp_path / "home"
+    home.mkdir()
+    with Store.for_home(home) as s:
+        assert s.url == f"sqlite:///{home.resolve() / 'state.db'}"
+        s.create_campaign("c1", "n", {}, "t")
+    assert (home / "state.db").exists()
+
+    elsewhere = tmp_path / "shared" / "campaigns.db"
+    monkeypatch.setenv("EVOTRAINER_STATE_URL", url_of(elsewhere))
+    with Store.for_home(home) as s:
+        assert s.url == url_of(elsewhere)
+        assert s.list_campaigns() == []
+    assert elsewhere.exists()
