@@ -75,7 +75,8 @@ def _run(ctx: CampaignContext, name: str, harness: HarnessSpec, steps: int, seed
     run_dir = ctx.home / "jobs" / name
     meta_file = run_dir / "meta.json"
     meta = json.loads(meta_file.read_text()) if meta_file.exists() else None
-    if meta is None or meta.get("status") != "finished":
+    # finished or failed: read back (a failed branch is a result, not something to retry); else run or resume
+    if meta is None or meta.get("status") not in ("finished", "failed"):
         if ctx.store.get_campaign(ctx.campaign_id).status == "stopped":
             raise CampaignStopped(ctx.campaign_id)
         sp = ctx.spec

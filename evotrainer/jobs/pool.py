@@ -17,11 +17,20 @@ from typing import Any
 
 
 def run_branch(job: dict[str, Any], home: str, fork: str | None, resume: str | None) -> dict[str, Any]:
-    """Worker entry point: run one job; never raises (the error is the result)."""
+    """Worker entry point: run one job; never raises (the error is the result).
+
+    ``EVOTRAINER_FAIL_RUNS`` (a regular expression over run names) makes matching jobs crash hard
+    (``os._exit``) at start: the fault injection the tests use to show that one dead branch does not stop a
+    campaign. It is unset in normal use.
+    """
     import os
+    import re
     import traceback
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    fail = os.environ.get("EVOTRAINER_FAIL_RUNS")
+    if fail and job.get("name") and re.search(fail, job["name"]):
+        os._exit(17)  # a hard crash, not an exception: the pool must survive it
     try:
         from evotrainer.jobs.runner import JobSpec, run_job
 

@@ -314,6 +314,8 @@ def run_job(
         hname = Path(spec.harness).stem
         name = spec.name or f"{spec.task.replace(':', '.')}__{hname}__s{spec.seed}__{stamp}"
         run_dir = jobs_dir(home) / name
+        if run_dir.exists() and not (run_dir / "meta.json").exists():
+            shutil.rmtree(run_dir)  # debris of a creation killed before its meta.json was written
         if run_dir.exists():
             raise ConfigError(f"a run named '{name}' already exists under {jobs_dir(home)}; pick another --name")
         run_dir.mkdir(parents=True)
@@ -356,12 +358,12 @@ def run_job(
             "created": datetime.now(timezone.utc).isoformat(),
         }
         (run_dir / "harness.yaml").write_text(dump_harness(harness))
-        _write_meta(run_dir, meta)
-        tracker.log_artifact(run_id, run_dir / "harness.yaml")
         if fork_src is not None:
             (run_dir / "trainer").mkdir(parents=True, exist_ok=True)
             parent_harness = HarnessSpec.model_validate(parent_meta["harness"])
             _prepare_fork_checkpoint(fork_src, run_dir / "trainer" / f"{CKPT}{parent_step}", harness, parent_harness)
+        _write_meta(run_dir, meta)  # last: a run with meta.json is complete enough to resume
+        tracker.log_artifact(run_id, run_dir / "harness.yaml")
     else:
         name, run_id = meta["name"], meta["run_id"]
         tracker.reopen(run_id)

@@ -1,0 +1,1 @@
+"""Brains turn findings into single-factor proposals: ``heuristic`` (default, offline) or ``llm``."""

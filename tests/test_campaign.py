@@ -1,0 +1,192 @@
+"""Real campaigns, tiny: the whole loop with TRL jobs, the store, LangGraph's checkpointer and MLflow.
+
+Every campaign here trains the nano policy on 1-digit arith with a harness whose completion limit is
+too short (a real flaw the diagnostics find), 2-step segments and branches, 2 paired seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from evotrainer.agent.campaign import start_campaign
+from evotrainer.store import Store
+from tests.conftest import REPO
+
+HARNESS = """
+name: flawed
+optim: {learning_rate: 0.001}
+grpo: {prompts_per_step: 4, num_generations: 4, max_completion_length: 2}
+data: {pool_size: 64, difficulty: [1, 1]}
+"""
+
+
+def _spec(tmp: Path, **over) -> Path:
+    (tmp / "h.yaml").write_text(HARNESS)
+    doc = {
+        "name": "tiny", "task": "arith", "policy": {"size": "nano", "sft_steps": 150}, "harness": "h.yaml",
+        "segment_steps": 2, "budget": {"total_steps": 12}, "backtest": {"branch_steps": 2, "seeds": 2, "max_proposals": 2},
+        "eval": {"every": 0, "n": 16, "k": 1}, "stop": {"plateau_rounds": 2}, "autonomy": "auto",
+    }
+    for k, v in over.items():
+        doc[k] = {**doc[k], **v} if isinstance(v, dict) and isinstance(doc.get(k), dict) else v
+    import yaml
+
+    p = tmp / "campaign.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+def _cli(*args, home: Path, env: dict | None = None, **kw):
+    e = {**os.environ, "EVOTRAINER_HOME": str(home), "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.Popen([sys.executable, "-m", "evotrainer.cli", *args], cwd=REPO, env=e, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def _only_campaign(home: Path):
+    store = Store.for_home(home)
+    (camp,) = store.list_campaigns()
+    return store, camp
+
+
+def test_auto_campaign_runs_end_to_end_within_budget(tmp_path):
+    home = tmp_path / "home"
+    logs: list[str] = []
+    cid = start_campaign(_spec(tmp_path), home, log=logs.append)
+    store = Store.for_home(home)
+    camp = store.get_campaign(cid)
+    assert camp.status == "finished"
+    props = store.list_proposals(cid)
+    assert props and all(p.brain == "heuristic" for p in props)
+    r0 = [p for p in props if p.round == 0]
+    assert {p.status for p in r0} >= {"skipped_budget"}  # two proposals, only one backtest fits the budget
+    tested = [p for p in r0 if p.status != "skipped_budget"]
+    assert len(tested) == 1 and store.get_review(tested[0].id).reviewer == "auto"
+    bt = store.list_backtests(cid)[0]
+    branches = store.list_branches(bt.id)
+    assert sorted((b.role, b.seed) for b in branches) == sorted(
+        [("control", s) for s in bt.seeds] + [("treatment", s) for s in bt.seeds])
+    (d,) = [x for x in store.list_decisions(cid) if x.proposal_id == tested[0].id]
+    assert d.outcome in ("promote", "reject", "inconclusive", "blocked") and d.stats.n_pairs == 2
+    spent = store.ledger_total(cid)
+    assert spent <= 12
+    assert spent == sum(e.steps for e in store.ledger(cid))
+    assert len(store.policy_lineage(cid)) >= 2
+    # MLflow: branches are nested under the campaign's run and tagged.
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("evotrainer")
+    runs = client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{camp.mlflow_run_id}'")
+    roles = {r.data.tags["evotrainer.role"] for r in runs}
+    assert roles == {"segment", "control", "treatment"}
+    treat = [r for r in runs if r.data.tags["evotrainer.role"] == "treatment"]
+    assert all(r.data.tags["evotrainer.proposal"] == tested[0].id for r in treat)
+    # campaign status reports lineage, budget and decisions with reasons
+    from typer.testing import CliRunner
+
+    from evotrainer.cli import app
+
+    doc = json.loads(CliRunner().invoke(app, ["campaign", "status", cid, "--json", "--home", str(home)]).stdout)
+    assert doc["budget"]["spent"] == spent and doc["decisions"][0]["reasons"]
+
+
+def test_review_flow_across_processes_approve_and_reject(tmp_path):
+    home = tmp_path / "home"
+    spec = _spec(tmp_path, autonomy="review", budget={"total_steps": 14})
+    camp_proc = _cli("campaign", "start", str(spec), "--wait", home=home)
+    deadline = time.time() + 400
+    pending = []
+    while time.time() < deadline and len(pending) < 2:
+        assert camp_proc.poll() is None, camp_proc.communicate()[1][-3000:]
+        if (home / "state.db").exists():
+            q = _cli("review", "list", "--json", home=home)
+            out, _ = q.communicate(timeout=120)
+            pending = json.loads(out)["pending"] if q.returncode == 0 else []
+        time.sleep(1)
+    assert len(pending) == 2, "campaign never asked for review"
+    store, camp = _only_campaign(home)
+    assert camp.status == "waiting_review" and not store.list_backtests(camp.id)  # nothing ran before the review
+    a = _cli("review", "approve", pending[0]["id"], "--comment", "looks right", "--reviewer", "ana", home=home)
+    r = _cli("review", "reject", pending[1]["id"], "--comment", "not now", "--reviewer", "ana", home=home)
+    assert a.wait(120) == 0 and r.wait(120) == 0
+    out, err = camp_proc.communicate(timeout=600)
+    assert camp_proc.returncode == 0, err[-3000:]
+    store, camp = _only_campaign(home)
+    rej = store.get_review(pending[1]["id"])
+    assert (rej.verdict, rej.reviewer, rej.comment) == ("reject", "ana", "not now")
+    assert store.get_proposal(pending[1]["id"]).status == "rejected"
+    bt = store.list_backtests(camp.id)[0]
+    assert bt.proposal_ids == [pending[0]["id"]]
+    assert {b.proposal_id for b in store.list_branches(bt.id)} == {None, pending[0]["id"]}
+    bad = _cli("review", "approve", pending[1]["id"], home=home)
+    _, err = bad.communicate(timeout=120)
+    assert bad.returncode == 2 and "not waiting for review" in err
+
+
+def _wait_for(pred, proc, timeout=400):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if pred():
+            return
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.2)
+    pytest.fail("condition not reached")
+
+
+def test_kill_9_mid_segment_and_mid_backtest_then_resume_without_duplicates(tmp_path):
+    home = tmp_path / "home"
+    spec = _spec(tmp_path, backtest={"max_proposals": 1}, budget={"total_steps": 10}, segment_steps=3)
+    jobs = home / "jobs"
+
+    def kill(proc):
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    p = _cli("campaign", "start", str(spec), home=home, start_new_session=True)
+    _wait_for(lambda: any(jobs.glob("*__segment/metrics.jsonl")), p)  # mid segment: training has started
+    kill(p)
+    store, camp = _only_campaign(home)
+    p = _cli("campaign", "resume", camp.id, home=home, start_new_session=True)
+    _wait_for(lambda: any(jobs.glob("*__treatment*/meta.json")), p)  # mid backtest
+    kill(p)
+    p = _cli("campaign", "resume", camp.id, "--json", home=home)
+    out, err = p.communicate(timeout=600)
+    assert p.returncode == 0, err[-3000:]
+    store, camp = _only_campaign(home)
+    assert camp.status == "finished"
+    assert len(store.list_proposals(camp.id, round=0)) == 1
+    assert len(store.list_decisions(camp.id)) == 1
+    bt = store.list_backtests(camp.id)[0]
+    assert len(store.list_branches(bt.id)) == 4
+    led = store.ledger(camp.id)
+    assert len({e.key for e in led}) == len(led) and store.ledger_total(camp.id) <= 10
+    # every run's steps were trained once: the ledger matches the runs' own metrics
+    from evotrainer.evidence import read_metrics
+
+    for e in led:
+        m = read_metrics(jobs / e.key)
+        assert e.steps == int(m["loss"].notna().sum()) == len(set(m.loc[m["loss"].notna(), "step"]))
+
+
+def test_a_crashing_branch_is_recorded_failed_and_the_campaign_goes_on(tmp_path):
+    home = tmp_path / "home"
+    spec = _spec(tmp_path, backtest={"max_proposals": 1}, budget={"total_steps": 10})
+    p = _cli("campaign", "start", str(spec), "--json", home=home, env={"EVOTRAINER_FAIL_RUNS": r"__treatment1__s"})
+    out, err = p.communicate(timeout=600)
+    assert p.returncode == 0, err[-3000:]
+    store, camp = _only_campaign(home)
+    assert camp.status == "finished"
+    bt = store.list_branches(store.list_backtests(camp.id)[0].id)
+    failed = [b for b in bt if b.status == "failed"]
+    assert failed and all(b.role == "treatment" for b in failed) and "worker process died" in failed[0].error
+    assert [b for b in bt if b.role == "control" and b.status == "finished"]
+    (d,) = store.list_decisions(camp.id)
+    assert d.outcome == "failed" and "complete pair" in d.reasons[0]

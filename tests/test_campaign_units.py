@@ -1,0 +1,117 @@
+"""Campaign pieces that need no training: spec validation, catalog, heuristic brain, decision rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from evotrainer.agent.brains.base import BrainContext, RefutedChange
+from evotrainer.agent.brains.heuristic import HeuristicBrain
+from evotrainer.agent.catalog import resolve
+from evotrainer.agent.schemas import BranchResult
+from evotrainer.agent.spec import load_campaign_spec
+from evotrainer.backtest import decide, paired_stats
+from evotrainer.config import HarnessSpec
+from evotrainer.diagnostics.base import Finding
+from evotrainer.errors import ConfigError
+from tests.conftest import REPO
+
+
+def _finding(symptom: str, severity: str = "warning", confidence: float = 0.8) -> Finding:
+    return Finding(symptom=symptom, diagnostic=symptom, version="1", severity=severity, confidence=confidence,
+                   explanation="test")
+
+
+def _ctx(findings, refuted=(), harness=None, **kw) -> BrainContext:
+    h = harness or HarnessSpec()
+    return BrainContext(harness=h, findings=findings, candidates=kw.pop("candidates", resolve(h)),
+                        refuted=list(refuted), **kw)
+
+
+def test_demo_spec_is_valid_and_errors_name_file_and_field(tmp_path):
+    spec = load_campaign_spec(REPO / "campaigns" / "arith-demo.yaml")
+    assert spec.harness_path().is_file() and spec.autonomy == "auto"
+    bad = tmp_path / "c.yaml"
+    bad.write_text("name: x\nbudget: {total_steps: 10}\nbackground: true\n")
+    with pytest.raises(ConfigError) as info:
+        load_campaign_spec(bad)
+    msg = str(info.value)
+    assert "c.yaml" in msg and "background: unknown key" in msg and "cannot fit one round" not in msg
+    bad.write_text("name: x\nbudget: {total_steps: 10}\n")
+    with pytest.raises(ConfigError, match="cannot fit one round"):
+        load_campaign_spec(bad)
+    bad.write_text("name: x\nbudget: {total_steps: 1000}\nbrain: {kind: llm}\n")
+    with pytest.raises(ConfigError, match="brain.llm"):
+        load_campaign_spec(bad)
+
+
+def test_catalog_resolves_against_the_harness_and_drops_no_ops():
+    h = HarnessSpec()
+    ids = {c.id: c for c in resolve(h)}
+    assert ids["longer-completions"].value == 32 and ids["lower-lr"].value == pytest.approx(1.5e-4)
+    assert "token-level-loss" not in ids  # not in the catalog; and dapo is already the default
+    already = h.with_knob("grpo.epsilon_high", 0.28)
+    assert "clip-higher" not in {c.id for c in resolve(already)}
+    for c in resolve(h):
+        h.with_knob(c.knob, c.value)  # every candidate is a valid single-knob change
+
+
+def test_heuristic_brain_maps_findings_to_relevant_single_knob_changes():
+    brain = HeuristicBrain()
+    res = brain.propose(_ctx([_finding("truncation", "critical")], max_proposals=2))
+    assert len(res.drafts) == 2 and res.brain == "heuristic"
+    knobs = {d.knob for d in res.drafts}
+    assert knobs <= {"grpo.max_completion_length", "grpo.mask_truncated_completions", "reward.overlong.weight"}
+    assert all(d.hypothesis.symptom == "truncation" for d in res.drafts)
+    again = brain.propose(_ctx([_finding("truncation", "critical")], max_proposals=2))
+    assert [d.knob for d in again.drafts] == [d.knob for d in res.drafts]  # seeded: a resume proposes the same
+
+
+def test_heuristic_brain_prefers_recorded_winners_and_skips_refuted_without_new_evidence():
+    h = HarnessSpec()
+    cands = [c for c in resolve(h) if "truncation" in c.symptoms]
+    good = next(c for c in cands if c.id == "mask-truncated")
+    boosted = [c.model_copy(update={"effects": [0.08, 0.1, 0.09]}) if c.id == good.id else
+               c.model_copy(update={"effects": [-0.05, -0.04]}) for c in cands]
+    wins = sum(HeuristicBrain().propose(_ctx([_finding("truncation")], candidates=boosted, max_proposals=1, round=r))
+               .drafts[0].knob == good.knob for r in range(20))
+    assert wins >= 18
+    refuted = [RefutedChange(knob=good.knob, value=True, outcome="reject", symptoms=["truncation"])]
+    res = HeuristicBrain().propose(_ctx([_finding("truncation")], refuted=refuted, candidates=boosted, max_proposals=3))
+    assert good.knob not in {d.knob for d in res.drafts} and any("no new symptom" in n for n in res.notes)
+    res = HeuristicBrain().propose(_ctx([_finding("truncation"), _finding("repetition")], refuted=refuted,
+                                        candidates=boosted, max_proposals=3))
+    assert good.knob in {d.knob for d in res.drafts}  # a new symptom is new evidence
+
+
+def _branches(role, accs, pid=None, gate_ok=True):
+    return [BranchResult(backtest_id="b", proposal_id=pid, role=role, seed=i, run_name=f"{role}{i}",
+                         status="finished" if a is not None else "failed", error=None if a is not None else "boom",
+                         eval_accuracy=a, gate_passed=gate_ok if role == "treatment" else None,
+                         gate_reasons=[] if gate_ok else ["answer_spraying: warning"]) for i, a in enumerate(accs)]
+
+
+@pytest.mark.parametrize(
+    ("control", "treatment", "gate_ok", "outcome"),
+    [
+        ([0.50, 0.52, 0.49], [0.60, 0.63, 0.61], True, "promote"),
+        ([0.50, 0.52, 0.49], [0.45, 0.47, 0.46], True, "reject"),
+        ([0.50, 0.52, 0.49], [0.60, 0.45, 0.52], True, "inconclusive"),
+        ([0.50, 0.52, 0.49], [0.70, 0.72, 0.71], False, "blocked"),
+        ([0.50, 0.52, 0.49], [0.40, 0.41, 0.42], False, "reject"),
+        ([0.50, 0.52, 0.49], [0.60, None, None], True, "failed"),
+    ],
+)
+def test_decision_rule(control, treatment, gate_ok, outcome):
+    d = decide("p", _branches("control", control), _branches("treatment", treatment, "p", gate_ok), 0.0, 0.8)
+    assert d.outcome == outcome, d.reasons
+    if outcome == "blocked":
+        assert d.gate_reasons and "tripped the gate" in d.reasons[-1]
+    if outcome == "failed":
+        assert "boom" in " ".join(d.reasons)
+
+
+def test_paired_interval_matches_a_t_interval():
+    st = paired_stats([0.5, 0.5, 0.5], [0.6, 0.7, 0.8], 0.9)
+    # diffs 0.1, 0.2, 0.3: mean 0.2, sd 0.1, t(0.95, 2) = 2.92 → half-width 0.1686
+    assert st.effect == pytest.approx(0.2) and st.ci_low == pytest.approx(0.2 - 0.1686, abs=1e-3)
+    assert st.method == "paired-t" and st.n_pairs == 3
