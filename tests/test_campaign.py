@@ -101,7 +101,7 @@ def test_auto_campaign_runs_end_to_end_within_budget(tmp_path):
 def test_review_flow_across_processes_approve_and_reject(tmp_path):
     home = tmp_path / "home"
     spec = _spec(tmp_path, autonomy="review", budget={"total_steps": 14})
-    camp_proc = _cli("campaign", "start", str(spec), "--wait", home=home)
+    camp_proc = _cli("campaign", "start", str(spec), "--wait", "--max-rounds", "1", home=home)
     deadline = time.time() + 400
     pending = []
     while time.time() < deadline and len(pending) < 2:

@@ -305,7 +305,14 @@ def run_job(
     from evotrainer.policy import base_policy_dir
     from evotrainer.tracking import Tracker
 
-    base_dir = base_policy_dir(home, task, spec.policy, spec.seed, diff, log=say)
+    # The base fixes the architecture and tokenizer; a fork's or resume's weights come from its checkpoint, so it
+    # reuses its parent's base instead of warm-starting a new one for another difficulty or seed.
+    if meta is not None:
+        base_dir = Path(meta["base_policy"])
+    elif parent_dir is not None:
+        base_dir = Path(_read_meta(parent_dir)["base_policy"])
+    else:
+        base_dir = base_policy_dir(home, task, spec.policy, spec.seed, diff, log=say)
     tracker = Tracker(home)
 
     # ---- create or reopen the run ----------------------------------------------------------------
