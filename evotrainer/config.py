@@ -345,20 +345,37 @@ def _validate(data: Any, source: str) -> HarnessSpec:
         raise ConfigError(format_validation_error(err, source, HarnessSpec, "harness")) from None
 
 
-def load_harness(path: str | Path) -> HarnessSpec:
-    """Read and validate a harness YAML file; raises ConfigError naming the file and field."""
+def load_yaml_model(path: str | Path, model: type[BaseModel], what: str):
+    """Read a YAML file into a pydantic model; every failure is a ConfigError naming the file (and field).
+
+    Harness files, campaign specs and labelled archives all load through here, so they fail the same way:
+    missing file, YAML syntax (with line and column), not a mapping, or invalid fields (see
+    :func:`~evotrainer.errors.format_validation_error`). A model with a ``source_dir`` field learns the
+    file's directory, against which it resolves relative paths.
+    """
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"harness file not found: {p}")
+        raise ConfigError(f"{what} file not found: {p}")
     try:
         data = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError(f"{p}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
-    spec = _validate(data, source=str(p))
-    spec.source_dir = str(p.resolve().parent)
-    return spec
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: a {what} must be a YAML mapping, got {type(data).__name__}")
+    try:
+        obj = model.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, str(p), model, what)) from None
+    if "source_dir" in type(obj).model_fields:
+        obj.source_dir = str(p.resolve().parent)
+    return obj
+
+
+def load_harness(path: str | Path) -> HarnessSpec:
+    """Read and validate a harness YAML file; raises ConfigError naming the file and field."""
+    return load_yaml_model(path, HarnessSpec, "harness")
 
 
 def dump_harness(spec: HarnessSpec) -> str:

@@ -9,10 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from evotrainer.errors import ConfigError, format_validation_error
+from evotrainer.config import load_yaml_model
 from evotrainer.evaluation import EvalSpec
 from evotrainer.policy import PolicySpec
 
@@ -89,18 +88,4 @@ class CampaignSpec(_S):
 
 
 def load_campaign_spec(path: str | Path) -> CampaignSpec:
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"campaign spec not found: {p}")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{p}: not valid YAML: {err}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{p}: a campaign spec must be a YAML mapping")
-    try:
-        spec = CampaignSpec.model_validate(data)
-    except ValidationError as err:
-        raise ConfigError(format_validation_error(err, str(p), CampaignSpec, "campaign spec")) from None
-    spec.source_dir = str(p.resolve().parent)
-    return spec
+    return load_yaml_model(path, CampaignSpec, "campaign spec")

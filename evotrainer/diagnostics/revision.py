@@ -17,12 +17,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from evotrainer.diagnostics.base import SEVERITY_RANK
 from evotrainer.diagnostics.symptoms import check_symptom
-from evotrainer.errors import ConfigError, format_validation_error
 from evotrainer.evidence import Evidence
 
 
@@ -47,17 +45,12 @@ class Archive(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> Archive:
-        if not path.is_file():
-            raise ConfigError(f"archive file not found: {path}")
-        try:
-            arch = cls.model_validate(yaml.safe_load(path.read_text()) or {})
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not valid YAML: {err}") from None
-        except ValidationError as err:
-            raise ConfigError(format_validation_error(err, str(path), cls, "labelled archive")) from None
+        from evotrainer.config import load_yaml_model
+
+        arch = load_yaml_model(path, cls, "labelled archive")
         for r in arch.runs:  # relative paths are relative to the archive file
             if not Path(r.path).is_absolute():
-                r.path = str((path.parent / r.path).resolve())
+                r.path = str((Path(path).parent / r.path).resolve())
         return arch
 
 
