@@ -190,3 +190,27 @@ def test_a_crashing_branch_is_recorded_failed_and_the_campaign_goes_on(tmp_path)
     assert [b for b in bt if b.role == "control" and b.status == "finished"]
     (d,) = store.list_decisions(camp.id)
     assert d.outcome == "failed" and "complete pair" in d.reasons[0]
+
+
+def test_llm_brain_drives_a_campaign_round_through_the_openai_client(tmp_path):
+    """A campaign whose brain is an OpenAI-compatible endpoint (the scripted server on 127.0.0.1)."""
+    from tests.llm_server import ScriptedLLM
+
+    reply = json.dumps({"proposals": [{
+        "knob": "grpo.max_completion_length", "value": 4,
+        "hypothesis": {"symptom": "truncation", "cause": "answers plus EOS need 3 tokens",
+                       "change": "allow 4 completion tokens", "expected_effect": "fewer truncated answers"},
+        "rationale": "the truncation finding", "cited_skills": ["longer-completions"]}]})
+    home = tmp_path / "home"
+    with ScriptedLLM([reply]) as llm:
+        spec = _spec(tmp_path, backtest={"max_proposals": 1}, budget={"total_steps": 10},
+                     brain={"kind": "llm", "llm": {"base_url": llm.base_url, "model": "scripted",
+                                                    "api_key_env": "EVOTRAINER_TEST_KEY"}})
+        cid = start_campaign(spec, home, log=lambda _m: None)
+        assert len(llm.requests) >= 1
+        assert "grpo.max_completion_length" in llm.requests[0]["messages"][-1]["content"]
+    store = Store.for_home(home)
+    (p,) = store.list_proposals(cid, round=0)
+    assert (p.brain, p.knob, p.old, p.new) == ("llm", "grpo.max_completion_length", 2, 4)
+    assert p.cited_skills == ["longer-completions"]
+    assert store.get_decision(p.id) is not None
