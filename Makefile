@@ -15,7 +15,7 @@ export TOKENIZERS_PARALLELISM := false
 export MLFLOW_ENABLE_TELEMETRY := false
 export DO_NOT_TRACK := 1
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo demo-campaign test bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,9 @@ demo: setup
 	$(VENV)/bin/evotrainer train --task arith --harness harnesses/grpo-baseline.yaml --steps 60 --seed 0 --eval-every 30
 	$(VENV)/bin/evotrainer diagnose latest
 	@echo "Browse the runs: $(VENV)/bin/mlflow ui --backend-store-uri sqlite:///runs/mlflow.db"
+
+demo-campaign: setup
+	$(VENV)/bin/evotrainer campaign start campaigns/arith-demo.yaml
 
 test: setup
 	$(PY) -m pytest -q tests

@@ -258,6 +258,9 @@ METRIC_DOCS: dict[str, str] = {
     "eval/greedy_accuracy": "EvoTrainer: held-out pass@1 with greedy decoding.",
     "eval/pass_at_*": "EvoTrainer: held-out pass@k with k samples at temperature 1.0.",
     "eval/mean_length": "EvoTrainer: mean greedy completion length (characters) on the held-out set.",
+    "campaign/mainline_accuracy": "EvoTrainer campaigns (parent run, step = round): held-out accuracy of the mainline.",
+    "campaign/budget_spent": "EvoTrainer campaigns: trainer steps spent so far, backtests included.",
+    "campaign/promoted": "EvoTrainer campaigns: 1 if the round promoted an intervention.",
 }
 
 

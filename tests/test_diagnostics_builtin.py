@@ -260,8 +260,20 @@ def sick() -> dict[str, Evidence]:
 
 def test_registry_covers_every_builtin_symptom():
     assert set(BUILTIN_DIAGNOSTICS) == set(VARIANTS)
+    revised = {"entropy_collapse": "2", "entropy_blowup": "2"}  # see test_entropy_collapse_inside_the_early_window
     for name, cls in BUILTIN_DIAGNOSTICS.items():
-        assert cls.name == name and cls.version == "1"
+        assert cls.name == name and cls.version == revised.get(name, "1")
+
+
+def test_entropy_collapse_inside_the_early_window_is_caught():
+    """Version 2's reference is the start level: a collapse within the first steps (as a real 100x learning
+    rate run did) left version 1's early and recent windows alike."""
+    steps = list(range(1, 41))
+    entropy = [0.65, 0.6, 0.55] + [0.02 + 0.002 * i for i in range(37)]
+    ev = Evidence(metrics=pd.DataFrame({"step": steps, "entropy": entropy}), rollouts=pd.DataFrame())
+    (f,) = BUILTIN_DIAGNOSTICS["entropy_collapse"]().run(ev)
+    assert f.severity in ("warning", "critical") and f.version == "2"
+    assert f.metrics["early_entropy"] > 0.4
 
 
 @pytest.mark.parametrize("name", sorted(BUILTIN_DIAGNOSTICS))

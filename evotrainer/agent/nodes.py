@@ -187,8 +187,14 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
         ctx.store.log_event(ctx.campaign_id, "brain", {"round": rnd, "brain": result.brain, "notes": result.notes,
                                                        "tokens": result.tokens})
         knobs = harness.knobs()
+        from evotrainer.errors import ConfigError
+
         for i, d in enumerate(result.drafts):
-            harness.with_knob(d.knob, d.value)  # brains validate too; this is the last line of defence
+            try:
+                harness.with_knob(d.knob, d.value)  # brains validate too; this is the last line of defence
+            except ConfigError as err:
+                ctx.store.log_event(ctx.campaign_id, "invalid_draft", {"round": rnd, "knob": d.knob, "error": str(err)})
+                continue
             ctx.store.add_proposal(Proposal(
                 id=f"{ctx.campaign_id}:r{rnd:02d}:p{i}", campaign_id=ctx.campaign_id, round=rnd, knob=d.knob,
                 old=knobs[d.knob], new=d.value, hypothesis=d.hypothesis, rationale=d.rationale,
@@ -334,6 +340,10 @@ def distill(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
     update = {"round": rnd + 1, "mainline": mainline, "harness_version": version, "rounds_without_promotion": streak,
               "proposal_ids": [], "approved_ids": [], "backtest_id": None, "promoted": None, "segment_run": None}
     acc = ctx.store.get_policy_version(mainline).eval_accuracy
+    if ctx.mlflow_run_id:
+        ctx.tracker.log_metrics(ctx.mlflow_run_id, rnd, {"campaign/mainline_accuracy": acc if acc is not None else float("nan"),
+                                                         "campaign/budget_spent": ctx.store.ledger_total(ctx.campaign_id),
+                                                         "campaign/promoted": 1.0 if best else 0.0})
     target = ctx.spec.stop.target_accuracy
     if target is not None and acc is not None and acc >= target:
         return Command(goto="finish", update={**update, "stop_reason": f"target accuracy {target} reached ({acc:.3f})"})
@@ -348,5 +358,8 @@ def finish(state: CampaignState, runtime: Runtime[CampaignContext]) -> dict:
     ctx = runtime.context
     ctx.store.set_campaign(ctx.campaign_id, status="finished")
     ctx.store.log_event(ctx.campaign_id, "finish", {"reason": state.get("stop_reason")})
+    if ctx.mlflow_run_id:
+        ctx.tracker.set_tags(ctx.mlflow_run_id, {"evotrainer.stop_reason": str(state.get("stop_reason"))[:4000]})
+        ctx.tracker.end_run(ctx.mlflow_run_id, "FINISHED")
     ctx.log(f"campaign finished: {state.get('stop_reason')}")
     return {}

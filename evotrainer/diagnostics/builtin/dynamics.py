@@ -40,8 +40,12 @@ from evotrainer.evidence import Evidence
 
 
 class _EntropyShift(BuiltinDiagnostic):
-    """Mean entropy of the recent window against the early window: graded on their ratio (``ratio`` /
-    ``critical_ratio``, strictly past), and only when the recent mean is also past an absolute ``bound``."""
+    """Mean entropy of the recent window against the start level: graded on their ratio (``ratio`` /
+    ``critical_ratio``, strictly past), and only when the recent mean is also past an absolute ``bound``.
+
+    Version 2: the reference is the mean of the first ``start_steps`` steps, not of the whole early window.
+    A real run with a 100× learning rate collapsed within 4 steps, inside the early window, so early and
+    recent means were alike and version 1 stayed quiet (tests/fixtures/runs/lr-too-high-s1)."""
 
     requires_metrics = ("entropy",)
     rising: ClassVar[bool]  # True: a blow-up (ratios above 1); False: a collapse (ratios below 1)
@@ -53,7 +57,8 @@ class _EntropyShift(BuiltinDiagnostic):
         er = early_recent(metric_series(ev.metrics, "entropy"), p)
         if er is None:
             return self.not_enough(f"at least {2 * p.min_window_steps} steps of metric 'entropy'")
-        w, early, recent = er
+        w, _, recent = er
+        early = float(metric_series(ev.metrics, "entropy").iloc[: p.start_steps].mean())
         bound = getattr(p, self.bound)
         if (recent <= bound) if self.rising else (recent >= bound):
             return []
@@ -72,9 +77,9 @@ class _EntropyShift(BuiltinDiagnostic):
 
 class EntropyCollapse(_EntropyShift):
     name = "entropy_collapse"
-    version = "1"
+    version = "2"
     symptom = "entropy_collapse"
-    signal = "Mean policy entropy (TRL 'entropy') of the recent window against the early window, and an absolute floor."
+    signal = "Mean policy entropy (TRL 'entropy') of the recent window against its start level, and an absolute floor."
     literature = ("The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models, arXiv 2505.22617; "
                   "DAPO, arXiv 2503.14476 (clip-higher against entropy collapse); Skywork-OR1, arXiv 2505.22312; "
                   "Beyond the 80/20 Rule: High-Entropy Minority Tokens Drive Effective RL for LLM Reasoning, "
@@ -86,16 +91,17 @@ class EntropyCollapse(_EntropyShift):
              "bonus, or a higher sampling temperature.")
 
     class Params(WindowParams):
-        ratio: float = Field(0.25, gt=0.0, lt=1.0, description="Warning when recent mean < ratio × early mean (and below the floor).")
-        critical_ratio: float = Field(0.1, gt=0.0, lt=1.0, description="Critical when recent mean < critical_ratio × early mean (and below the floor).")
+        ratio: float = Field(0.25, gt=0.0, lt=1.0, description="Warning when recent mean < ratio × start level (and below the floor).")
+        critical_ratio: float = Field(0.1, gt=0.0, lt=1.0, description="Critical when recent mean < critical_ratio × start level (and below the floor).")
         floor: float = Field(0.15, ge=0.0, description="Absolute entropy (nats/token) the recent mean must also be below.")
+        start_steps: int = Field(3, ge=1, le=1000, description="First steps whose mean entropy is the start level.")
 
 
 class EntropyBlowup(_EntropyShift):
     name = "entropy_blowup"
-    version = "1"
+    version = "2"
     symptom = "entropy_blowup"
-    signal = "Mean policy entropy (TRL 'entropy') of the recent window against the early window, and an absolute level."
+    signal = "Mean policy entropy (TRL 'entropy') of the recent window against its start level, and an absolute level."
     literature = ("Skywork-OR1, arXiv 2505.22312 (entropy loss can make entropy explode; adaptive entropy control); "
                   "The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models, arXiv 2505.22617.")
     rising = True
@@ -104,9 +110,10 @@ class EntropyBlowup(_EntropyShift):
              "noise. Lower or anneal the entropy coefficient, lower the learning rate, or tighten clipping.")
 
     class Params(WindowParams):
-        ratio: float = Field(2.0, gt=1.0, description="Warning when recent mean > ratio × early mean (and above the level).")
-        critical_ratio: float = Field(4.0, gt=1.0, description="Critical when recent mean > critical_ratio × early mean (and above the level).")
+        ratio: float = Field(2.0, gt=1.0, description="Warning when recent mean > ratio × start level (and above the level).")
+        critical_ratio: float = Field(4.0, gt=1.0, description="Critical when recent mean > critical_ratio × start level (and above the level).")
         level: float = Field(1.5, ge=0.0, description="Absolute entropy (nats/token) the recent mean must also exceed.")
+        start_steps: int = Field(3, ge=1, le=1000, description="First steps whose mean entropy is the start level.")
 
 
 # ------------------------------------------------------------------------------------------------ optimisation
