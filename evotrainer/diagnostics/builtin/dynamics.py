@@ -160,8 +160,11 @@ class KLBlowup(BuiltinDiagnostic):
 
 
 class GradSpike(BuiltinDiagnostic):
+    """Version 2 adds ``min_norm``: in runs whose groups are all dead the median grad_norm is ~1e-4, so any
+    ordinary step looked like a ×1000 "spike" (tests/fixtures/runs/too-short-s0)."""
+
     name = "grad_spike"
-    version = "1"
+    version = "2"
     symptom = "grad_spike"
     signal = "Steps where 'grad_norm' exceeds k × the rolling median of the previous W steps."
     literature = ("A Theory on Adam Instability in Large-Scale Machine Learning (Molybog et al.); RAGEN, arXiv "
@@ -173,6 +176,8 @@ class GradSpike(BuiltinDiagnostic):
         window: int = Field(20, ge=3, le=10_000, description="Previous steps the rolling median covers.")
         min_history: int = Field(5, ge=1, le=10_000, description="Fewest previous steps before a spike can be called.")
         critical_count: int = Field(3, ge=1, description="Spikes at or above which it is critical (repeated spikes).")
+        min_norm: float = Field(1.0, ge=0.0, description="A spike must also exceed this absolute grad_norm (ratios to a "
+                                "near-zero median are meaningless).")
 
     def analyze(self, ev: Evidence) -> list[Finding]:
         p = self.params
@@ -180,7 +185,7 @@ class GradSpike(BuiltinDiagnostic):
         s = s[s > 0]
         median = s.shift(1).rolling(p.window, min_periods=min(p.min_history, p.window)).median()
         ratio = (s / median).dropna()
-        spikes = ratio[ratio > p.factor]
+        spikes = ratio[(ratio > p.factor) & (s.reindex(ratio.index) > p.min_norm)]
         if spikes.empty:
             return []
         n = len(spikes)
@@ -194,7 +199,7 @@ class GradSpike(BuiltinDiagnostic):
             confidence=confidence(float(spikes.max()), p.factor, 5 * p.factor, support(n, p.critical_count)),
             steps=(first, last), examples=examples_in(ev, (top, top)),
             metrics={"spikes": n, "max_ratio": float(spikes.max()), "worst_step": top, "factor": p.factor,
-                     "window": p.window, "critical_count": p.critical_count})]
+                     "window": p.window, "critical_count": p.critical_count, "min_norm": p.min_norm})]
 
 
 class NonFinite(BuiltinDiagnostic):
