@@ -29,7 +29,7 @@ VARIANTS: dict[str, tuple[str, dict, list[str], bool]] = {
     "lr-too-high": ("harnesses/pathological/lr-too-high.yaml", {},
                     ["entropy_collapse", "truncation", "too_hard", "dead_groups"], False),
     "too-short": ("harnesses/pathological/too-short.yaml", {}, ["truncation", "too_hard", "dead_groups"], False),
-    "too-easy": ("harnesses/pathological/too-easy.yaml", {"sft_target_accuracy": 0.95}, ["dead_groups", "too_easy"], False),
+    "too-easy": ("harnesses/pathological/too-easy.yaml", {"sft_target_accuracy": 0.99}, ["dead_groups", "too_easy"], False),
     "lenient-reward": ("harnesses/pathological/lenient-reward.yaml", {}, ["answer_spraying", "reward_hacking"], True),
 }
 

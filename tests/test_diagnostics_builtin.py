@@ -260,7 +260,7 @@ def sick() -> dict[str, Evidence]:
 
 def test_registry_covers_every_builtin_symptom():
     assert set(BUILTIN_DIAGNOSTICS) == set(VARIANTS)
-    revised = {"entropy_collapse": "2", "entropy_blowup": "2", "grad_spike": "2"}  # see test_entropy_collapse_inside_the_early_window
+    revised = {"entropy_collapse": "2", "entropy_blowup": "2", "grad_spike": "2", "too_easy": "2"}  # see test_entropy_collapse_inside_the_early_window
     for name, cls in BUILTIN_DIAGNOSTICS.items():
         assert cls.name == name and cls.version == revised.get(name, "1")
 
@@ -435,8 +435,8 @@ def test_group_share_thresholds():
     assert severity_of("too_hard", shifted(34)) is None
     assert severity_of("too_hard", shifted(36)) == "warning"
     assert severity_of("too_hard", shifted(46)) == "critical"
-    assert severity_of("too_easy", shifted(0, 34)) is None
-    assert severity_of("too_easy", shifted(0, 36)) == "warning"
+    assert severity_of("too_easy", shifted(0, 29)) is None  # 0.58 (v2 threshold 0.6)
+    assert severity_of("too_easy", shifted(0, 31)) == "warning"  # 0.62
     # dead groups from rollouts (no metric): all-wrong and all-right groups both have zero reward spread
     assert severity_of("dead_groups", shifted(15, 14)) is None  # 0.58
     assert severity_of("dead_groups", shifted(16, 15)) == "warning"  # 0.62

@@ -141,7 +141,7 @@ class TooHard(_GroupOutcome):
 
 class TooEasy(_GroupOutcome):
     name = "too_easy"
-    version = "1"
+    version = "2"
     symptom = "too_easy"
     share_metric = "all_correct_share"
     all_ok = True
@@ -152,6 +152,7 @@ class TooEasy(_GroupOutcome):
     advice = "Raise the difficulty or drop solved prompts: compute is being spent on what is already learned."
 
     class Params(ShareParams):
-        warning: float = Field(0.7, ge=0.0, le=1.0, description="All-correct group share at or above which it is a warning.")
+        warning: float = Field(0.6, ge=0.0, le=1.0, description="All-correct group share at or above which it is a warning "
+                                "(v2: 0.6, like dead_groups; a real 94%-accurate run had 0.69).")
         critical: float = Field(1.0, ge=0.0, le=1.0,
                                 description="All-correct group share at or above which it is critical (1.0: only when every group is solved).")
