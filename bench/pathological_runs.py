@@ -42,29 +42,32 @@ def make_runs(home: Path, seeds: list[int], steps: int, export: Path, only: list
     export.mkdir(parents=True, exist_ok=True)
     archive_path = export / "archive.yaml"
     entries = []
+    import hashlib
+
     for variant, (harness, pol, labels, invalid) in VARIANTS.items():
-        if only and variant not in only:
-            continue
         for seed in seeds:
             name = f"{variant}-s{seed}"
             dest = export / name
-            if not (dest / "meta.json").exists():
+            # the job name carries the variant's settings, so a changed harness never reuses an old run
+            tag = hashlib.sha256(((ROOT / harness).read_text() + repr(sorted(pol.items()))).encode()).hexdigest()[:8]
+            if (not only or variant in only) and not (dest / "meta.json").exists():
                 spec = JobSpec(task="arith", harness=str(ROOT / harness), steps=steps, seed=seed,
                                policy=PolicySpec(**pol), eval=EvalSpec(every=max(1, steps // 4), n=100, k=4),
-                               save_every=steps, name=f"{name}-{steps}")
+                               save_every=steps, name=f"{name}-{steps}-{tag}")
                 try:
                     res = run_job(spec, home)
                     src = Path(res.run_dir)
                 except Exception as err:  # noqa: BLE001 - a pathological run may crash (NaN); keep its evidence
                     print(f"{name}: {err}")
-                    src = home / "jobs" / f"{name}-{steps}"
+                    src = home / "jobs" / f"{name}-{steps}-{tag}"
                 shutil.rmtree(dest, ignore_errors=True)
                 dest.mkdir(parents=True)
                 for f in ("meta.json", "metrics.jsonl"):
                     shutil.copy(src / f, dest / f)
                 shutil.copytree(src / "rollouts", dest / "rollouts")
-            entries.append({"path": name, "labels": labels, "invalid": invalid, "note": f"harness {harness}"})
-            print(name, "done", flush=True)
+            if (dest / "meta.json").exists():
+                entries.append({"path": name, "labels": labels, "invalid": invalid, "note": f"harness {harness}"})
+                print(name, "done", flush=True)
     import yaml
 
     archive_path.write_text(yaml.safe_dump({"runs": entries}, sort_keys=False))
