@@ -432,10 +432,17 @@ def campaign_summary(home: Path, cid: str) -> dict[str, Any]:
     decisions = store.list_decisions(cid)
     props = {p.id: p for p in store.list_proposals(cid)}
     accs = [pv.eval_accuracy for pv in lineage if pv.eval_accuracy is not None]
+    start = accs[0] if accs else None
+    if lineage and lineage[0].run_name:  # the first segment evaluates its starting policy at step 0
+        from evotrainer.evidence import read_metrics
+
+        m = read_metrics(home / "jobs" / lineage[0].run_name)
+        if "eval/greedy_accuracy" in m and m["eval/greedy_accuracy"].notna().any():
+            start = float(m["eval/greedy_accuracy"].dropna().iloc[0])
     return {
         "campaign": camp.model_dump(mode="json"),
         "budget": {"spent": store.ledger_total(cid), "total": camp.spec["budget"]["total_steps"]},
-        "accuracy": {"start": accs[0] if accs else None, "end": accs[-1] if accs else None},
+        "accuracy": {"start": start, "end": accs[-1] if accs else None},
         "lineage": [pv.model_dump(mode="json") for pv in lineage],
         "proposals": [p.model_dump(mode="json") for p in props.values()],
         "decisions": [{**d.model_dump(mode="json"), "knob": props[d.proposal_id].knob,

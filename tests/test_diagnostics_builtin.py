@@ -260,7 +260,7 @@ def sick() -> dict[str, Evidence]:
 
 def test_registry_covers_every_builtin_symptom():
     assert set(BUILTIN_DIAGNOSTICS) == set(VARIANTS)
-    revised = {"entropy_collapse": "2", "entropy_blowup": "2", "grad_spike": "2", "too_easy": "2"}  # see test_entropy_collapse_inside_the_early_window
+    revised = {"entropy_collapse": "2", "entropy_blowup": "2", "grad_spike": "2", "too_easy": "2", "reward_hacking": "2"}  # see test_entropy_collapse_inside_the_early_window
     for name, cls in BUILTIN_DIAGNOSTICS.items():
         assert cls.name == name and cls.version == revised.get(name, "1")
 
@@ -452,8 +452,8 @@ def test_reward_hacking_gap_threshold():
         return Evidence(metrics=pd.DataFrame({"step": steps, "accuracy": acc, "rewards/correctness/mean": corr}),
                         rollouts=pd.DataFrame())
 
-    assert severity_of("reward_hacking", ev(0.19)) is None
-    assert severity_of("reward_hacking", ev(0.21)) == "warning"
+    assert severity_of("reward_hacking", ev(0.09)) is None  # v2 threshold 0.1 (a revision, see outcomes.py)
+    assert severity_of("reward_hacking", ev(0.11)) == "warning"
     assert severity_of("reward_hacking", ev(0.55)) == "critical"
 
 

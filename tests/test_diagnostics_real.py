@@ -110,6 +110,7 @@ def test_revise_cli_rejects_a_revision_that_loses_invalid_recall_and_records_it(
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["accepted"] is False and doc["before"]["invalid_recall"] == 1.0
-    assert (tmp_path / "diagnostics" / "history.jsonl").read_text().count("answer_spraying") == 1
+    lines = (tmp_path / "diagnostics" / "history.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["diagnostic"] == "answer_spraying"
     bad = runner.invoke(app, args[:-3] + ["--params", "[1]", "--home", str(tmp_path)])
     assert bad.exit_code == 2 and "JSON object" in bad.output

@@ -44,9 +44,13 @@ from evotrainer.diagnostics.signals import (
 from evotrainer.evidence import Evidence
 
 
+# reward_hacking v2 (gap 0.2 → 0.1, growth 0.1 → 0.05) is a revision accepted by `evotrainer diagnostics revise`
+# on the labelled archive of bench/pathological_runs.py: F1 0.5 → 1.0, recall on invalid (exploit) runs
+# 0.33 → 1.0, no false positive on healthy runs (bench/RESULTS.md). Real spraying runs gained 0.1-0.2 of
+# lenient reward while strict accuracy fell, below v1's 0.2 gap.
 class RewardHacking(BuiltinDiagnostic):
     name = "reward_hacking"
-    version = "1"
+    version = "2"
     symptom = "reward_hacking"
     signal = ("Correctness reward vs strict accuracy per step (metrics or rollouts): the gap growing from the "
               "early to the recent window; or reward rising while strict or held-out greedy accuracy does not.")
@@ -54,9 +58,9 @@ class RewardHacking(BuiltinDiagnostic):
                   "Characterizing Reward Hacking (Skalse et al.), arXiv 2209.13085.")
 
     class Params(WindowParams):
-        gap: float = Field(0.2, ge=0.0, le=1.0, description="Recent (correctness reward - strict accuracy) at or above which it is a warning.")
+        gap: float = Field(0.1, ge=0.0, le=1.0, description="Recent (correctness reward - strict accuracy) at or above which it is a warning (v2: 0.1).")
         critical_gap: float = Field(0.5, ge=0.0, le=1.0, description="Recent gap at or above which it is critical.")
-        min_gap_growth: float = Field(0.1, ge=0.0, le=1.0, description="The recent gap must exceed the early gap by at least this much.")
+        min_gap_growth: float = Field(0.05, ge=0.0, le=1.0, description="The recent gap must exceed the early gap by at least this much (v2: 0.05).")
         min_reward_gain: float = Field(0.2, ge=0.0, description="Reward gain (early→recent, or over the eval span) that counts as 'rising'.")
         max_accuracy_gain: float = Field(0.0, ge=-1.0, le=1.0, description="Accuracy gain at or below which accuracy 'does not rise'.")
         min_eval_points: int = Field(3, ge=3, description="Fewest held-out eval points for the held-out rule.")
