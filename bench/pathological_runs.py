@@ -23,14 +23,17 @@ from _common import ROOT, parser
 # name -> (harness file, policy overrides, labels, invalid). Labels are everything the run really has, read
 # from its raw records: a policy broken by a 100x learning rate emits truncated '1111…' strings, so besides
 # the collapse it is too hard (no group has a success) and its groups are dead; 2-token completions truncate
-# every 3-digit answer, with the same consequences.
+# every 3-digit answer, with the same consequences; answer spraying drives strict accuracy to ~1 % and
+# completions to the length limit.
 VARIANTS: dict[str, tuple[str, dict, list[str], bool]] = {
     "healthy": ("harnesses/grpo-small.yaml", {}, [], False),
     "lr-too-high": ("harnesses/pathological/lr-too-high.yaml", {},
                     ["entropy_collapse", "truncation", "too_hard", "dead_groups"], False),
     "too-short": ("harnesses/pathological/too-short.yaml", {}, ["truncation", "too_hard", "dead_groups"], False),
     "too-easy": ("harnesses/pathological/too-easy.yaml", {"sft_target_accuracy": 0.99}, ["dead_groups", "too_easy"], False),
-    "lenient-reward": ("harnesses/pathological/lenient-reward.yaml", {}, ["answer_spraying", "reward_hacking"], True),
+    # spraying drives strict accuracy to ~1 % (every group strictly wrong) and completions to the length limit
+    "lenient-reward": ("harnesses/pathological/lenient-reward.yaml", {},
+                       ["answer_spraying", "reward_hacking", "too_hard", "truncation"], True),
 }
 
 
