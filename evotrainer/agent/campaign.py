@@ -107,9 +107,11 @@ def run_campaign(cid: str, home: Path, log: Callable[[str], None] = print, wait:
         while True:
             store.set_campaign(cid, status="running")
             try:
-                for update in graph.stream(payload, config, context=ctx, stream_mode="updates"):
-                    state = graph.get_state(config).values
-                    if max_rounds is not None and state.get("round", 0) >= max_rounds and "distill" in update:
+                # durability="sync": each node's checkpoint is on disk before the next node starts, so a
+                # kill -9 or an early return loses nothing that a node already did.
+                for update in graph.stream(payload, config, context=ctx, stream_mode="updates", durability="sync"):
+                    done = (update.get("distill") or {}) if isinstance(update, dict) else {}
+                    if max_rounds is not None and done.get("round", 0) >= max_rounds:
                         log(f"stopping after {max_rounds} round(s) as asked; resume to continue")
                         store.set_campaign(cid, status="stopped")
                         return {"status": "stopped"}
