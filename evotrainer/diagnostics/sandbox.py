@@ -100,6 +100,9 @@ def run_sandboxed(path: Path, name: str, params: dict[str, Any], ev, timeout_s: 
         code, out, err = _spawn(["run", name], work, timeout_s, memory_mb)
     if code is None:
         return [_error_finding(name, f"untrusted diagnostic '{name}' {err}; it was killed")]
+    if code == -signal.SIGXCPU:  # RLIMIT_CPU: the wall-clock timeout's twin for busy loops
+        return [_error_finding(name, f"untrusted diagnostic '{name}' timed out: it used its {int(timeout_s)}s of CPU time "
+                                     "and was killed")]
     if code != 0:
         tail = err.strip().splitlines()[-1] if err.strip() else f"exit code {code}"
         return [_error_finding(name, f"untrusted diagnostic '{name}' failed: {tail}")]
