@@ -3,8 +3,11 @@
 Why Thompson sampling: which intervention helps a given run is uncertain, evidence arrives one backtest
 at a time, and both exploiting what worked and trying what has not been tried matter. Each candidate's
 held-out effect has a normal prior (mean 0, sd ``prior_sd``) updated by the effects recorded in earlier
-backtests (known noise ``noise_sd``); one draw from each posterior, plus a small bonus for how strongly
-the current findings call for it, ranks the candidates. Draws are seeded by (campaign seed, round), so a
+backtests (known noise ``noise_sd``); one draw from each posterior, plus a bonus for how strongly the
+current findings call for it (severity rank + confidence, times ``relevance_bonus``), ranks the candidates.
+The bonus is as large as the prior's spread, so a critical finding's remedies outrank an info-level
+plateau's, while draws still explore among them (0.01 let the demo campaign chase the plateau instead of
+its critical truncation). Draws are seeded by (campaign seed, round), so a
 resumed campaign proposes the same thing again.
 
 Never proposed: a change that does nothing, a change already refuted in this campaign, or a known
@@ -44,7 +47,7 @@ CAUSES = {
 class HeuristicBrain:
     name = "heuristic"
 
-    def __init__(self, prior_sd: float = 0.05, noise_sd: float = 0.03, relevance_bonus: float = 0.01):
+    def __init__(self, prior_sd: float = 0.05, noise_sd: float = 0.03, relevance_bonus: float = 0.05):
         self.prior_sd, self.noise_sd, self.relevance_bonus = prior_sd, noise_sd, relevance_bonus
 
     def posterior(self, effects: list[float]) -> tuple[float, float]:
