@@ -78,6 +78,9 @@ def test_heuristic_brain_prefers_recorded_winners_and_skips_refuted_without_new_
     refuted = [RefutedChange(knob=good.knob, value=True, outcome="reject", symptoms=["truncation"])]
     res = HeuristicBrain().propose(_ctx([_finding("truncation")], refuted=refuted, candidates=boosted, max_proposals=3))
     assert good.knob not in {d.knob for d in res.drafts} and any("no new symptom" in n for n in res.notes)
+    res = HeuristicBrain().propose(_ctx([_finding("truncation"), _finding("plateau", "info")], refuted=refuted,
+                                        candidates=boosted, max_proposals=3))
+    assert good.knob not in {d.knob for d in res.drafts}  # an info-level plateau is not new evidence
     res = HeuristicBrain().propose(_ctx([_finding("truncation"), _finding("repetition")], refuted=refuted,
                                         candidates=boosted, max_proposals=3))
     assert good.knob in {d.knob for d in res.drafts}  # a new symptom is new evidence

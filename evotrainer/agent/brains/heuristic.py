@@ -75,7 +75,10 @@ class HeuristicBrain:
             if present and not matched:
                 continue
             blocked = [r for r in ctx.refuted if r.knob == c.knob and r.value == c.value]
-            if blocked and not (present - set().union(*[set(r.symptoms) for r in blocked])):
+            # new evidence = a warning/critical symptom that was not there when it failed (an info-level
+            # plateau is always around and would reopen every refuted change)
+            serious = {s for s, p in pressure.items() if p >= SEVERITY_RANK["warning"]}
+            if blocked and not (serious - set().union(*[set(r.symptoms) for r in blocked])):
                 notes.append(f"skip {c.id}: {c.knob}={c.value!r} was {blocked[0].outcome} and no new symptom since")
                 continue
             if c.mistake and not blocked and not matched:
