@@ -233,7 +233,7 @@ def diagnose_cmd(
             out_console.print(f"[bold]{escape(summ['run'] or run)}[/] ({summ['source']}): {summ['steps']} steps, "
                               f"{summ['rollouts']} rollouts")
             colours = {"critical": "red", "warning": "yellow", "info": "dim"}
-            shown = [f for f in findings if f.severity != "info"] or []
+            shown = [f for f in findings if f.severity != "info"]
             for f in findings:
                 if f.severity == "info" and f.confidence == 0.0:
                     continue

@@ -54,11 +54,12 @@ class _EntropyShift(BuiltinDiagnostic):
 
     def analyze(self, ev: Evidence) -> list[Finding]:
         p = self.params
-        er = early_recent(metric_series(ev.metrics, "entropy"), p)
+        series = metric_series(ev.metrics, "entropy")
+        er = early_recent(series, p)
         if er is None:
             return self.not_enough(f"at least {2 * p.min_window_steps} steps of metric 'entropy'")
         w, _, recent = er
-        early = float(metric_series(ev.metrics, "entropy").iloc[: p.start_steps].mean())
+        early = float(series.iloc[: p.start_steps].mean())
         bound = getattr(p, self.bound)
         if (recent <= bound) if self.rising else (recent >= bound):
             return []
