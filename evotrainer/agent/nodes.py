@@ -155,9 +155,12 @@ def diagnose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command
 
 
 def _refuted(ctx: CampaignContext) -> list[RefutedChange]:
+    from evotrainer.agent.revise import accepted_false_positives
+
     out = []
+    reopened = accepted_false_positives(ctx.store, ctx.campaign_id)  # blocked by a gate that has since been fixed
     for d in ctx.store.list_decisions(ctx.campaign_id):
-        if d.outcome in ("reject", "blocked"):
+        if d.outcome == "reject" or (d.outcome == "blocked" and d.proposal_id not in reopened):
             p = ctx.store.get_proposal(d.proposal_id)
             out.append(RefutedChange(knob=p.knob, value=p.new, outcome=d.outcome, symptoms=[p.hypothesis.symptom]))
     return out
@@ -310,19 +313,25 @@ def decide_node(state: CampaignState, runtime: Runtime[CampaignContext]) -> Comm
 def distill(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[Literal["train_segment", "finish"]]:
     ctx, rnd = runtime.context, state["round"]
     harness = _harness(ctx, state["harness_version"])
-    mainline, version = state["mainline"], state["harness_version"]
+    mainline = state["mainline"]
     best = state.get("promoted")
     bt_id = state.get("backtest_id")
+    if best:
+        p = ctx.store.get_proposal(best)
+        new = harness.with_knob(p.knob, p.new)
+        ctx.store.add_harness_version(new.version, harness.version, new.model_dump(mode="json"),
+                                      [c.model_dump(mode="json") for c in diff(harness, new)])
+        harness = new
+    # label this round's branches, catch gate misfires and revise the diagnostic (may add a harness version)
+    from evotrainer.agent.revise import campaign_revisions
+
+    harness = campaign_revisions(ctx, rnd, bt_id, harness)
+    version = harness.version
     if bt_id:
         branches = ctx.store.list_branches(bt_id)
         seed0 = _seeds(ctx, rnd)[0]
         if best:
-            p = ctx.store.get_proposal(best)
-            new = harness.with_knob(p.knob, p.new)
-            ctx.store.add_harness_version(new.version, harness.version, new.model_dump(mode="json"),
-                                          [c.model_dump(mode="json") for c in diff(harness, new)])
             pick = [x for x in branches if x.proposal_id == best and x.seed == seed0 and x.status == "finished"]
-            version = new.version
         else:
             pick = [x for x in branches if x.role == "control" and x.seed == seed0 and x.status == "finished"]
         if pick:  # the branch already trained the next steps under the (new) mainline harness: keep them

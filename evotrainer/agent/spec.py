@@ -57,6 +57,15 @@ class StopSpec(_S):
     plateau_rounds: int = Field(3, ge=1, le=100, description="Stop after this many rounds in a row without a promotion.")
 
 
+class RevisionSpec(_S):
+    enabled: bool = Field(True, description="Revise a diagnostic when the campaign catches it misfiring (see agent/revise.py).")
+    regression_tolerance: float = Field(
+        0.03, ge=0.0, le=1.0,
+        description="Held-out accuracy drop after a promotion, with no warning from any diagnostic, that counts as a missed finding.")
+    archive: str | None = Field(
+        None, description="Extra labelled archive YAML (e.g. tests/fixtures/runs/archive.yaml) replayed beside the campaign's own branches.")
+
+
 class CampaignSpec(_S):
     name: str = Field(..., min_length=1, max_length=100, description="Campaign name (ids are derived from it).")
     task: str = Field("arith", description="Task name or 'module:Class'.")
@@ -71,6 +80,8 @@ class CampaignSpec(_S):
     brain: BrainSpec = Field(default_factory=BrainSpec, description="Who proposes interventions.")
     eval: EvalSpec = Field(default_factory=lambda: EvalSpec(every=0, n=300), description="Held-out evaluation protocol.")
     stop: StopSpec = Field(default_factory=StopSpec, description="Stop rules.")
+    revision: RevisionSpec = Field(default_factory=RevisionSpec, description="Diagnostic revision when a gate misfires.")
+    trace: bool = Field(False, description="Trace every graph node into MLflow (mlflow.langchain.autolog): inputs, outputs, timings.")
     source_dir: str | None = Field(None, exclude=True, description="Directory of the spec file.")
 
     @model_validator(mode="after")
@@ -83,7 +94,11 @@ class CampaignSpec(_S):
         return self
 
     def harness_path(self) -> Path:
-        p = Path(self.harness)
+        return self.relative(self.harness)
+
+    def relative(self, path: str) -> Path:
+        """A path from the spec, resolved against the spec file's directory."""
+        p = Path(path)
         return p if p.is_absolute() or self.source_dir is None else Path(self.source_dir) / p
 
 

@@ -3,7 +3,7 @@
 Diagnostics misfire: a gate lets an exploit through, or blocks a branch that was fine. A revision (new
 parameters, or new code) is scored against an archive of past runs labelled by what was really wrong
 with them (symptom tags, ``healthy``, and ``invalid`` for runs whose score came from an exploit), per
-symptom with precision, recall and F1. It is accepted only if it **loses no recall on runs labelled
+symptom with precision, recall and F1. A run may mark symptoms as ``unknown``; it is not scored for them. It is accepted only if it **loses no recall on runs labelled
 invalid** (an exploit the old version caught must still be caught) **and improves F1**. Every attempt,
 accepted or not, is appended to the diagnostic's version history (``HOME/diagnostics/history.jsonl``).
 
@@ -30,9 +30,11 @@ class LabelledRun(BaseModel):
     path: str = Field(..., description="Evidence: a job directory, a TRL output dir or a verl run dir.")
     labels: list[str] = Field(default_factory=list, description="Symptoms the run really has (empty = healthy).")
     invalid: bool = Field(False, description="Its score came from an exploit; gates must always catch it.")
+    unknown: list[str] = Field(default_factory=list,
+                               description="Symptoms whose truth is not known for this run; scoring skips the run for them.")
     note: str = ""
 
-    @field_validator("labels")
+    @field_validator("labels", "unknown")
     @classmethod
     def _vocab(cls, v: list[str]) -> list[str]:
         return [check_symptom(s) for s in v]
@@ -87,6 +89,8 @@ def score(diagnostic, symptom: str, archive: Archive, load: Callable[[str], Evid
     inv_total = inv_hit = 0
     flagged = []
     for run in archive.runs:
+        if symptom in run.unknown:
+            continue
         hit = _flagged(diagnostic.run(load(run.path)), symptom)
         truth = symptom in run.labels
         if hit:
