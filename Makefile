@@ -15,7 +15,7 @@ export TOKENIZERS_PARALLELISM := false
 export MLFLOW_ENABLE_TELEMETRY := false
 export DO_NOT_TRACK := 1
 
-.PHONY: setup demo demo-campaign test bench clean
+.PHONY: setup demo demo-train test bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,13 +28,15 @@ $(STAMP): pyproject.toml | $(PY)
 
 setup: $(STAMP)
 
+# The main job: the demo campaign end to end (heuristic brain, automatic approval), then its summary.
 demo: setup
+	$(VENV)/bin/evotrainer campaign start campaigns/arith-demo.yaml
+
+# A single 60-step GRPO job and its diagnosis (the building blocks the campaign uses).
+demo-train: setup
 	$(VENV)/bin/evotrainer train --task arith --harness harnesses/grpo-baseline.yaml --steps 60 --seed 0 --eval-every 30
 	$(VENV)/bin/evotrainer diagnose latest
 	@echo "Browse the runs: $(VENV)/bin/mlflow ui --backend-store-uri sqlite:///runs/mlflow.db"
-
-demo-campaign: setup
-	$(VENV)/bin/evotrainer campaign start campaigns/arith-demo.yaml
 
 test: setup
 	$(PY) -m pytest -q tests

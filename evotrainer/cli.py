@@ -424,7 +424,10 @@ def campaign_rollback(cid: str, version: str = typer.Argument(..., help="Policy 
 
 
 def campaign_summary(home: Path, cid: str) -> dict[str, Any]:
+    from sqlalchemy import make_url
+
     from evotrainer.store import Store
+    from evotrainer.tracking import tracking_uri
 
     store = Store.for_home(home)
     camp = store.get_campaign(cid)
@@ -448,10 +451,18 @@ def campaign_summary(home: Path, cid: str) -> dict[str, Any]:
         "decisions": [{**d.model_dump(mode="json"), "knob": props[d.proposal_id].knob,
                        "new": props[d.proposal_id].new} for d in decisions if d.proposal_id in props],
         "promoted": [d.proposal_id for d in decisions if d.outcome == "promote"],
+        "versions": [{"version": pv.harness_version, "policy": pv.id,
+                      "diff": store.get_harness_version(pv.harness_version).diff}
+                     for i, pv in enumerate(lineage) if i == 0 or pv.harness_version != lineage[i - 1].harness_version],
+        "revisions": [e.message for e in store.events(cid, kind="diagnostic_revision")],
+        "where": {"mlflow": tracking_uri(home), "state": make_url(store.url).render_as_string(hide_password=True),
+                  "mlflow_run_id": camp.mlflow_run_id},
     }
 
 
 def _print_status(home: Path, cid: str, as_json: bool) -> None:
+    from collections import Counter
+
     doc = campaign_summary(home, cid)
     if as_json:
         _emit_json(doc)
@@ -469,7 +480,23 @@ def _print_status(home: Path, cid: str, as_json: bool) -> None:
                           highlight=False)
     if not doc["decisions"]:
         out_console.print("  none yet")
-    out_console.print(f"MLflow: mlflow ui --backend-store-uri sqlite:///{home / 'mlflow.db'}   state: {home / 'state.db'}")
+    if len(doc["versions"]) > 1:
+        out_console.print("[bold]harness versions[/] (each one change)")
+        for v in doc["versions"][1:]:
+            changes = ", ".join(f"{c['path']} {c['old']!r} → {c['new']!r}" for c in v["diff"])
+            out_console.print(f"  {v['version']}  {changes}  (from {v['policy']})", highlight=False)
+    for r in doc["revisions"]:
+        verdict = "adopted" if r["accepted"] else "not adopted"
+        out_console.print(f"[bold]diagnostic revision[/] {r['misfire']['kind']}: {verdict} — {'; '.join(r['reasons'][:2])}",
+                          highlight=False)
+    outcomes = Counter(d["outcome"] for d in doc["decisions"])
+    if outcomes:
+        out_console.print("[bold]summary[/] " + ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
+                          + f"; {len(doc['versions']) - 1} harness version(s) after the start")
+    out_console.print("[bold]where to look[/]")
+    out_console.print(f"  MLflow UI:  mlflow ui --backend-store-uri {doc['where']['mlflow']}", highlight=False)
+    out_console.print(f"  state DB:   {doc['where']['state']}", highlight=False)
+    out_console.print(f"  runs:       {home / 'jobs'}   archive: {home / 'campaigns' / c['id'] / 'archive.yaml'}", highlight=False)
 
 
 @review_app.command("list")

@@ -59,7 +59,7 @@ def _only_campaign(home: Path):
 def test_auto_campaign_runs_end_to_end_within_budget(tmp_path):
     home = tmp_path / "home"
     logs: list[str] = []
-    cid = start_campaign(_spec(tmp_path), home, log=logs.append)
+    cid = start_campaign(_spec(tmp_path, trace=True), home, log=logs.append)
     store = Store.for_home(home)
     camp = store.get_campaign(cid)
     assert camp.status == "finished"
@@ -87,6 +87,9 @@ def test_auto_campaign_runs_end_to_end_within_budget(tmp_path):
     runs = client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{camp.mlflow_run_id}'")
     roles = {r.data.tags["evotrainer.role"] for r in runs}
     assert roles == {"segment", "control", "treatment"}
+    # trace: true -> the graph's nodes are traced into the same experiment (mlflow.langchain.autolog)
+    traces = client.search_traces(locations=[exp.experiment_id])
+    assert traces and any("train_segment" in {s.name for s in t.data.spans} for t in traces)
     treat = [r for r in runs if r.data.tags["evotrainer.role"] == "treatment"]
     assert all(r.data.tags["evotrainer.proposal"] == tested[0].id for r in treat)
     # campaign status reports lineage, budget and decisions with reasons

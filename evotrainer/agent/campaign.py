@@ -95,6 +95,8 @@ def run_campaign(cid: str, home: Path, log: Callable[[str], None] = print, wait:
     spec = _spec_of(camp)
     graph = compile_graph(home)
     config = {"configurable": {"thread_id": camp.thread_id}, "recursion_limit": 10_000}
+    if spec.trace:
+        _trace(home)
     with BranchPool(workers=1) as pool:
         ctx = CampaignContext(campaign_id=cid, spec=spec, home=home, store=store, brain=_brain(spec), pool=pool,
                               tracker=Tracker(home), mlflow_run_id=camp.mlflow_run_id, log=log, started_at=time.time())
@@ -134,6 +136,18 @@ def run_campaign(cid: str, home: Path, log: Callable[[str], None] = print, wait:
                 payload = Command(resume=True)
             else:
                 payload = None
+
+
+def _trace(home: Path) -> None:
+    """LangGraph tracing into the campaign's MLflow experiment (spec ``trace: true``)."""
+    import mlflow
+    import mlflow.langchain
+
+    from evotrainer.tracking import Tracker, tracking_uri
+
+    mlflow.set_tracking_uri(tracking_uri(home))
+    mlflow.set_experiment(experiment_id=Tracker(home).experiment_id)
+    mlflow.langchain.autolog(silent=True)
 
 
 def stop_campaign(cid: str, home: Path) -> None:
