@@ -5,7 +5,11 @@ For each task and seed: (a) the static baseline harness trained for the whole bu
 branch. Reports held-out greedy accuracy of each (mean and a t interval over seeds), the decisions the
 campaigns made, and the share of campaign wall time spent outside trainer steps (target <= 10 %).
 
-    .venv/bin/python bench/campaign.py [--tasks arith countdown] [--seeds 0 1 2] [--budget 600]
+    .venv/bin/python bench/campaign.py [--tasks arith countdown] [--seeds 0 1 2] [--budget 400]
+
+Both arms start from the same warm-started policy and the same harness (the baseline recipe at 32 prompts
+per step unless --harness is given). Results are merged into bench/results/campaign.json by task, so
+the tasks can be run in separate invocations.
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ def main() -> None:
     p = parser(__doc__, "bench-campaign")
     p.add_argument("--tasks", nargs="+", default=["arith", "countdown"])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--budget", type=int, default=600)
-    p.add_argument("--harness", default=str(ROOT / "harnesses" / "grpo-baseline.yaml"))
+    p.add_argument("--budget", type=int, default=400)
+    p.add_argument("--segment", type=int, default=40)
+    p.add_argument("--branch", type=int, default=20)
+    p.add_argument("--harness", default=None, help="starting harness (default: grpo-baseline at 32 prompts/step)")
     a = p.parse_args()
 
     from evotrainer.agent.campaign import start_campaign
@@ -44,15 +50,24 @@ def main() -> None:
     from evotrainer.store import Store
 
     home = resolve_home(a.home)
+    home.mkdir(parents=True, exist_ok=True)
+    if a.harness is None:
+        base = yaml.safe_load((ROOT / "harnesses" / "grpo-baseline.yaml").read_text())
+        base["name"], base["grpo"]["prompts_per_step"] = "bench-32", 32
+        a.harness = str(home / "bench-32.yaml")
+        Path(a.harness).write_text(yaml.safe_dump(base, sort_keys=False))
     rows = []
     for task in a.tasks:
         for seed in a.seeds:
-            static = run_job(JobSpec(task=task, harness=a.harness, steps=a.budget, seed=seed,
+            t = time.perf_counter()
+            static = run_job(JobSpec(task=task, harness=a.harness, steps=a.budget, seed=seed, save_every=a.budget,
                                      eval=EvalSpec(every=a.budget, n=300, k=1)), home)
+            static_wall = time.perf_counter() - t
             acc_static = float(read_metrics(Path(static.run_dir))["eval/greedy_accuracy"].dropna().iloc[-1])
             spec = {"name": f"bench-{task}-s{seed}", "task": task, "harness": a.harness, "seed": seed,
-                    "segment_steps": 50, "budget": {"total_steps": a.budget},
-                    "backtest": {"branch_steps": 25, "seeds": 2, "max_proposals": 2}, "autonomy": "auto",
+                    "segment_steps": a.segment, "budget": {"total_steps": a.budget},
+                    "backtest": {"branch_steps": a.branch, "seeds": 2, "max_proposals": 2, "min_effect": 0.01},
+                    "autonomy": "auto",
                     "eval": {"every": 0, "n": 300, "k": 1}, "stop": {"plateau_rounds": 100}}
             spec_file = home / f"{spec['name']}.yaml"
             spec_file.write_text(yaml.safe_dump(spec))
@@ -67,14 +82,20 @@ def main() -> None:
             rows.append({"task": task, "seed": seed, "static": acc_static, "campaign": summary["accuracy"]["end"],
                          "campaign_start": summary["accuracy"]["start"], "steps_spent": summary["budget"]["spent"],
                          "decisions": [(d["knob"], d["new"], d["outcome"]) for d in summary["decisions"]],
-                         "outside_trainer_share": round(1 - train_s / wall, 3)})
+                         "outside_trainer_share": round(1 - train_s / wall, 3), "campaign_wall_s": round(wall, 1),
+                         "static_wall_s": round(static_wall, 1), "stop_reason": summary["campaign"].get("error")})
             print(rows[-1], flush=True)
+    prev = ROOT / "bench" / "results" / "campaign.json"
+    if prev.exists():  # keep other tasks' rows from earlier invocations
+        import json
+
+        rows = [r for r in json.loads(prev.read_text()).get("runs", []) if r["task"] not in a.tasks] + rows
     out = {}
-    for task in a.tasks:
+    for task in sorted({r["task"] for r in rows}):
         r = [x for x in rows if x["task"] == task]
         out[task] = {k: {"mean": round(statistics.fmean([x[k] for x in r]), 4), "ci90": _interval([x[k] for x in r])}
                      for k in ("static", "campaign")}
-    save("campaign", {"budget": a.budget, "runs": rows, "summary": out})
+    save("campaign", {"budget": a.budget, "segment": a.segment, "branch": a.branch, "runs": rows, "summary": out})
 
 
 if __name__ == "__main__":
