@@ -1,5 +1,5 @@
 """Campaign state: campaigns, policy and harness versions, findings, proposals, reviews, backtests, decisions,
-the step ledger and the event log, in one SQL database behind one facade, ``Store``.
+the step ledger, the event log and the skill-library index, in one SQL database behind one facade, ``Store``.
 
 Why a facade: a campaign, the ``review`` CLI and the UI all read and write the same state, possibly from
 different processes at once. Giving them one object whose methods take and return the pydantic entities
@@ -18,7 +18,8 @@ in ``store/migrations`` up to head, on SQLite and PostgreSQL alike; there is no 
 built in code (``alembic_config``).
 """
 
-from evotrainer.store.entities import Backtest, Event
+from evotrainer.store.entities import Backtest, Event, IndexedSkill, SkillDoc, SkillMatch, SkillSync
 from evotrainer.store.store import STATE_URL_ENV, NotFound, Store, StoreError, alembic_config
 
-__all__ = ["Store", "StoreError", "NotFound", "Backtest", "Event", "alembic_config", "STATE_URL_ENV"]
+__all__ = ["Store", "StoreError", "NotFound", "Backtest", "Event", "IndexedSkill", "SkillDoc", "SkillMatch", "SkillSync",
+           "alembic_config", "STATE_URL_ENV"]

@@ -1,4 +1,5 @@
-"""Two nouns the store returns that ``evotrainer.agent.schemas`` does not define (yet): a backtest and a log event.
+"""Nouns the store returns that ``evotrainer.agent.schemas`` does not define (yet): a backtest, a log event, and
+the skill-library index (what was indexed, what a re-sync changed, a text-search match).
 
 They follow the same rules as the schemas (pydantic, ``extra="forbid"``, no ORM behind them) and could
 move there unchanged; they live here only so that this package stays self-contained.
@@ -12,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from evotrainer.agent.schemas import BacktestStats
+from evotrainer.library.format import SkillKind, SkillStatus
 
 
 class _Model(BaseModel):
@@ -39,3 +41,46 @@ class Event(_Model):
     at: datetime
     kind: str
     message: dict[str, Any]
+
+
+class SkillDoc(_Model):
+    """What the library hands the index for one SKILL.md file (``evotrainer.library.index`` builds it)."""
+
+    slug: str
+    kind: SkillKind
+    status: SkillStatus
+    name: str
+    description: str
+    version: int
+    path: str = Field(..., description="The file, relative to the library folder.")
+    content_hash: str = Field(..., description="sha256 of the file's bytes: a different hash means the file changed.")
+    symptoms: list[str]
+    knob: str
+    available: bool
+    body: str
+    front_matter: dict[str, Any]
+
+
+class IndexedSkill(SkillDoc):
+    """A skill as the index last saw it; ``removed`` is set when its file disappeared (the row is kept)."""
+
+    library: str
+    indexed: datetime = Field(..., description="When this content was indexed (the last add or change).")
+    removed: datetime | None = None
+
+
+class SkillSync(_Model):
+    """What one re-sync of a library did, by slug."""
+
+    library: str
+    added: list[str] = Field(default_factory=list)
+    changed: list[str] = Field(default_factory=list, description="Content changed, or a removed file came back.")
+    removed: list[str] = Field(default_factory=list, description="Files gone since the last sync (rows marked, kept).")
+    unchanged: list[str] = Field(default_factory=list)
+
+
+class SkillMatch(_Model):
+    """A text-search hit: larger ``score`` = more relevant (BM25, from FTS5 or the pure-Python fallback)."""
+
+    slug: str
+    score: float

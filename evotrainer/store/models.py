@@ -6,7 +6,8 @@ filter on, JSON for what we only read back whole, surrogate keys, uniqueness tha
 other, so a column can be split or renamed with a migration and no caller notices.
 
 Every closed vocabulary (status, verdict, outcome, role, kind, severity) is a CHECK constraint built from the
-``Literal`` in the schemas, so the database refuses a value the program does not know, whoever writes it.
+``Literal`` in the schemas (for skills, in ``evotrainer.library.format``), so the database refuses a value the
+program does not know, whoever writes it.
 A change to a ``Literal`` therefore needs a migration; ``tests/test_store.py`` fails until there is one.
 """
 
@@ -41,6 +42,7 @@ from evotrainer.agent.schemas import (
     Review,
 )
 from evotrainer.diagnostics.base import Severity
+from evotrainer.library.format import SkillKind, SkillStatus
 
 # Deterministic constraint names: migrations can refer to them and SQLite batch mode can recreate them.
 NAMING = {
@@ -60,7 +62,22 @@ VOCABULARIES: dict[str, tuple[str, ...]] = {
     "branch_status": get_args(BranchStatus),
     "ledger_kind": get_args(LedgerKind),
     "severity": get_args(Severity),
+    "skill_kind": get_args(SkillKind),
+    "skill_status": get_args(SkillStatus),
 }
+
+# SQLite's FTS5 full-text index of the skills (migration 0002). It is a virtual table with shadow tables
+# (skills_fts_data, …) that no ORM model describes; autogenerate and schema comparisons must skip them.
+SKILLS_FTS = "skills_fts"
+
+
+def is_fts_table(name: str | None) -> bool:
+    return name is not None and (name == SKILLS_FTS or name.startswith(SKILLS_FTS + "_"))
+
+
+def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
+    """Alembic ``include_name`` hook: everything except the FTS5 tables."""
+    return not (type_ == "table" and is_fts_table(name))
 
 
 def one_of(column: str, vocabulary: str) -> CheckConstraint:
@@ -289,3 +306,37 @@ class EventRow(Base):
     at: Mapped[datetime] = mapped_column(UTCDateTime)
     kind: Mapped[str] = mapped_column(String(64))
     message: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class SkillRow(Base):
+    """One entry of a skill library folder as last indexed; ``library`` is the folder's absolute path.
+
+    ``content_hash`` (sha256 of the file) decides whether a re-sync rewrites the row. A file that disappeared
+    keeps its row with ``removed`` set, so a proposal that cited it still resolves. On SQLite the searchable
+    text is mirrored into the FTS5 table ``skills_fts`` (its rowid is ``id``), created by migration 0002.
+    """
+
+    __tablename__ = "skills"
+    __table_args__ = (
+        UniqueConstraint("library", "slug"),
+        one_of("kind", "skill_kind"),
+        one_of("status", "skill_status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    library: Mapped[str] = mapped_column(String(1000))
+    slug: Mapped[str] = mapped_column(String(100), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(200))
+    description: Mapped[str] = mapped_column(Text)
+    version: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(Text)
+    content_hash: Mapped[str] = mapped_column(String(64))
+    symptoms: Mapped[list[str]] = mapped_column(JSON)
+    knob: Mapped[str] = mapped_column(String(200))
+    available: Mapped[bool] = mapped_column(Boolean)
+    body: Mapped[str] = mapped_column(Text)
+    front_matter: Mapped[dict[str, Any]] = mapped_column(JSON)
+    indexed: Mapped[datetime] = mapped_column(UTCDateTime)
+    removed: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from evotrainer.store.models import Base
+from evotrainer.store.models import Base, include_name
 
 config = context.config
 target_metadata = Base.metadata
@@ -23,12 +23,13 @@ def _configure(connection) -> None:
         target_metadata=target_metadata,
         render_as_batch=connection.dialect.name == "sqlite",  # SQLite ALTERs go through table copies
         compare_type=True,
+        include_name=include_name,  # the FTS5 virtual table of migration 0002 has no model
     )
 
 
 def run_offline() -> None:
     context.configure(url=config.get_main_option("sqlalchemy.url"), target_metadata=target_metadata,
-                      literal_binds=True, render_as_batch=True)
+                      literal_binds=True, render_as_batch=True, include_name=include_name)
     with context.begin_transaction():
         context.run_migrations()
 
