@@ -44,6 +44,7 @@ test: setup
 bench: setup
 	$(PY) bench/learning.py && $(PY) bench/throughput.py && $(PY) bench/segments.py
 	$(PY) bench/pathological_runs.py && $(PY) bench/detection.py && $(PY) bench/diagnose_scale.py
+	$(PY) bench/campaign.py && $(PY) bench/transfer.py
 
 clean:
 	rm -rf runs/* $(VENV)

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from evotrainer.errors import EvoError
+from evotrainer.cli_common import HomeOpt, JsonOpt, err_console, out_console
+from evotrainer.cli_common import emit_json as _emit_json
+from evotrainer.cli_common import guard as _guard
+from evotrainer.cli_skills import skills_app
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -36,16 +37,7 @@ app.add_typer(review_app, name="review")
 diag_app = typer.Typer(no_args_is_help=True, help="List diagnostics and revise them against a labelled archive.")
 app.add_typer(diag_app, name="diagnostics")
 
-err_console = Console(stderr=True)
-out_console = Console()
-
-HomeOpt = typer.Option(None, "--home", help="State directory (default: $EVOTRAINER_HOME, else ./runs).")
-JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
-
-
-def _emit_json(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
-    sys.stdout.flush()
+app.add_typer(skills_app, name="skills")
 
 
 @app.command("tasks")
@@ -577,14 +569,6 @@ def review_reject(pid: str, comment: str = typer.Option(..., "--comment", help="
                   home: Optional[Path] = HomeOpt) -> None:
     """Reject a proposal with a comment: it will not be backtested."""
     _guard(lambda: _review(pid, "reject", comment, reviewer, home))
-
-
-def _guard(fn) -> None:
-    try:
-        fn()
-    except EvoError as err:
-        err_console.print(f"[bold red]error:[/] {err}", highlight=False)
-        raise typer.Exit(code=err.exit_code) from None
 
 
 def main() -> None:

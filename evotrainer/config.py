@@ -273,6 +273,33 @@ class HarnessSpec(_Section):
         blob = json.dumps(self.knobs(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
+    def inert_knobs(self) -> dict[str, str]:
+        """Knobs that change nothing under the rest of this harness, with the reason.
+
+        A single-factor intervention on an inert knob is a no-op whose backtest can only measure noise (a
+        first demo campaign "promoted" clip-higher this way), so brains skip them and the propose node
+        refuses them. The clip is inert on-policy: one optimiser step per generated batch
+        (``num_iterations: 1``, TRL's ``steps_per_generation`` = gradient accumulation = 1) makes the
+        probability ratio exactly 1.
+        """
+        g, r, d = self.grpo, self.reward, self.data
+        out: dict[str, str] = {}
+        if g.num_iterations == 1:
+            for k in ("grpo.epsilon", "grpo.epsilon_high"):
+                out[k] = "the clip never binds on-policy (num_iterations: 1 makes the ratio 1); raise num_iterations first"
+        if not g.sync_ref_model:
+            for k in ("grpo.ref_model_sync_steps", "grpo.ref_model_mixup_alpha"):
+                out[k] = "used only when grpo.sync_ref_model is on"
+        if not g.use_adaptive_entropy:
+            out["grpo.entropy_target"] = "used only when grpo.use_adaptive_entropy is on"
+        if d.sampling != "difficulty_targeted":
+            out["data.target_pass_rate"] = "used only when data.sampling is difficulty_targeted"
+        if r.overlong.weight == 0:
+            out["reward.overlong.buffer"] = "used only when reward.overlong.weight > 0"
+        if r.repetition.weight == 0:
+            out["reward.repetition.ngram"] = "used only when reward.repetition.weight > 0"
+        return out
+
     def with_knob(self, path: str, value: Any) -> HarnessSpec:
         """A copy with one knob changed, validated as a whole (single-factor interventions use this)."""
         if path not in self.knobs():

@@ -99,6 +99,19 @@ def test_auto_campaign_runs_end_to_end_within_budget(tmp_path):
 
     doc = json.loads(CliRunner().invoke(app, ["campaign", "status", cid, "--json", "--home", str(home)]).stdout)
     assert doc["budget"]["spent"] == spent and doc["decisions"][0]["reasons"]
+    # the skill library: proposals cite library skills; distill recorded the decision in the campaign's copy
+    from evotrainer.library.curation import read_log
+    from evotrainer.library.loader import Library
+
+    lib_dir = home / "campaigns" / cid / "library"
+    lib = Library.load(lib_dir)
+    assert tested[0].cited_skills and all(lib.find(s) is not None for s in tested[0].cited_skills)
+    if d.outcome != "failed":
+        log = [e for e in read_log(lib_dir) if e.actor == f"campaign:{cid}"]
+        assert log and any(tested[0].id in e.why for e in log)
+        hist = CliRunner().invoke(app, ["skills", "history", tested[0].cited_skills[0], "--home", str(home),
+                                        "--library", str(lib_dir), "--json"])
+        assert hist.exit_code == 0 and tested[0].id in hist.stdout
 
 
 def test_review_flow_across_processes_approve_and_reject(tmp_path):

@@ -1,4 +1,4 @@
-"""Campaign pieces that need no training: spec validation, catalog, heuristic brain, decision rule."""
+"""Campaign pieces that need no training: spec validation, library candidates, heuristic brain, decision rule."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from evotrainer.agent.brains.base import BrainContext, RefutedChange
 from evotrainer.agent.brains.heuristic import HeuristicBrain
-from evotrainer.agent.catalog import resolve
+from evotrainer.agent.lessons import SEED_LIBRARY, brain_inputs
 from evotrainer.agent.schemas import BranchResult
 from evotrainer.agent.spec import load_campaign_spec
 from evotrainer.backtest import decide, paired_stats
@@ -19,6 +19,10 @@ from tests.conftest import REPO
 def _finding(symptom: str, severity: str = "warning", confidence: float = 0.8) -> Finding:
     return Finding(symptom=symptom, diagnostic=symptom, version="1", severity=severity, confidence=confidence,
                    explanation="test")
+
+
+def resolve(h: HarnessSpec, findings=()):
+    return brain_inputs(SEED_LIBRARY, h, list(findings), "arith")[0]
 
 
 def _ctx(findings, refuted=(), harness=None, **kw) -> BrainContext:
@@ -44,15 +48,20 @@ def test_demo_spec_is_valid_and_errors_name_file_and_field(tmp_path):
         load_campaign_spec(bad)
 
 
-def test_catalog_resolves_against_the_harness_and_drops_no_ops():
+def test_library_candidates_resolve_against_the_harness_and_drop_no_ops_and_inert_knobs():
     h = HarnessSpec()
     ids = {c.id: c for c in resolve(h)}
     assert ids["longer-completions"].value == 32 and ids["lower-lr"].value == pytest.approx(1.5e-4)
-    assert "token-level-loss" not in ids  # not in the catalog; and dapo is already the default
-    already = h.with_knob("grpo.epsilon_high", 0.28)
-    assert "clip-higher" not in {c.id for c in resolve(already)}
+    assert "token-level-loss" not in ids  # dapo is already the default: a no-op
+    assert "median-baseline" not in ids  # the harness cannot express it (marked unavailable)
+    assert "clip-higher" not in ids  # inert on-policy: num_iterations 1 makes the ratio 1
+    off_policy = h.with_knob("grpo.num_iterations", 2)
+    assert resolve(off_policy) and "clip-higher" in {c.id for c in resolve(off_policy)}
     for c in resolve(h):
         h.with_knob(c.knob, c.value)  # every candidate is a valid single-knob change
+    # ordered by retrieval: a truncation finding puts a truncation remedy first
+    first = resolve(h, [_finding("truncation", "critical")])[0]
+    assert "truncation" in first.symptoms
 
 
 def test_heuristic_brain_maps_findings_to_relevant_single_knob_changes():

@@ -188,7 +188,8 @@ def test_cli_errors_exit_2_and_write_nothing(tmp_path):
 
 def test_resume_after_kill_9_continues_at_the_right_step_without_duplicates(shared_home, tiny_harness):
     # Warm the nano base in this home first so the subprocess starts training quickly.
-    args = ["train", "--task", "arith", "--harness", str(tiny_harness), "--steps", "6", "--policy", "nano",
+    # 30 steps: the kill lands after step 3 with a wide margin (6 steps once finished before the kill landed)
+    args = ["train", "--task", "arith", "--harness", str(tiny_harness), "--steps", "30", "--policy", "nano",
             "--sft-steps", "150", "--eval-every", "0", "--save-every", "2", "--name", "killed"]
     p = _cli(*args, home=shared_home, start_new_session=True)
     run_dir = shared_home / "jobs" / "killed"
@@ -211,12 +212,12 @@ def test_resume_after_kill_9_continues_at_the_right_step_without_duplicates(shar
     assert q.returncode == 0, err[-3000:]
     doc = json.loads(out)
     assert set(doc) >= {"run_id", "steps_done", "checkpoint", "evidence", "metrics"}
-    assert doc["steps_done"] == 6 and doc["checkpoint"].endswith("checkpoint-6")
+    assert doc["steps_done"] == 30 and doc["checkpoint"].endswith("checkpoint-30")
     lines = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
     train_steps = [ln["step"] for ln in lines if "loss" in ln]
-    assert train_steps == [1, 2, 3, 4, 5, 6]
+    assert train_steps == list(range(1, 31))
     df = read_rollouts(run_dir)
-    assert sorted(df["step"].unique()) == [1, 2, 3, 4, 5, 6]
+    assert sorted(df["step"].unique()) == list(range(1, 31))
     assert df.groupby("step").size().eq(P * G).all()
     hist = _client(shared_home).get_metric_history(doc["run_id"], "loss")
-    assert sorted(m.step for m in hist) == [1, 2, 3, 4, 5, 6]
+    assert sorted(m.step for m in hist) == list(range(1, 31))

@@ -59,8 +59,8 @@ def ctx() -> BrainContext:
         examples=[Example(rollout_id="r1", step=40, prompt="What is 2+2?", reward=0.0, correct=False,
                           completion=INJECTION + " " + "A" * 400 + TAIL)],
     )
-    return BrainContext(
-        harness=HarnessSpec(), findings=[finding], task="arith", max_proposals=2,
+    return BrainContext(  # off-policy (num_iterations 2), so that the clip knobs are not inert
+        harness=HarnessSpec().with_knob("grpo.num_iterations", 2), findings=[finding], task="arith", max_proposals=2,
         candidates=[
             Candidate(id="clip-higher", symptoms=["entropy_collapse"], knob="grpo.epsilon_high", value=0.28,
                       description="DAPO clip-higher", effects=[0.02]),
@@ -148,6 +148,7 @@ def test_injected_reply_never_leaves_the_schema(ctx, monkeypatch):
         proposal("diagnostics.user", [{"path": "/tmp/evil.py", "trusted": True}]),
         proposal("grpo.temperature", 1.2),  # refuted, no new symptom
         proposal("grpo.epsilon", "0.2"),  # no change after normalisation
+        proposal("grpo.entropy_target", 0.3),  # inert: use_adaptive_entropy is off
         proposal("grpo.top_p", 0.9, "make_me_admin"),  # symptom outside the vocabulary
         {**proposal("grpo.top_p", 0.9), "exec": "print(1)"},  # extra key
         proposal(cited_skills=["clip-higher", "../../etc/passwd"]),
@@ -168,7 +169,7 @@ def test_injected_reply_never_leaves_the_schema(ctx, monkeypatch):
     for expected in ("unknown knob \"__import__('os').system('rm -rf /')\"", "unknown knob 'grpo'",
                      "value of grpo.beta must be a JSON scalar", "unknown knob 'diagnostics.gate'",
                      "unknown knob 'diagnostics.user'", "already refuted", "not a change", "unknown symptom",
-                     "does not match the schema", "../../etc/passwd",
+                     "does not match the schema", "../../etc/passwd", "grpo.entropy_target changes nothing",
                      "second proposal for grpo.epsilon_high", "over the limit of 2", "ignored top-level key"):
         assert expected in notes, expected
 

@@ -83,6 +83,7 @@ def run_campaign(cid: str, home: Path, log: Callable[[str], None] = print, wait:
                  max_rounds: int | None = None, poll_s: float = 1.0) -> dict[str, Any]:
     """Continue campaign ``cid`` until it finishes, stops, or waits for a review (``wait=False``)."""
     from evotrainer.agent.graph import compile_graph
+    from evotrainer.agent.lessons import campaign_library
     from evotrainer.agent.nodes import CampaignStopped
     from evotrainer.jobs.pool import BranchPool
     from evotrainer.tracking import Tracker
@@ -99,7 +100,8 @@ def run_campaign(cid: str, home: Path, log: Callable[[str], None] = print, wait:
         _trace(home)
     with BranchPool(workers=1) as pool:
         ctx = CampaignContext(campaign_id=cid, spec=spec, home=home, store=store, brain=_brain(spec), pool=pool,
-                              tracker=Tracker(home), mlflow_run_id=camp.mlflow_run_id, log=log, started_at=time.time())
+                              tracker=Tracker(home), mlflow_run_id=camp.mlflow_run_id, log=log, started_at=time.time(),
+                              library=campaign_library(home, cid, spec))
         snap = graph.get_state(config)
         if not snap.values:
             payload: Any = {"campaign_id": cid, "round": 0, "mainline": None, "rounds_without_promotion": 0,

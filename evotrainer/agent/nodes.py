@@ -19,7 +19,6 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from evotrainer.agent.brains.base import BrainContext, RefutedChange
-from evotrainer.agent.catalog import resolve
 from evotrainer.agent.schemas import BranchResult, PolicyVersion, Proposal, Review
 from evotrainer.agent.state import CampaignContext, CampaignState
 from evotrainer.backtest import decide
@@ -166,25 +165,18 @@ def _refuted(ctx: CampaignContext) -> list[RefutedChange]:
     return out
 
 
-def _effects(ctx: CampaignContext) -> dict[str, list[float]]:
-    effects: dict[str, list[float]] = {}
-    for d in ctx.store.list_decisions(ctx.campaign_id):
-        if d.stats is None:
-            continue
-        for cid in ctx.store.get_proposal(d.proposal_id).cited_skills:
-            effects.setdefault(cid, []).append(d.stats.effect)
-    return effects
-
-
 def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[Literal["review", "distill"]]:
     ctx, rnd = runtime.context, state["round"]
     existing = ctx.store.list_proposals(ctx.campaign_id, round=rnd)
     if not existing:
+        from evotrainer.agent.lessons import brain_inputs
+
         harness = _harness(ctx, state["harness_version"])
-        effects = _effects(ctx)
-        candidates = [c.model_copy(update={"effects": effects.get(c.id, [])}) for c in resolve(harness)]
-        bctx = BrainContext(harness=harness, findings=ctx.store.list_findings(ctx.campaign_id, round=rnd),
-                            candidates=candidates, refuted=_refuted(ctx), max_proposals=ctx.spec.backtest.max_proposals,
+        findings = ctx.store.list_findings(ctx.campaign_id, round=rnd)
+        # the library's skills are the candidates (their evidence is the prior); its mistakes count as refuted
+        candidates, mistakes, known = brain_inputs(ctx.library, harness, findings, ctx.spec.task)
+        bctx = BrainContext(harness=harness, findings=findings, candidates=candidates, mistakes=mistakes,
+                            refuted=_refuted(ctx) + known, max_proposals=ctx.spec.backtest.max_proposals,
                             task=ctx.spec.task, seed=ctx.spec.seed, round=rnd)
         result = ctx.brain.propose(bctx)
         ctx.store.log_event(ctx.campaign_id, "brain", {"round": rnd, "brain": result.brain, "notes": result.notes,
@@ -192,9 +184,12 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
         knobs = harness.knobs()
         from evotrainer.errors import ConfigError
 
+        inert = harness.inert_knobs()
         for i, d in enumerate(result.drafts):
             try:
                 harness.with_knob(d.knob, d.value)  # brains validate too; this is the last line of defence
+                if d.knob in inert:
+                    raise ConfigError(f"{d.knob} changes nothing in this harness: {inert[d.knob]}")
             except ConfigError as err:
                 ctx.store.log_event(ctx.campaign_id, "invalid_draft", {"round": rnd, "knob": d.knob, "error": str(err)})
                 continue
@@ -322,9 +317,15 @@ def distill(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
         ctx.store.add_harness_version(new.version, harness.version, new.model_dump(mode="json"),
                                       [c.model_dump(mode="json") for c in diff(harness, new)])
         harness = new
-    # label this round's branches, catch gate misfires and revise the diagnostic (may add a harness version)
+    # what the round taught: decisions into the skill library (mistake notes, skill evidence), logged
+    from evotrainer.agent.lessons import curate_round
     from evotrainer.agent.revise import campaign_revisions
 
+    ops = curate_round(ctx, bt_id)
+    if ops:
+        ctx.store.log_event(ctx.campaign_id, "curation", {"round": rnd, "ops": ops})
+        ctx.log("library: " + ", ".join(f"{o['op']} {o['slug']}" for o in ops))
+    # label this round's branches, catch gate misfires and revise the diagnostic (may add a harness version)
     harness = campaign_revisions(ctx, rnd, bt_id, harness)
     version = harness.version
     if bt_id:

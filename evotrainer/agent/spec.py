@@ -81,6 +81,11 @@ class CampaignSpec(_S):
     eval: EvalSpec = Field(default_factory=lambda: EvalSpec(every=0, n=300), description="Held-out evaluation protocol.")
     stop: StopSpec = Field(default_factory=StopSpec, description="Stop rules.")
     revision: RevisionSpec = Field(default_factory=RevisionSpec, description="Diagnostic revision when a gate misfires.")
+    library: str | None = Field(
+        None, description="Skill library folder to start from (default: $EVOTRAINER_LIBRARY, else the seed library "
+                          "skills/); an earlier campaign's HOME/campaigns/ID/library carries over what it learned.")
+    library_in_place: bool = Field(
+        False, description="Curate the library folder itself (review with git diff) instead of a copy under the campaign.")
     trace: bool = Field(False, description="Trace every graph node into MLflow (mlflow.langchain.autolog): inputs, outputs, timings.")
     source_dir: str | None = Field(None, exclude=True, description="Directory of the spec file.")
 

@@ -40,3 +40,4 @@ class CampaignContext:
     mlflow_run_id: str | None = None
     log: Callable[[str], None] = field(default=lambda _m: None)
     started_at: float = 0.0
+    library: Path | None = None  # the skill library folder this campaign reads and curates

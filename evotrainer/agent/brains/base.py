@@ -2,8 +2,8 @@
 
 A brain turns findings into at most ``max_proposals`` single-factor ``ProposalDraft``s. It sees the
 current harness (to know old values and bounds), the findings of the last segment, the candidate
-interventions (the catalog, later the skill library) with the evidence recorded for them, and what this
-campaign already refuted. It never applies anything: the propose node validates every draft against the
+interventions (skills of the library, most relevant first) with the held-out effects recorded for them,
+the library's known mistakes, and what this campaign already refuted (known mistakes included). It never applies anything: the propose node validates every draft against the
 harness (``HarnessSpec.with_knob``) and drops drafts that change nothing or repeat a refuted change.
 """
 
@@ -33,6 +33,18 @@ class Candidate(BaseModel):
     mistake: bool = Field(False, description="Known mistake: only proposable with new evidence.")
 
 
+class KnownMistake(BaseModel):
+    """A library mistake note relevant to the findings: a change that failed before (shown to the LLM brain)."""
+
+    slug: str
+    knob: str
+    direction: str = Field(..., description="up, down, on, off, to-<value>, set.")
+    symptoms: list[str]
+    failures: int = Field(..., description="Backtests in which it was refuted or blocked (the note's helpful count).")
+    successes: int = Field(..., description="Backtests in which it worked after all (the note's harmful count).")
+    description: str
+
+
 class RefutedChange(BaseModel):
     knob: str
     value: Any
@@ -47,6 +59,7 @@ class BrainContext(BaseModel):
     findings: list[Finding]
     candidates: list[Candidate]
     refuted: list[RefutedChange] = Field(default_factory=list)
+    mistakes: list[KnownMistake] = Field(default_factory=list, description="Retrieved library mistake notes.")
     max_proposals: int = 2
     task: str = ""
     seed: int = 0

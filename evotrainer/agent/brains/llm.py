@@ -96,7 +96,8 @@ def _knob_rows(harness: HarnessSpec) -> list[dict[str, Any]]:
     current, signs = harness.knobs(), {"gt": ">", "ge": "≥", "lt": "<", "le": "≤"}
     return [{**d, "current": current[d["knob"]], "choices": _choices(d["knob"]),
              "bounds": ", ".join(f"{signs[a]} {v}" for a, v in d["bounds"].items() if a in signs)}
-            for d in knob_docs() if d["knob"] in current and not d["knob"].startswith(LOCKED)]
+            for d in knob_docs() if d["knob"] in current and not d["knob"].startswith(LOCKED)
+            and d["knob"] not in harness.inert_knobs()]
 
 
 def render_prompt(ctx: BrainContext, settings: LLMSettings) -> str:
@@ -105,7 +106,7 @@ def render_prompt(ctx: BrainContext, settings: LLMSettings) -> str:
     marker = hashlib.sha256(json.dumps([f.model_dump(mode="json") for f in shown]).encode()).hexdigest()[:12]
     return template_env(settings.max_example_chars).get_template("propose.j2").render(
         task=ctx.task, round=ctx.round, metrics=ctx.metrics, knobs=_knob_rows(ctx.harness), findings=shown,
-        omitted=len(findings) - len(shown), max_examples=MAX_EXAMPLES, candidates=ctx.candidates,
+        omitted=len(findings) - len(shown), max_examples=MAX_EXAMPLES, candidates=ctx.candidates, mistakes=ctx.mistakes,
         refuted=ctx.refuted, max_proposals=ctx.max_proposals, symptoms=sorted(SYMPTOMS), marker=marker,
     )
 
@@ -153,6 +154,9 @@ def check_draft(ctx: BrainContext, item: Any) -> ProposalDraft:
     current = ctx.harness.knobs()
     if d.knob not in current or d.knob.startswith(LOCKED):
         raise ValueError(f"unknown knob {_clip(d.knob)!r}: use a knob from the list")
+    inert = ctx.harness.inert_knobs()
+    if d.knob in inert:
+        raise ValueError(f"{d.knob} changes nothing in this harness: {inert[d.knob]}")
     if not _plain(d.value):
         raise ValueError(f"value of {d.knob} must be a JSON scalar (or a list for a range), not {type(d.value).__name__}")
     try:

@@ -1,0 +1,137 @@
+"""The campaign's use of the skill library: which library it curates, what brains get from it, what it learns.
+
+- **Which library.** A campaign starts from ``library:`` in its spec (else ``$EVOTRAINER_LIBRARY``, else the
+  seed library ``skills/`` next to the package) and curates its own copy under ``HOME/campaigns/ID/library``
+  — so a demo never dirties the repository, and a later campaign can start from what an earlier one learned
+  (``library: runs/campaigns/ID/library``). ``library_in_place: true`` curates the folder itself instead.
+- **What brains get.** Every active, available skill resolved against the current harness, as a candidate
+  whose prior is the held-out effects in its evidence, ordered by retrieval (trigger match, text, evidence);
+  inert knobs (``HarnessSpec.inert_knobs``) are dropped. Known mistakes become refuted changes — with the
+  campaign's own refutations, they are not proposed again without new evidence — and the LLM brain sees the
+  retrieved mistake notes. A mistake is repeated only when the candidate goes at least as far as a value that
+  failed (raising a learning rate to 9e-5 is not the mistake of raising it to 9e-4).
+- **What it learns.** After every decided backtest, distill calls :func:`record_outcome` for each decision:
+  a refuted or blocked change updates its clustered mistake note, a promoted one the evidence of its skill.
+  A re-run after ``kill -9`` adds nothing twice (evidence is keyed by proposal id).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from evotrainer.agent.brains.base import Candidate, KnownMistake, RefutedChange
+from evotrainer.config import HarnessSpec
+from evotrainer.diagnostics.base import Finding
+
+SEED_LIBRARY = Path(__file__).resolve().parents[2] / "skills"
+
+
+def source_library(spec: Any) -> Path:
+    """The folder a campaign starts from: its spec's ``library``, else ``$EVOTRAINER_LIBRARY``, else the seeds."""
+    import os
+
+    from evotrainer.library.loader import LIBRARY_ENV
+
+    if spec.library:
+        return spec.relative(spec.library).resolve()
+    env = os.environ.get(LIBRARY_ENV)
+    return Path(env).expanduser().resolve() if env else SEED_LIBRARY
+
+
+def campaign_library(home: Path, campaign_id: str, spec: Any) -> Path:
+    """The library this campaign reads and curates (copied once from the source, atomically)."""
+    src = source_library(spec)
+    if spec.library_in_place:
+        return src
+    dst = home / "campaigns" / campaign_id / "library"
+    if not dst.exists():
+        tmp = dst.with_name("library.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        if src.is_dir():
+            shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("*.lock", "*.tmp"))
+        else:
+            tmp.mkdir(parents=True)
+        tmp.replace(dst)
+    return dst
+
+
+def _numbers(xs: list[Any]) -> list[float]:
+    return [x for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool)]
+
+
+def repeats_mistake(note: Any, direction: str, value: Any) -> bool:
+    """Does proposing ``value`` repeat what the note recorded as failing? (see the module docstring)"""
+    failed = [e.value for e in note.evidence if e.outcome in ("reject", "blocked")]
+    nums = _numbers(failed)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and nums and direction in ("up", "down"):
+        return value >= min(nums) if direction == "up" else value <= max(nums)
+    return True  # on/off/to-<name>/ranges: the same move
+
+
+def brain_inputs(library_dir: Path, harness: HarnessSpec, findings: list[Finding], task: str, k: int = 8,
+                 store: Any = None) -> tuple[list[Candidate], list[KnownMistake], list[RefutedChange]]:
+    """Candidates (retrieval order), retrieved mistake notes, and known mistakes as refuted changes."""
+    from evotrainer.library.candidates import to_candidates
+    from evotrainer.library.changes import direction
+    from evotrainer.library.loader import Library
+    from evotrainer.library.retrieve import domain_of, retrieve
+
+    lib = Library.load(library_dir, strict=False)
+    domain = domain_of(task)
+    hits = retrieve(lib, findings, domain=domain, k=max(k, len(lib.skills)), store=store)
+    ranked = [h.skill for h in hits] + [s for s in lib.skills if s.slug not in {h.slug for h in hits}]
+    inert = harness.inert_knobs()
+    candidates = [c for c in to_candidates(ranked, harness) if c.knob not in inert]
+    current = harness.knobs()
+    refuted: list[RefutedChange] = []
+    for c in candidates:
+        way = direction(current.get(c.knob), c.value)
+        for note in lib.skills:
+            if (note.kind == "mistake" and note.active and note.intervention.knob == c.knob
+                    and note.slug.startswith("mistake-") and f"-{way}-" in note.slug
+                    and set(note.symptoms) & set(c.symptoms) and repeats_mistake(note, way, c.value)):
+                refuted.append(RefutedChange(knob=c.knob, value=c.value, outcome=f"known mistake {note.slug}",
+                                             symptoms=list(note.symptoms)))
+                break
+    mistakes = []
+    for h in hits[:k]:
+        s = h.skill
+        if s.kind != "mistake" or not s.active:
+            continue
+        way = s.slug.removeprefix("mistake-").removeprefix(_knob_slug(s.intervention.knob) + "-").split("-")[0]
+        mistakes.append(KnownMistake(slug=s.slug, knob=s.intervention.knob, direction=way, symptoms=list(s.symptoms),
+                                     failures=s.counters.helpful, successes=s.counters.harmful,
+                                     description=s.description))
+    return candidates, mistakes, refuted
+
+
+def _knob_slug(knob: str) -> str:
+    from evotrainer.library.changes import knob_slug
+
+    return knob_slug(knob)
+
+
+def curate_round(ctx: Any, bt_id: str | None) -> list[dict[str, Any]]:
+    """Record every decision of this round's backtest in the library; the ops applied, for the event log."""
+    from evotrainer.library.curation import record_outcome
+
+    if not bt_id:
+        return []
+    bt = ctx.store.get_backtest(bt_id)
+    applied: list[dict[str, Any]] = []
+    for pid in bt.proposal_ids:
+        d = ctx.store.get_decision(pid)
+        if d is None or d.outcome == "failed":
+            continue
+        p = ctx.store.get_proposal(pid)
+        st = d.stats
+        ev = {"campaign": ctx.campaign_id, "task": ctx.spec.task, "proposal": p.id, "seeds": bt.seeds,
+              "effect": None if st is None else st.effect, "ci_low": None if st is None else st.ci_low,
+              "ci_high": None if st is None else st.ci_high, "date": d.at.date(),
+              "note": "; ".join(d.gate_reasons or d.reasons)[:2000]}
+        ops = record_outcome(ctx.library, symptom=p.hypothesis.symptom, knob=p.knob, old=p.old, value=p.new,
+                             outcome=d.outcome, evidence=ev, actor=f"campaign:{ctx.campaign_id}", cited=p.cited_skills)
+        applied += [{"proposal": pid, "op": op.op, "slug": getattr(op, "slug", None) or op.skill.slug} for op in ops]
+    return applied

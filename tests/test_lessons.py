@@ -1,0 +1,119 @@
+"""The skill library inside a campaign: which folder, what the brain gets, what distill writes back."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from evotrainer.agent.lessons import (
+    SEED_LIBRARY,
+    brain_inputs,
+    campaign_library,
+    curate_round,
+    repeats_mistake,
+)
+from evotrainer.agent.schemas import BacktestStats, Decision, Hypothesis, Proposal
+from evotrainer.agent.spec import CampaignSpec
+from evotrainer.config import HarnessSpec
+from evotrainer.diagnostics.base import Finding
+from evotrainer.library.curation import read_log, record_outcome
+from evotrainer.library.loader import Library
+from evotrainer.store import Store
+
+NOW = datetime(2026, 11, 21, tzinfo=timezone.utc)
+PLATEAU = Finding(symptom="plateau", diagnostic="plateau", version="1", severity="info", confidence=0.7,
+                  explanation="reward flat")
+
+
+def _spec(**kw) -> CampaignSpec:
+    return CampaignSpec.model_validate({"name": "l", "segment_steps": 10, "budget": {"total_steps": 1000},
+                                        "backtest": {"branch_steps": 10, "seeds": 2}, **kw})
+
+
+def _seeds(tmp_path: Path) -> Path:
+    lib = tmp_path / "lib"
+    shutil.copytree(SEED_LIBRARY, lib)
+    return lib
+
+
+def _ev(pid: str, outcome: str, effect: float) -> dict[str, Any]:
+    return {"campaign": "old", "task": "arith", "proposal": pid, "effect": effect, "ci_low": effect - 0.01,
+            "ci_high": effect + 0.01, "seeds": [1, 2], "date": NOW.date()}
+
+
+def test_campaign_library_is_a_copy_unless_in_place(tmp_path):
+    home = tmp_path / "home"
+    lib = campaign_library(home, "c1", _spec())
+    assert lib == home / "campaigns" / "c1" / "library" and (lib / "raise-lr" / "SKILL.md").is_file()
+    (lib / "raise-lr" / "SKILL.md").write_text("changed")  # curation of the copy never touches the seeds
+    assert campaign_library(home, "c1", _spec()) == lib and (lib / "raise-lr" / "SKILL.md").read_text() == "changed"
+    assert "changed" not in (SEED_LIBRARY / "raise-lr" / "SKILL.md").read_text()
+    own = _seeds(tmp_path)
+    assert campaign_library(home, "c2", _spec(library=str(own), library_in_place=True)) == own
+    copied = campaign_library(home, "c3", _spec(library=str(own)))
+    assert copied != own and sorted(p.name for p in copied.iterdir()) == sorted(p.name for p in own.iterdir())
+
+
+def test_known_mistake_is_refuted_only_as_far_as_it_failed(tmp_path):
+    lib = _seeds(tmp_path)
+    # an earlier campaign raised the learning rate 3e-4 -> 9e-4 against a plateau, and it was refuted
+    ops = record_outcome(lib, symptom="plateau", knob="optim.learning_rate", old=3e-4, value=9e-4, outcome="reject",
+                         evidence=_ev("old:r00:p0", "reject", -0.05), actor="campaign:old", cited=["raise-lr"])
+    assert [o.op for o in ops] == ["update_evidence", "add"]  # raise-lr gets it as harmful; a mistake note is added
+    h = HarnessSpec()  # lr 3e-4: raise-lr proposes 9e-4, exactly what failed
+    cands, mistakes, refuted = brain_inputs(lib, h, [PLATEAU], "arith")
+    assert any(r.knob == "optim.learning_rate" and r.value == 9e-4 and "known mistake" in r.outcome for r in refuted)
+    assert [m.slug for m in mistakes] == ["mistake-optim-learning-rate-up-plateau"] and mistakes[0].failures == 1
+    low = h.with_knob("optim.learning_rate", 3e-5)  # raising 3e-5 -> 9e-5 stays below what failed: not the mistake
+    _, _, refuted_low = brain_inputs(lib, low, [PLATEAU], "arith")
+    assert not any(r.knob == "optim.learning_rate" for r in refuted_low)
+    note = Library.load(lib).get("mistake-optim-learning-rate-up-plateau")
+    assert repeats_mistake(note, "up", 1e-3) and not repeats_mistake(note, "up", 5e-4)
+
+
+def test_skill_evidence_is_the_brain_prior(tmp_path):
+    lib = _seeds(tmp_path)
+    record_outcome(lib, symptom="plateau", knob="optim.learning_rate", old=3e-5, value=9e-5, outcome="promote",
+                   evidence=_ev("old:r01:p0", "promote", 0.04), actor="campaign:old", cited=["raise-lr"])
+    cands, _, _ = brain_inputs(lib, HarnessSpec().with_knob("optim.learning_rate", 3e-5), [PLATEAU], "arith")
+    raise_lr = next(c for c in cands if c.id == "raise-lr")
+    assert raise_lr.effects == [0.04] and raise_lr.value == 9e-5
+    assert cands[0].id == "raise-lr"  # retrieval order: the only candidate with evidence behind it comes first
+
+
+@dataclass
+class Ctx:
+    campaign_id: str
+    spec: CampaignSpec
+    store: Any
+    library: Path
+
+
+def test_curate_round_writes_a_clustered_mistake_note_once(tmp_path):
+    store = Store.for_home(tmp_path / "home")
+    spec = _spec()
+    store.create_campaign("c", "c", spec.model_dump(mode="json"), "t")
+    ctx = Ctx("c", spec, store, _seeds(tmp_path))
+    for r, pid in enumerate(("c:r00:p0", "c:r01:p0")):  # the same change refuted in two rounds
+        store.add_proposal(Proposal(
+            id=pid, campaign_id="c", round=r, knob="grpo.top_entropy_quantile", old=1.0, new=0.2,
+            hypothesis=Hypothesis(symptom="plateau", cause="few forking tokens", change="train on top 20%",
+                                  expected_effect="+1 point"),
+            rationale="", cited_skills=["high-entropy-tokens"], brain="heuristic", status="refuted",
+            harness_version="h", created=NOW))
+        store.add_backtest(f"c:r{r:02d}:backtest", "c", r, [pid], [1, 2], 10)
+        store.add_decision(Decision(proposal_id=pid, outcome="reject", reasons=["worse"], at=NOW, stats=BacktestStats(
+            n_pairs=2, effect=-0.03, ci_low=-0.05, ci_high=-0.01, confidence=0.8, method="paired-t",
+            control_mean=0.4, treatment_mean=0.37)))
+        ops = curate_round(ctx, f"c:r{r:02d}:backtest")
+        assert {o["slug"] for o in ops} == {"high-entropy-tokens", "mistake-grpo-top-entropy-quantile-down-plateau"}
+    lib = Library.load(ctx.library)
+    note = lib.get("mistake-grpo-top-entropy-quantile-down-plateau")
+    assert note.kind == "mistake" and [e.proposal for e in note.evidence] == ["c:r00:p0", "c:r01:p0"]
+    assert lib.get("high-entropy-tokens").counters.harmful == 2
+    n_log = len(read_log(ctx.library))
+    assert curate_round(ctx, "c:r01:backtest") == [] and len(read_log(ctx.library)) == n_log  # re-run: nothing twice
+    assert curate_round(ctx, None) == []
