@@ -443,13 +443,28 @@ def campaign_summary(home: Path, cid: str) -> dict[str, Any]:
         "decisions": [{**d.model_dump(mode="json"), "knob": props[d.proposal_id].knob,
                        "new": props[d.proposal_id].new} for d in decisions if d.proposal_id in props],
         "promoted": [d.proposal_id for d in decisions if d.outcome == "promote"],
-        "versions": [{"version": pv.harness_version, "policy": pv.id,
-                      "diff": store.get_harness_version(pv.harness_version).diff}
-                     for i, pv in enumerate(lineage) if i == 0 or pv.harness_version != lineage[i - 1].harness_version],
+        "versions": _versions(store, lineage),
         "revisions": [e.message for e in store.events(cid, kind="diagnostic_revision")],
         "where": {"mlflow": tracking_uri(home), "state": make_url(store.url).render_as_string(hide_password=True),
                   "mlflow_run_id": camp.mlflow_run_id},
     }
+
+
+def _versions(store: Any, lineage: list) -> list[dict[str, Any]]:
+    """Mainline harness versions in order, each with its diff from the previous one (a round may add two)."""
+    from evotrainer.config import HarnessSpec, diff
+
+    out: list[dict[str, Any]] = []
+    prev = None
+    for pv in lineage:
+        if prev is not None and pv.harness_version == prev:
+            continue
+        changes = [] if prev is None else [c.model_dump(mode="json") for c in diff(
+            HarnessSpec.model_validate(store.get_harness_version(prev).spec),
+            HarnessSpec.model_validate(store.get_harness_version(pv.harness_version).spec))]
+        out.append({"version": pv.harness_version, "policy": pv.id, "diff": changes})
+        prev = pv.harness_version
+    return out
 
 
 def _print_status(home: Path, cid: str, as_json: bool) -> None:

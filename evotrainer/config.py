@@ -236,6 +236,15 @@ class DiagnosticsKnobs(_Section):
     )
 
 
+# Knobs no intervention may change: the diagnostics and their gate judge interventions, so a proposal (from
+# a brain, an LLM or a library file) that touched them could switch off its own judge.
+LOCKED_KNOB_PREFIXES: tuple[str, ...] = ("diagnostics.",)
+
+
+def locked_knob(path: str) -> bool:
+    return path.startswith(LOCKED_KNOB_PREFIXES)
+
+
 class HarnessSpec(_Section):
     """One harness file. ``version`` is its content hash; ``diff`` lists the knobs that differ."""
 

@@ -8,11 +8,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from evotrainer.agent.lessons import (
     SEED_LIBRARY,
     brain_inputs,
     campaign_library,
     curate_round,
+    repeated_mistake,
     repeats_mistake,
 )
 from evotrainer.agent.schemas import BacktestStats, Decision, Hypothesis, Proposal
@@ -74,6 +77,30 @@ def test_known_mistake_is_refuted_only_as_far_as_it_failed(tmp_path):
     assert repeats_mistake(note, "up", 1e-3) and not repeats_mistake(note, "up", 5e-4)
 
 
+def test_a_draft_repeating_a_known_mistake_is_caught_for_its_own_symptom(tmp_path):
+    lib = _seeds(tmp_path)
+    record_outcome(lib, symptom="plateau", knob="optim.learning_rate", old=3e-4, value=9e-4, outcome="reject",
+                   evidence=_ev("old:r00:p0", "reject", -0.05), actor="campaign:old")
+    h = HarnessSpec()
+    assert repeated_mistake(lib, h, "optim.learning_rate", 1e-3, "plateau") == "mistake-optim-learning-rate-up-plateau"
+    assert repeated_mistake(lib, h, "optim.learning_rate", 5e-4, "plateau") is None  # not as far as what failed
+    assert repeated_mistake(lib, h, "optim.learning_rate", 1e-3, "too_hard") is None  # another symptom: new evidence
+    assert repeated_mistake(None, h, "optim.learning_rate", 1e-3, "plateau") is None
+
+
+def test_library_cannot_touch_the_judges(tmp_path):
+    from evotrainer.library.format import check_intervention
+
+    with pytest.raises(ValueError, match="locked"):
+        check_intervention("diagnostics.gate_on_error", "set", "pass")
+    lib = _seeds(tmp_path)
+    text = (lib / "raise-lr" / "SKILL.md").read_text()
+    (lib / "raise-lr" / "SKILL.md").write_text(text.replace("knob: optim.learning_rate\n  op: scale\n  arg: 3.0",
+                                                            "knob: diagnostics.gate_on_error\n  op: set\n  arg: pass"))
+    loaded = Library.load(lib, strict=False)
+    assert loaded.find("raise-lr") is None and any("locked" in p.message for p in loaded.problems)
+
+
 def test_skill_evidence_is_the_brain_prior(tmp_path):
     lib = _seeds(tmp_path)
     record_outcome(lib, symptom="plateau", knob="optim.learning_rate", old=3e-5, value=9e-5, outcome="promote",
@@ -117,3 +144,23 @@ def test_curate_round_writes_a_clustered_mistake_note_once(tmp_path):
     n_log = len(read_log(ctx.library))
     assert curate_round(ctx, "c:r01:backtest") == [] and len(read_log(ctx.library)) == n_log  # re-run: nothing twice
     assert curate_round(ctx, None) == []
+
+
+def test_a_refuted_block_is_not_written_as_a_mistake(tmp_path):
+    store = Store.for_home(tmp_path / "home")
+    spec = _spec()
+    store.create_campaign("c", "c", spec.model_dump(mode="json"), "t")
+    ctx = Ctx("c", spec, store, _seeds(tmp_path))
+    store.add_proposal(Proposal(
+        id="c:r00:p0", campaign_id="c", round=0, knob="optim.learning_rate", old=3e-5, new=9e-5,
+        hypothesis=Hypothesis(symptom="plateau", cause="steps too small", change="raise lr", expected_effect="+2 points"),
+        rationale="", cited_skills=["raise-lr"], brain="heuristic", status="blocked", harness_version="h", created=NOW))
+    store.add_backtest("c:r00:backtest", "c", 0, ["c:r00:p0"], [1, 2], 10)
+    store.add_decision(Decision(proposal_id="c:r00:p0", outcome="blocked", reasons=["gate"], at=NOW,
+                                gate_reasons=["reward_hacking: warning"], stats=BacktestStats(
+                                    n_pairs=2, effect=0.05, ci_low=0.02, ci_high=0.08, confidence=0.8,
+                                    method="paired-t", control_mean=0.4, treatment_mean=0.45)))
+    ops = curate_round(ctx, "c:r00:backtest", refuted_blocks={"c:r00:p0"})
+    assert ops and not any(o["slug"].startswith("mistake-") for o in ops)
+    ev = Library.load(ctx.library).get("raise-lr").evidence[-1]
+    assert ev.outcome == "inconclusive" and "gate misfire" in ev.note

@@ -18,6 +18,7 @@ from evotrainer.agent.revise import (
     campaign_revisions,
     load_archive,
     param_candidates,
+    refuted_blocks,
     refutes_block,
 )
 from evotrainer.agent.schemas import (
@@ -132,10 +133,23 @@ def test_refuted_block_revises_the_gate_and_reopens_the_proposal(tmp_path):
     assert accepted_false_positives(ctx.store, "rev") == {"rev:r00:p0"}
     assert [r.diagnostic for r in history(ctx.home)] == ["reward_hacking"]
 
-    # re-running distill after kill -9 decides nothing twice
+    # re-running distill after kill -9 decides nothing twice, and the adopted revision is not lost
     again = campaign_revisions(ctx, 0, bt, harness)
-    assert again.version == harness.version  # the misfire was already handled: no second revision
+    assert again.version == new.version
     assert len(ctx.store.events("rev", kind="diagnostic_revision")) == 1 and len(history(ctx.home)) == 1
+
+
+def test_loosening_a_gate_needs_a_known_exploit_to_check_against(tmp_path):
+    harness = _harness({"gap": 0.0, "min_gap_growth": 0.0})
+    ctx = _ctx(tmp_path, harness, {"control_s1": "too-easy-s0", "control_s2": "too-easy-s0",
+                                   "treat_s1": "healthy-s0", "treat_s2": "healthy-s0"})
+    ctx.spec = ctx.spec.model_copy(update={"revision": ctx.spec.revision.model_copy(update={"archive": None})})
+    bt = _blocked_backtest(ctx, harness, ci_low=0.05)
+    assert campaign_revisions(ctx, 0, bt, harness).version == harness.version
+    (ev,) = ctx.store.events("rev", kind="diagnostic_revision")
+    assert not ev.message["accepted"] and "no run labelled invalid" in " ".join(ev.message["reasons"])
+    assert refuted_blocks(ctx.store, "rev") == {"rev:r00:p0"}  # still no mistake of the change
+    assert accepted_false_positives(ctx.store, "rev") == set()  # but not reopened either
 
 
 def test_upheld_block_is_an_invalid_label_and_no_misfire(tmp_path):
@@ -164,9 +178,22 @@ def test_regression_after_promotion_without_warning_tightens_a_gate(tmp_path):
     (ev,) = s.events("rev", kind="diagnostic_revision")
     assert ev.message["misfire"]["kind"] == "false_negative", ev.message
     assert ev.message["accepted"] and ev.message["diagnostic"] == "reward_hacking"
-    assert new.diagnostics.params["reward_hacking"]["gap"] < 0.2 or len(new.diagnostics.params["reward_hacking"]) > 1
+    scores = ev.message["scores"]
+    assert scores["after"]["recall"] > scores["before"]["recall"]  # the revised version now catches the regression
+    assert new.diagnostics.params["reward_hacking"] != {"gap": 0.2}
     seg = next(r for r in load_archive(archive_path(ctx.home, "rev")).runs if Path(r.path).name == "seg_r01")
     assert seg.labels == ["reward_hacking"] and "tentative" in seg.note
+
+
+def test_blocked_seed_that_passed_the_gate_is_unconfirmed_not_invalid(tmp_path):
+    harness = _harness({})
+    ctx = _ctx(tmp_path, harness, {"control_s1": "healthy-s0", "control_s2": "healthy-s0",
+                                   "treat_s1": "lenient-reward-s0", "treat_s2": "healthy-s0"})
+    bt = _blocked_backtest(ctx, harness, ci_low=-0.05)
+    campaign_revisions(ctx, 0, bt, harness)
+    arch = {Path(r.path).name: r for r in load_archive(archive_path(ctx.home, "rev")).runs}
+    assert arch["treat_s1"].invalid  # this seed tripped the gate
+    assert not arch["treat_s2"].invalid and "unconfirmed" in arch["treat_s2"].note  # this one did not
 
 
 def test_small_drop_is_not_a_misfire(tmp_path):

@@ -53,6 +53,7 @@ def start_campaign(spec_path: Path, home: Path, log: Callable[[str], None] = pri
     harness = load_harness(spec.harness_path())
     Registry(harness)
     get_task(spec.task, spec.task_options)
+    _check_paths(spec, spec_path)
     slug = re.sub(r"[^a-z0-9]+", "-", spec.name.lower()).strip("-")[:40] or "campaign"
     cid = f"{slug}-{datetime.now(timezone.utc).strftime('%Y%m%d%H%M%S')}"
     store = _store(home)
@@ -68,6 +69,28 @@ def start_campaign(spec_path: Path, home: Path, log: Callable[[str], None] = pri
     log(f"campaign {cid} created")
     run_campaign(cid, home, log=log, wait=wait, max_rounds=max_rounds)
     return cid
+
+
+def _check_paths(spec: CampaignSpec, spec_path: Path) -> None:
+    """Paths the campaign reads later must exist now: a typo found in round 3 would cost the rounds before it."""
+    from evotrainer.agent.lessons import source_library
+    from evotrainer.errors import ConfigError
+    from evotrainer.library.loader import Library
+
+    lib = source_library(spec)
+    if not lib.is_dir():
+        raise ConfigError(f"{spec_path}: library: {lib} is not a folder; give a skill library folder (e.g. skills/ or "
+                          "an earlier campaign's HOME/campaigns/ID/library), or leave it out for the seed library")
+    if Library.load(lib, strict=False).problems:
+        raise ConfigError(f"{spec_path}: library: {lib} has malformed files; run `evotrainer skills lint --library {lib}`")
+    if spec.revision.archive:
+        from evotrainer.diagnostics.revision import Archive
+
+        arch = spec.relative(spec.revision.archive)
+        if not arch.is_file():
+            raise ConfigError(f"{spec_path}: revision.archive: {arch} does not exist; give a labelled archive YAML "
+                              "(runs: [{path, labels, invalid}]) or leave it out")
+        Archive.load(arch)
 
 
 def _spec_of(campaign) -> CampaignSpec:

@@ -8,8 +8,9 @@
   whose prior is the held-out effects in its evidence, ordered by retrieval (trigger match, text, evidence);
   inert knobs (``HarnessSpec.inert_knobs``) are dropped. Known mistakes become refuted changes — with the
   campaign's own refutations, they are not proposed again without new evidence — and the LLM brain sees the
-  retrieved mistake notes. A mistake is repeated only when the candidate goes at least as far as a value that
-  failed (raising a learning rate to 9e-5 is not the mistake of raising it to 9e-4).
+  retrieved mistake notes; the propose node refuses any draft (an LLM's too) that repeats a known mistake for
+  its own symptom. A mistake is repeated only when the change goes at least as far as a value that failed
+  (raising a learning rate to 9e-5 is not the mistake of raising it to 9e-4).
 - **What it learns.** After every decided backtest, distill calls :func:`record_outcome` for each decision:
   a refuted or blocked change updates its clustered mistake note, a promoted one the evidence of its skill.
   A re-run after ``kill -9`` adds nothing twice (evidence is keyed by proposal id).
@@ -74,7 +75,6 @@ def brain_inputs(library_dir: Path, harness: HarnessSpec, findings: list[Finding
                  store: Any = None) -> tuple[list[Candidate], list[KnownMistake], list[RefutedChange]]:
     """Candidates (retrieval order), retrieved mistake notes, and known mistakes as refuted changes."""
     from evotrainer.library.candidates import to_candidates
-    from evotrainer.library.changes import direction
     from evotrainer.library.loader import Library
     from evotrainer.library.retrieve import domain_of, retrieve
 
@@ -84,14 +84,11 @@ def brain_inputs(library_dir: Path, harness: HarnessSpec, findings: list[Finding
     ranked = [h.skill for h in hits] + [s for s in lib.skills if s.slug not in {h.slug for h in hits}]
     inert = harness.inert_knobs()
     candidates = [c for c in to_candidates(ranked, harness) if c.knob not in inert]
-    current = harness.knobs()
     refuted: list[RefutedChange] = []
     for c in candidates:
-        way = direction(current.get(c.knob), c.value)
-        for note in lib.skills:
-            if (note.kind == "mistake" and note.active and note.intervention.knob == c.knob
-                    and note.slug.startswith("mistake-") and f"-{way}-" in note.slug
-                    and set(note.symptoms) & set(c.symptoms) and repeats_mistake(note, way, c.value)):
+        for symptom in c.symptoms:
+            note = _mistake(lib, harness, c.knob, c.value, symptom)
+            if note is not None:
                 refuted.append(RefutedChange(knob=c.knob, value=c.value, outcome=f"known mistake {note.slug}",
                                              symptoms=list(note.symptoms)))
                 break
@@ -100,21 +97,40 @@ def brain_inputs(library_dir: Path, harness: HarnessSpec, findings: list[Finding
         s = h.skill
         if s.kind != "mistake" or not s.active:
             continue
-        way = s.slug.removeprefix("mistake-").removeprefix(_knob_slug(s.intervention.knob) + "-").split("-")[0]
-        mistakes.append(KnownMistake(slug=s.slug, knob=s.intervention.knob, direction=way, symptoms=list(s.symptoms),
-                                     failures=s.counters.helpful, successes=s.counters.harmful,
-                                     description=s.description))
+        ev = next((e for e in s.evidence if e.value is not None), None)
+        way = s.slug.removeprefix("mistake-")
+        mistakes.append(KnownMistake(slug=s.slug, knob=s.intervention.knob, symptoms=list(s.symptoms),
+                                     direction=f"to {ev.value!r}" if ev else way, failures=s.counters.helpful,
+                                     successes=s.counters.harmful, description=s.description))
     return candidates, mistakes, refuted
 
 
-def _knob_slug(knob: str) -> str:
-    from evotrainer.library.changes import knob_slug
+def _mistake(lib: Any, harness: HarnessSpec, knob: str, value: Any, symptom: str) -> Any:
+    """The active mistake note of the (symptom, knob, direction) cluster that ``value`` repeats, if any."""
+    from evotrainer.library.changes import direction
+    from evotrainer.library.curation import known_mistake
 
-    return knob_slug(knob)
+    old = harness.knobs().get(knob)
+    note = known_mistake(lib, symptom=symptom, knob=knob, old=old, value=value)
+    return note if note is not None and repeats_mistake(note, direction(old, value), value) else None
 
 
-def curate_round(ctx: Any, bt_id: str | None) -> list[dict[str, Any]]:
-    """Record every decision of this round's backtest in the library; the ops applied, for the event log."""
+def repeated_mistake(library_dir: Path | None, harness: HarnessSpec, knob: str, value: Any, symptom: str) -> str | None:
+    """Slug of the known mistake a draft repeats for its own symptom (the propose node's last check), else None."""
+    from evotrainer.library.loader import Library
+
+    if library_dir is None:
+        return None
+    note = _mistake(Library.load(library_dir, strict=False), harness, knob, value, symptom)
+    return note.slug if note is not None else None
+
+
+def curate_round(ctx: Any, bt_id: str | None, refuted_blocks: set[str] = frozenset()) -> list[dict[str, Any]]:
+    """Record every decision of this round's backtest in the library; the ops applied, for the event log.
+
+    A block in ``refuted_blocks`` (its held-out gain confirmed: the gate misfired) is recorded as inconclusive,
+    not as a mistake: the change did not fail, the judge did.
+    """
     from evotrainer.library.curation import record_outcome
 
     if not bt_id:
@@ -131,7 +147,10 @@ def curate_round(ctx: Any, bt_id: str | None) -> list[dict[str, Any]]:
               "effect": None if st is None else st.effect, "ci_low": None if st is None else st.ci_low,
               "ci_high": None if st is None else st.ci_high, "date": d.at.date(),
               "note": "; ".join(d.gate_reasons or d.reasons)[:2000]}
+        outcome = "inconclusive" if d.outcome == "blocked" and pid in refuted_blocks else d.outcome
+        if outcome != d.outcome:
+            ev["note"] = ("block refuted by the held-out interval (gate misfire); " + ev["note"])[:2000]
         ops = record_outcome(ctx.library, symptom=p.hypothesis.symptom, knob=p.knob, old=p.old, value=p.new,
-                             outcome=d.outcome, evidence=ev, actor=f"campaign:{ctx.campaign_id}", cited=p.cited_skills)
+                             outcome=outcome, evidence=ev, actor=f"campaign:{ctx.campaign_id}", cited=p.cited_skills)
         applied += [{"proposal": pid, "op": op.op, "slug": getattr(op, "slug", None) or op.skill.slug} for op in ops]
     return applied

@@ -22,7 +22,7 @@ from evotrainer.agent.brains.base import BrainContext, RefutedChange
 from evotrainer.agent.schemas import BranchResult, PolicyVersion, Proposal, Review
 from evotrainer.agent.state import CampaignContext, CampaignState
 from evotrainer.backtest import decide
-from evotrainer.config import HarnessSpec, diff, dump_harness
+from evotrainer.config import HarnessSpec, diff, dump_harness, locked_knob
 from evotrainer.evaluation import EvalSpec
 from evotrainer.evidence import load_run_evidence, read_metrics
 from evotrainer.jobs.runner import complete_checkpoints
@@ -169,12 +169,12 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
     ctx, rnd = runtime.context, state["round"]
     existing = ctx.store.list_proposals(ctx.campaign_id, round=rnd)
     if not existing:
-        from evotrainer.agent.lessons import brain_inputs
+        from evotrainer.agent.lessons import brain_inputs, repeated_mistake
 
         harness = _harness(ctx, state["harness_version"])
         findings = ctx.store.list_findings(ctx.campaign_id, round=rnd)
         # the library's skills are the candidates (their evidence is the prior); its mistakes count as refuted
-        candidates, mistakes, known = brain_inputs(ctx.library, harness, findings, ctx.spec.task)
+        candidates, mistakes, known = brain_inputs(ctx.library, harness, findings, ctx.spec.task, store=ctx.store)
         bctx = BrainContext(harness=harness, findings=findings, candidates=candidates, mistakes=mistakes,
                             refuted=_refuted(ctx) + known, max_proposals=ctx.spec.backtest.max_proposals,
                             task=ctx.spec.task, seed=ctx.spec.seed, round=rnd)
@@ -188,8 +188,13 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
         for i, d in enumerate(result.drafts):
             try:
                 harness.with_knob(d.knob, d.value)  # brains validate too; this is the last line of defence
+                if locked_knob(d.knob):
+                    raise ConfigError(f"{d.knob} is locked: diagnostics and gates judge proposals")
                 if d.knob in inert:
                     raise ConfigError(f"{d.knob} changes nothing in this harness: {inert[d.knob]}")
+                mistake = repeated_mistake(ctx.library, harness, d.knob, d.value, d.hypothesis.symptom)
+                if mistake:
+                    raise ConfigError(f"{d.knob}={d.value!r} repeats the known mistake {mistake} with no new symptom")
             except ConfigError as err:
                 ctx.store.log_event(ctx.campaign_id, "invalid_draft", {"round": rnd, "knob": d.knob, "error": str(err)})
                 continue
@@ -268,8 +273,8 @@ def backtest(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command
                        {"evotrainer.role": role, "evotrainer.proposal": pid or "", "evotrainer.round": str(rnd),
                         "evotrainer.seed": str(seed)})
             gate = None
-            if role == "treatment" and res["status"] == "finished":
-                gate = check_gate(load_run_evidence(res["run_dir"]), Registry(h))
+            if role == "treatment" and res["status"] == "finished":  # judged by the mainline's gate, not its own
+                gate = check_gate(load_run_evidence(res["run_dir"]), Registry(harness))
             ctx.store.add_branch(BranchResult(
                 backtest_id=bt_id, proposal_id=pid, role=role, seed=seed, run_name=name,
                 status="finished" if res["status"] == "finished" else "failed", error=res["error"],
@@ -305,6 +310,16 @@ def decide_node(state: CampaignState, runtime: Runtime[CampaignContext]) -> Comm
     return Command(goto="distill", update={"promoted": best})
 
 
+def _guarded(ctx: CampaignContext, what: str, rnd: int, fn, default):
+    """Learning steps must not stall a campaign: an error is an event (and a log line), and the round goes on."""
+    try:
+        return fn()
+    except Exception as err:  # noqa: BLE001 - recorded with its type; the decision itself is already stored
+        ctx.store.log_event(ctx.campaign_id, f"{what}_error", {"round": rnd, "error": f"{type(err).__name__}: {err}"})
+        ctx.log(f"{what} skipped this round: {type(err).__name__}: {err}")
+        return default
+
+
 def distill(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[Literal["train_segment", "finish"]]:
     ctx, rnd = runtime.context, state["round"]
     harness = _harness(ctx, state["harness_version"])
@@ -317,16 +332,16 @@ def distill(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
         ctx.store.add_harness_version(new.version, harness.version, new.model_dump(mode="json"),
                                       [c.model_dump(mode="json") for c in diff(harness, new)])
         harness = new
-    # what the round taught: decisions into the skill library (mistake notes, skill evidence), logged
+    # label this round's branches, catch gate misfires and revise the diagnostic (may add a harness version);
+    # then what the round taught goes into the skill library (a block refuted by its own evidence is no mistake)
     from evotrainer.agent.lessons import curate_round
-    from evotrainer.agent.revise import campaign_revisions
+    from evotrainer.agent.revise import campaign_revisions, refuted_blocks
 
-    ops = curate_round(ctx, bt_id)
+    harness = _guarded(ctx, "revision", rnd, lambda: campaign_revisions(ctx, rnd, bt_id, harness), harness)
+    ops = _guarded(ctx, "curation", rnd, lambda: curate_round(ctx, bt_id, refuted_blocks(ctx.store, ctx.campaign_id)), [])
     if ops:
         ctx.store.log_event(ctx.campaign_id, "curation", {"round": rnd, "ops": ops})
         ctx.log("library: " + ", ".join(f"{o['op']} {o['slug']}" for o in ops))
-    # label this round's branches, catch gate misfires and revise the diagnostic (may add a harness version)
-    harness = campaign_revisions(ctx, rnd, bt_id, harness)
     version = harness.version
     if bt_id:
         branches = ctx.store.list_branches(bt_id)

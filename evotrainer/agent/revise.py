@@ -135,7 +135,7 @@ def param_candidates(cls: type, current: dict[str, Any]) -> list[tuple[dict[str,
 
 def search(name: str, cls: type, harness: HarnessSpec, symptom: str, archive: Archive,
            load: Callable[[str], Evidence], home: Path) -> tuple[RevisionResult | None, int]:
-    """Try every one-parameter candidate; record each attempt; return the best accepted one (or None)."""
+    """Try every one-parameter candidate; return the best accepted one (or None) and how many were tried."""
     current = harness.diagnostics.params.get(name, {})
     before = cls(current)
     best: tuple[float, float, RevisionResult] | None = None
@@ -146,8 +146,6 @@ def search(name: str, cls: type, harness: HarnessSpec, symptom: str, archive: Ar
                                 {"params": change, "source": "campaign"})
         if res.accepted and (best is None or (res.after.f1, -size) > (best[0], best[1])):
             best = (res.after.f1, -size, res)
-    if best is not None:
-        record(home, best[2])
     return (best[2] if best else None), tried
 
 
@@ -176,6 +174,10 @@ def revise(misfire: Misfire, harness: HarnessSpec, archive: Archive, classes: di
         arch = label(archive, cls.symptom) if label else archive
         res, n = search(name, cls, harness, cls.symptom, arch, load, home)
         tried += n
+        if res is not None and misfire.kind == "false_positive" and res.before.invalid_recall is None:
+            reasons.append(f"{name}: no run labelled invalid with {cls.symptom} in the archive, so a loosening cannot "
+                           "be checked against known exploits (name one with revision.archive)")
+            continue
         if res is None:
             reasons.append(f"{name}: none of {n} one-parameter candidates improved F1 without losing invalid-run recall")
         elif best is None or res.after.f1 - res.before.f1 > best[1].after.f1 - best[1].before.f1:
@@ -184,6 +186,7 @@ def revise(misfire: Misfire, harness: HarnessSpec, archive: Archive, classes: di
         return RevisionOutcome(misfire=misfire, diagnostic=None, accepted=False, candidate=None, scores=None,
                                harness_version=None, tried=tried, reasons=reasons), None
     name, res = best
+    record(home, res)  # the adopted revision joins the diagnostic's version history
     new = with_params(harness, name, res.candidate["params"])
     changes = ", ".join(f"{c.path} {c.old!r} → {c.new!r}" for c in diff(harness, new))
     return RevisionOutcome(
@@ -206,6 +209,12 @@ def _memo(load: Callable[[str], Evidence]) -> Callable[[str], Evidence]:
 
 def flags_of(archive: Archive, path: str) -> list[str]:
     return next((r.unknown for r in archive.runs if r.path == path), [])
+
+
+def refuted_blocks(store: Any, campaign_id: str) -> set[str]:
+    """Proposal ids whose block the held-out interval refuted (revised or not): not mistakes of the change."""
+    return {e.message["misfire"]["proposal_id"] for e in store.events(campaign_id, kind="diagnostic_revision")
+            if e.message["misfire"].get("kind") == "false_positive" and e.message["misfire"].get("proposal_id")}
 
 
 def accepted_false_positives(store: Any, campaign_id: str) -> set[str]:
@@ -239,8 +248,10 @@ def label_round(ctx: Any, rnd: int, bt_id: str | None, harness: HarnessSpec, reg
             entry = LabelledRun(path=run, labels=[], note=f"{b.proposal_id} promoted: held-out gain confirmed, gate passed")
         elif b.role == "treatment" and d is not None and d.outcome == "blocked" and d.stats is not None:
             p = store.get_proposal(b.proposal_id)
-            th = HarnessSpec.model_validate(store.get_harness_version(p.harness_version).spec).with_knob(p.knob, p.new)
-            trip = tripped(check_gate(ev, Registry(th)).findings, th)
+            base = HarnessSpec.model_validate(store.get_harness_version(p.harness_version).spec)
+            base.source_dir = harness.source_dir  # user diagnostic paths resolve as on the mainline
+            trip = tripped(check_gate(ev, Registry(base)).findings, base)  # the gate that judged it (the mainline's)
+            confirmed = d.stats.ci_low > ctx.spec.backtest.min_effect
             if refutes_block(set(trip.values()), d.stats.ci_low, ctx.spec.backtest.min_effect):
                 entry = LabelledRun(path=run, labels=[], unknown=[s for s in current if s not in trip.values()],
                                     note=f"{b.proposal_id} blocked by {sorted(trip)}, refuted: held-out gain confirmed "
@@ -248,10 +259,11 @@ def label_round(ctx: Any, rnd: int, bt_id: str | None, harness: HarnessSpec, reg
                 runs, names = blocked_runs.setdefault(b.proposal_id, ([], {}))
                 runs.append(run)
                 names.update(trip)
-            else:
+            elif trip and not confirmed:
                 entry = LabelledRun(path=run, labels=sorted(set(trip.values())), invalid=True,
                                     unknown=sorted(set(current) - set(trip.values())),
                                     note=f"{b.proposal_id} blocked by {sorted(trip)}; held-out gain not confirmed")
+            # else: this seed passed the gate, or a confirmed gain met a non-exploit symptom: unconfirmed
         archive = upsert(archive, entry)
     for pid, (runs, trip) in blocked_runs.items():
         misfires.append(Misfire(key=f"false_positive:{pid}", kind="false_positive", diagnostics=sorted(trip), runs=runs,
@@ -291,18 +303,25 @@ def campaign_revisions(ctx: Any, rnd: int, bt_id: str | None, harness: HarnessSp
     load = _memo(lambda p: load_evidence(p, ctx.home))
     registry = Registry(harness)
     archive, misfires = label_round(ctx, rnd, bt_id, harness, registry, load)
-    done = {e.message.get("key") for e in ctx.store.events(ctx.campaign_id, kind="diagnostic_revision")}
+    done = {e.message.get("key"): e.message for e in ctx.store.events(ctx.campaign_id, kind="diagnostic_revision")}
     extra = Archive.load(ctx.spec.relative(ctx.spec.revision.archive)) if ctx.spec.revision.archive else Archive()
     for m in misfires:
-        if m.key in done:  # re-run after kill -9: already decided
-            continue
-        both = Archive(runs=[*extra.runs, *archive.runs])
 
         def tentative(arch: Archive, symptom: str, m: Misfire = m) -> Archive:
             for r in m.runs:
                 arch = upsert(arch, LabelledRun(path=r, labels=[symptom], unknown=[u for u in flags_of(arch, r) if u != symptom],
                                                 note=f"tentative: {m.explanation}"))
             return arch
+
+        if m.key in done:  # re-run after kill -9: decided already; an adopted revision is applied again, not lost
+            msg = done[m.key]
+            if msg.get("accepted"):
+                harness = with_params(harness, msg["diagnostic"], msg["candidate"])
+                if m.kind == "false_negative":
+                    archive = tentative(archive, Registry(harness).classes[msg["diagnostic"]].symptom)
+                    save_archive(archive_path(ctx.home, ctx.campaign_id), archive)
+            continue
+        both = Archive(runs=[*extra.runs, *archive.runs])
 
         outcome, new = revise(m, harness, both, Registry(harness).classes, load, ctx.home,
                               tentative if m.kind == "false_negative" else None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from evotrainer.agent.brains.base import Candidate
-from evotrainer.config import HarnessSpec
+from evotrainer.config import HarnessSpec, locked_knob
 from evotrainer.errors import ConfigError
 from evotrainer.library.changes import resolve_value
 from evotrainer.library.format import Skill
@@ -26,7 +26,7 @@ def to_candidates(items: Iterable[Skill | Hit], harness: HarnessSpec) -> list[Ca
     out: list[Candidate] = []
     for item in items:
         s = item.skill if isinstance(item, Hit) else item
-        if s.kind != "skill" or not s.active or not s.intervention.available:
+        if s.kind != "skill" or not s.active or not s.intervention.available or locked_knob(s.intervention.knob):
             continue
         current = knobs.get(s.intervention.knob)
         value = resolve_value(s.intervention, current)
@@ -38,5 +38,6 @@ def to_candidates(items: Iterable[Skill | Hit], harness: HarnessSpec) -> list[Ca
             continue
         out.append(Candidate(id=s.slug, symptoms=s.symptoms, knob=s.intervention.knob, value=value,
                              description=s.description, source=s.source_text(),
-                             effects=[e.effect for e in s.evidence if e.effect is not None]))
+                             # a blocked branch scored higher by an exploit: its effect is no evidence for the skill
+                             effects=[e.effect for e in s.evidence if e.effect is not None and e.outcome != "blocked"]))
     return out

@@ -102,6 +102,10 @@ def check_intervention(knob: str, op: str, arg: Any) -> None:
     ``HarnessSpec.with_knob``. ``scale``: a positive factor other than 1 on a numeric knob. ``step``: a non-zero
     integer shift of a ``[lo, hi]`` range knob (``data.difficulty``).
     """
+    from evotrainer.config import locked_knob
+
+    if locked_knob(knob):
+        raise ValueError(f"knob '{knob}' is locked: diagnostics and gates judge interventions, no intervention may change them")
     knobs = harness_knobs()
     if knob not in knobs:
         raise ValueError(f"unknown knob '{knob}'; known knobs: {', '.join(sorted(knobs))} "

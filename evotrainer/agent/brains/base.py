@@ -38,7 +38,7 @@ class KnownMistake(BaseModel):
 
     slug: str
     knob: str
-    direction: str = Field(..., description="up, down, on, off, to-<value>, set.")
+    direction: str = Field(..., description="The move that failed: 'to <value tried>', else the note's cluster.")
     symptoms: list[str]
     failures: int = Field(..., description="Backtests in which it was refuted or blocked (the note's helpful count).")
     successes: int = Field(..., description="Backtests in which it worked after all (the note's harmful count).")
