@@ -130,6 +130,13 @@ class CorrectnessReward(_Section):
         description="'exact': the whole completion must be the right answer. 'contains': any occurrence counts — a "
         "deliberately lenient variant that invites answer spraying; strict correctness is still recorded.",
     )
+    tests: Literal["hidden", "visible"] = Field(
+        "hidden",
+        description="Tests that score a task with partial credit (code; with match 'exact'): 'hidden' pays the "
+        "fraction of hidden test cases passed. 'visible' is a TRAP for demonstrating gates: it pays only the "
+        "examples shown in the prompt, so a policy can hard-code their outputs (the `hardcoding` diagnostic "
+        "catches it). Tasks without visible examples (arith, countdown) score as with 'hidden'.",
+    )
 
 
 class FormatReward(_Section):
@@ -303,6 +310,8 @@ class HarnessSpec(_Section):
             out["grpo.entropy_target"] = "used only when grpo.use_adaptive_entropy is on"
         if d.sampling != "difficulty_targeted":
             out["data.target_pass_rate"] = "used only when data.sampling is difficulty_targeted"
+        if r.correctness.match != "exact":
+            out["reward.correctness.tests"] = "used only when reward.correctness.match is exact"
         if r.overlong.weight == 0:
             out["reward.overlong.buffer"] = "used only when reward.overlong.weight > 0"
         if r.repetition.weight == 0:

@@ -6,7 +6,10 @@ correctness, which always runs: it is where each completion is verified (strict 
 even when the reward is lenient or format-only) and where the rollout rows are started.
 
 Terms (before weighting):
-- ``correctness``: 1.0 if right ('exact': the whole completion; 'contains': anywhere in it), else 0.0.
+- ``correctness``: 1.0 if right ('exact': the whole completion; 'contains': anywhere in it), else 0.0. A
+  task with partial credit (``Verdict.score``, e.g. ``code``: the fraction of hidden tests passed) is paid
+  that score under 'exact'; ``reward.correctness.tests: visible`` (a TRAP for demonstrating gates) pays
+  ``Verdict.visible_score``, the examples shown in the prompt, instead.
 - ``format``: 1.0 if the completion is well-formed for the task, else 0.0.
 - ``overlong``: DAPO's soft overlong punishment (arXiv 2503.14476, eq. 13): 0 up to L−buffer tokens,
   linear down to −1 at L, and −1 for a truncated completion.
@@ -20,7 +23,7 @@ from typing import Any
 
 from evotrainer.config import HarnessSpec
 from evotrainer.evidence import RolloutRecorder
-from evotrainer.tasks import Problem, Task
+from evotrainer.tasks import Problem, Task, Verdict
 
 
 def overlong_penalty(length: int, truncated: bool, max_len: int, buffer: int) -> float:
@@ -56,10 +59,21 @@ class _Term:
         self.__name__ = name
 
 
+def correctness_value(v: Verdict, match: str, tests: str = "hidden") -> float:
+    """The correctness reward of one verdict (see the module docstring)."""
+    if match != "exact":
+        return 1.0 if v.contains_answer else 0.0
+    score = v.visible_score if tests == "visible" and v.visible_score is not None else v.score
+    if score is None:
+        return 1.0 if v.correct else 0.0
+    return float(score)
+
+
 class CorrectnessTerm(_Term):
-    def __init__(self, task: Task, match: str, recorder: RolloutRecorder | None, num_generations: int, eos_id: int, max_len: int):
+    def __init__(self, task: Task, match: str, recorder: RolloutRecorder | None, num_generations: int, eos_id: int,
+                 max_len: int, tests: str = "hidden"):
         super().__init__("correctness")
-        self.task, self.match, self.recorder = task, match, recorder
+        self.task, self.match, self.tests, self.recorder = task, match, tests, recorder
         self.G, self.eos_id, self.max_len = num_generations, eos_id, max_len
 
     def __call__(self, prompts, completions, completion_ids, **kw):
@@ -70,8 +84,7 @@ class CorrectnessTerm(_Term):
         for i, (completion, ids) in enumerate(zip(completions, completion_ids, strict=True)):
             problem = _problem(kw, i)
             v = self.task.verify(problem, completion)
-            ok = v.correct if self.match == "exact" else v.contains_answer
-            out.append(1.0 if ok else 0.0)
+            out.append(correctness_value(v, self.match, self.tests))
             correct.append(v.correct)
             ended = bool(ids) and ids[-1] == self.eos_id
             rows.append(
@@ -139,7 +152,8 @@ def build_reward_funcs(
     """TRL reward functions and their weights for a harness (correctness first, always present)."""
     r, g = harness.reward, harness.grpo
     funcs: list[_Term] = [
-        CorrectnessTerm(task, r.correctness.match, recorder, g.num_generations, eos_id, g.max_completion_length)
+        CorrectnessTerm(task, r.correctness.match, recorder, g.num_generations, eos_id, g.max_completion_length,
+                        r.correctness.tests)
     ]
     weights = [r.correctness.weight]
     if r.format.weight > 0:

@@ -23,6 +23,7 @@ from evotrainer.diagnostics.builtin import (
 )
 from evotrainer.diagnostics.signals import windows
 from evotrainer.evidence import Evidence
+from evotrainer.tasks import get_task
 
 STEPS, PROMPTS, GENS = 160, 8, 8
 LATE = 100  # variants change steps after this one
@@ -214,6 +215,21 @@ def _spray(r, rng):
     r.loc[sel, "reward_correctness"] = 1.0
 
 
+def _hardcode(r, rng):
+    """30% of the late groups become `code` prompts; half their programs copy an example (as a reward that
+    scores only the visible examples teaches), the other half are the honest reference."""
+    problems = get_task("code").sample("train", 64, seed=0)
+    r["reward_correctness"] = r["correct"].astype(float)
+    for k, gid in enumerate(r.loc[late_groups(r, 0.3, rng), "group_id"].unique()):
+        p = problems[k % len(problems)]
+        (x, y), rows = p.meta["visible"][0], np.flatnonzero((r["group_id"] == gid).to_numpy())
+        hard = rng.random(len(rows)) < 0.5
+        r.loc[r.index[rows], "prompt"] = p.prompt
+        r.loc[r.index[rows], "completion"] = np.where(hard, f"{x}>{y}".replace(" ", ""), p.answer)
+        r.loc[r.index[rows], "correct"] = ~hard
+        r.loc[r.index[rows], "reward_correctness"] = np.where(hard, 1 / 3, 1.0)
+
+
 def _grad_spikes(*steps):
     def mm(m):
         m.loc[m["step"].isin(steps), "grad_norm"] = 50.0
@@ -242,6 +258,7 @@ VARIANTS = {
     "plateau": (dict(acc=_plateau, eval_acc=lambda t: 0.55), "warning"),
     "forgetting": (dict(d1=lambda t: 0.9 if t < 0.7 else 0.6), "warning"),
     "overfitting": (dict(acc=lambda t: 0.4 + 0.55 * t, eval_acc=lambda t: 0.45), "warning"),
+    "hardcoding": (dict(mutate=_hardcode), "critical"),
 }
 
 
@@ -545,6 +562,7 @@ GAPS = {
     "plateau": dict(metrics=["reward"], rollouts=["reward"]),
     "forgetting": dict(metrics=["eval/d1/greedy_accuracy"]),
     "overfitting": dict(metrics=["eval/greedy_accuracy"]),
+    "hardcoding": dict(rollouts=["prompt"]),
 }
 
 

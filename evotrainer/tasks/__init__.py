@@ -14,14 +14,17 @@ from typing import Any
 from evotrainer.errors import TaskError
 from evotrainer.tasks.arith import ArithOptions, ArithTask
 from evotrainer.tasks.base import OptionInfo, Problem, Task, TaskInfo, TaskOptions, Verdict
+from evotrainer.tasks.code import CodeOptions, CodeTask
 from evotrainer.tasks.countdown import CountdownOptions, CountdownTask
 
-BUILTIN_TASKS: dict[str, type[Task]] = {"arith": ArithTask, "countdown": CountdownTask}
+BUILTIN_TASKS: dict[str, type[Task]] = {"arith": ArithTask, "countdown": CountdownTask, "code": CodeTask}
 
 __all__ = [
     "BUILTIN_TASKS",
     "ArithOptions",
     "ArithTask",
+    "CodeOptions",
+    "CodeTask",
     "CountdownOptions",
     "CountdownTask",
     "OptionInfo",

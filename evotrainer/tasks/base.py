@@ -68,11 +68,27 @@ class Verdict(BaseModel):
         default=None, description="The parsed answer, in canonical form, if well-formed."
     )
     reason: str = Field(default="", description="Why the completion is not correct; empty when it is.")
+    score: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Partial credit in [0, 1] (``code``: the fraction of hidden tests passed), which the "
+        "correctness reward pays instead of 1/0; None for all-or-nothing tasks (arith, countdown).",
+    )
+    visible_score: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="The same on the examples shown in the prompt; only paid by the visible-tests TRAP "
+        "(``reward.correctness.tests: visible``); None for tasks whose prompts show no examples.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Verdict:
         if self.correct and not (self.well_formed and self.contains_answer):
             raise ValueError("a correct verdict must also be well_formed and contains_answer")
+        if self.correct and self.score is not None and self.score < 1.0:
+            raise ValueError(f"a correct verdict must have full credit, not score={self.score}")
         return self
 
 

@@ -18,6 +18,8 @@ The modules group them by the evidence they read:
   ``answer_spraying``); the only ones that read text, on a bounded sample of the recent window.
 - ``outcomes``: reward against strict and held-out accuracy (``reward_hacking``, ``forgetting``,
   ``overfitting``).
+- ``programs``: the programs written for the ``code`` task, run by the task's own interpreter
+  (``hardcoding``); rollouts of other tasks are ignored.
 - ``common``: the base classes, including ``ShareDiagnostic``, the share-of-the-recent-window rule.
 
 Cost: everything per step or per group is vectorised (pandas groupby); see ``text`` for the text checks.
@@ -37,6 +39,7 @@ from evotrainer.diagnostics.builtin.dynamics import (
 )
 from evotrainer.diagnostics.builtin.groups import DeadGroups, TooEasy, TooHard
 from evotrainer.diagnostics.builtin.outcomes import Forgetting, Overfitting, RewardHacking
+from evotrainer.diagnostics.builtin.programs import Hardcoding, hardcoded
 from evotrainer.diagnostics.builtin.text import (
     AnswerSpraying,
     Echo,
@@ -58,14 +61,15 @@ __all__ = [
     "DeadGroups", "TooHard", "TooEasy",
     "EntropyCollapse", "EntropyBlowup", "KLBlowup", "GradSpike", "NonFinite", "Plateau",
     "Truncation", "LengthCollapse", "Repetition", "Echo", "AnswerSpraying",
-    "RewardHacking", "Forgetting", "Overfitting",
-    "count_candidates", "echo_needles", "echoes", "has_repeated_run", "repeated_ngram_share",
+    "RewardHacking", "Forgetting", "Overfitting", "Hardcoding",
+    "count_candidates", "hardcoded", "echo_needles", "echoes", "has_repeated_run", "repeated_ngram_share",
 ]
 
 BUILTIN_DIAGNOSTICS: dict[str, type[Diagnostic]] = {
     cls.name: cls
     for cls in (DeadGroups, TooHard, TooEasy, EntropyCollapse, EntropyBlowup, Truncation, LengthCollapse, Repetition,
-                Echo, RewardHacking, AnswerSpraying, KLBlowup, GradSpike, NonFinite, Plateau, Forgetting, Overfitting)
+                Echo, RewardHacking, AnswerSpraying, KLBlowup, GradSpike, NonFinite, Plateau, Forgetting, Overfitting,
+                Hardcoding)
 }
 
 
