@@ -1,7 +1,8 @@
 """Benchmark (issue 5): does a library written by one campaign make the next one faster?
 
-For each seed s: campaign A runs on `arith` from the seed library; campaign B runs on `arith` with seed
-s + 100, starting from the library A produced (``library: HOME/campaigns/A/library``). Both start from
+For each seed s: campaign A runs on `arith` from the seed library; campaign B runs on `arith` with the
+next seed of the list (s + 1 wrapped around: a different warm start, mainline and brain draws — and one
+whose warm-started policy the bench home already caches), starting from the library A produced (``library: HOME/campaigns/A/library``). Both start from
 the demo's flawed harness (learning rate ten times too small) with the same budget. The target is A's
 final mainline held-out accuracy; for each campaign we report the trainer steps (ledger, backtests
 included) spent when its mainline first reached the target — B's count is censored at its budget when
@@ -53,7 +54,8 @@ def main() -> None:
                 "autonomy": "auto", "eval": {"every": 0, "n": 300, "k": 1}, "stop": {"plateau_rounds": 100}}
         out = {}
         cid_a = None
-        for arm, spec_seed in (("A", seed), ("B", seed + 100)):
+        other = a.seeds[(a.seeds.index(seed) + 1) % len(a.seeds)] if len(a.seeds) > 1 else seed + 1
+        for arm, spec_seed in (("A", seed), ("B", other)):
             spec = {**base, "name": f"transfer-{arm}-s{seed}", "seed": spec_seed}
             if arm == "B":
                 spec["library"] = str(home / "campaigns" / cid_a / "library")
@@ -81,7 +83,7 @@ def main() -> None:
         censored = b_steps is None
         b_steps = out["B"]["spent"] if censored else b_steps
         saving = 1 - b_steps / out["A"]["steps_to_target"] if out["A"]["steps_to_target"] else None
-        rows.append({"seed": seed, "target": target, **out, "b_censored": censored,
+        rows.append({"seed": seed, "seed_b": other, "target": target, **out, "b_censored": censored,
                      "saving": None if saving is None else round(saving, 3)})
         print(rows[-1], flush=True)
     savings = [r["saving"] for r in rows if r["saving"] is not None]
