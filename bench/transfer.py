@@ -1,8 +1,9 @@
 """Benchmark (issue 5): does a library written by one campaign make the next one faster?
 
-For each seed s: campaign A runs on `arith` from the seed library; campaign B runs on `arith` with the
-next seed of the list (s + 1 wrapped around: a different warm start, mainline and brain draws — and one
-whose warm-started policy the bench home already caches), starting from the library A produced (``library: HOME/campaigns/A/library``). Both start from
+For each seed s: campaign A runs on `arith` from the seed library; campaign B runs on `arith` with seed
+s + 100 (its mainline sampling, branch seeds and brain draws differ) from the same warm-started policy
+(``policy.seed: s``: otherwise B's target would measure how good another warm start is, not what the
+library taught), starting from the library A produced (``library: HOME/campaigns/A/library``). Both start from
 the demo's flawed harness (learning rate ten times too small) with the same budget. The target is A's
 final mainline held-out accuracy; for each campaign we report the trainer steps (ledger, backtests
 included) spent when its mainline first reached the target — B's count is censored at its budget when
@@ -54,7 +55,8 @@ def main() -> None:
                 "autonomy": "auto", "eval": {"every": 0, "n": 300, "k": 1}, "stop": {"plateau_rounds": 100}}
         out = {}
         cid_a = None
-        other = a.seeds[(a.seeds.index(seed) + 1) % len(a.seeds)] if len(a.seeds) > 1 else seed + 1
+        other = seed + 100
+        base["policy"] = {"size": "tiny", "seed": seed}
         for arm, spec_seed in (("A", seed), ("B", other)):
             spec = {**base, "name": f"transfer-{arm}-s{seed}", "seed": spec_seed}
             if arm == "B":

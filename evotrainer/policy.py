@@ -70,6 +70,10 @@ class PolicySpec(BaseModel):
     sft_batch_size: int = Field(128, ge=1, le=4096, description="Examples per warm-start step.")
     sft_learning_rate: float = Field(3e-3, gt=0, le=1.0, description="Peak AdamW learning rate of the warm start.")
     max_position_embeddings: int = Field(256, ge=16, le=8192, description="Context length of the built-in model.")
+    seed: int | None = Field(
+        None, ge=0, le=2**31 - 1,
+        description="Seed of the built-in model's initialisation and warm start (null = the job's seed). Fix it to "
+                    "compare runs or campaigns that differ in their own seed but start from the same policy.")
 
 
 def _quiet_transformers() -> None:
@@ -147,7 +151,7 @@ def _cache_key(task: Task, spec: PolicySpec, seed: int, difficulty: tuple[int, i
             "task": task.name,
             "options": task.options.model_dump(mode="json"),
             "difficulty": list(difficulty),
-            "spec": spec.model_dump(mode="json", exclude={"path"}),
+            "spec": spec.model_dump(mode="json", exclude={"path", "seed"}),  # the resolved seed is below
             "seed": seed,
         },
         sort_keys=True,

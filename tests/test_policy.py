@@ -70,3 +70,19 @@ def test_local_hf_directory_is_used_as_is(tmp_path):
     assert count_parameters(m2) == count_parameters(model) and t2.padding_side == "left"
     with pytest.raises(ConfigError, match="no config.json"):
         base_policy_dir(tmp_path, get_task("arith"), PolicySpec(path=str(tmp_path)), 0, (1, 1))
+
+
+def test_policy_seed_decouples_the_warm_start_from_the_job_seed(tmp_path):
+    from evotrainer.evaluation import EvalSpec
+    from evotrainer.jobs.runner import JobSpec, run_job
+
+    harness = tmp_path / "h.yaml"
+    harness.write_text("grpo: {prompts_per_step: 2, num_generations: 2, max_completion_length: 2}\ndata: {pool_size: 16}\n")
+    pol = {"size": "nano", "sft_steps": 5, "sft_target_accuracy": None, "seed": 3}
+    a = run_job(JobSpec(task="arith", harness=str(harness), steps=1, seed=0, policy=pol, eval=EvalSpec(every=0)), tmp_path)
+    b = run_job(JobSpec(task="arith", harness=str(harness), steps=1, seed=1, policy=pol, eval=EvalSpec(every=0)), tmp_path)
+    import json
+    from pathlib import Path
+
+    base = {json.loads((Path(r.run_dir) / "meta.json").read_text())["base_policy"] for r in (a, b)}
+    assert len(base) == 1 and "__s3__" in base.pop()  # one warm start, keyed by the policy seed

@@ -312,7 +312,8 @@ def run_job(
     elif parent_dir is not None:
         base_dir = Path(_read_meta(parent_dir)["base_policy"])
     else:
-        base_dir = base_policy_dir(home, task, spec.policy, spec.seed, diff, log=say)
+        policy_seed = spec.seed if spec.policy.seed is None else spec.policy.seed
+        base_dir = base_policy_dir(home, task, spec.policy, policy_seed, diff, log=say)
     tracker = Tracker(home)
 
     # ---- create or reopen the run ----------------------------------------------------------------
