@@ -35,3 +35,12 @@ def tiny_harness(tmp_path) -> Path:
     p = tmp_path / "tiny.yaml"
     p.write_text(TINY_HARNESS)
     return p
+
+
+def junk_texts(alphabet: str, n: int, short: int, long: int, seed: int = 9) -> list[str]:
+    """Random strings for verifier fuzzing: mostly up to ``short`` chars, every tenth up to ``long``."""
+    import random
+
+    rng = random.Random(seed)
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, long if i % 10 == 0 else short)))
+            for i in range(n)]

@@ -36,6 +36,7 @@ from evotrainer.tasks.listlang import (
     parse_value,
     run_text,
 )
+from tests.conftest import junk_texts
 
 # ------------------------------------------------------------------------------------------------ interpreter
 
@@ -258,11 +259,9 @@ def test_malformed_and_spraying_completions(task):
 
 
 def test_verifier_never_raises_on_junk(task):
-    rng = random.Random(9)
     alphabet = "0123456789+-*/%<>[],|;\n\t mapkeepsortrevxyz'\u00d7"
     problems = task.sample("train", 10, seed=0)
-    for i in range(500):
-        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 400 if i % 10 == 0 else 30)))
+    for i, text in enumerate(junk_texts(alphabet, 500, short=30, long=400)):
         v = task.verify(problems[i % len(problems)], text)
         assert isinstance(v, Verdict) and 0.0 <= v.score <= 1.0 and (not v.correct or v.score == 1.0)
 

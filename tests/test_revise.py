@@ -68,6 +68,13 @@ def _ctx(tmp_path: Path, harness: HarnessSpec, runs: dict[str, str]) -> Ctx:
     return Ctx("rev", spec, home, store)
 
 
+def _too_strict_gate(tmp_path: Path) -> tuple[HarnessSpec, Ctx]:
+    """A gate so strict it flags healthy runs (reward_hacking with no gap threshold), over healthy branches."""
+    harness = _harness({"gap": 0.0, "min_gap_growth": 0.0})
+    return harness, _ctx(tmp_path, harness, {"control_s1": "too-easy-s0", "control_s2": "too-easy-s0",
+                                             "treat_s1": "healthy-s0", "treat_s2": "healthy-s0"})
+
+
 def _blocked_backtest(ctx: Ctx, harness: HarnessSpec, ci_low: float) -> str:
     s = ctx.store
     s.add_proposal(Proposal(
@@ -107,10 +114,7 @@ def test_refutes_block_only_for_exploit_claims_with_a_confirmed_gain():
 
 
 def test_refuted_block_revises_the_gate_and_reopens_the_proposal(tmp_path):
-    # a gate so strict it flags healthy runs: reward_hacking with no gap threshold at all
-    harness = _harness({"gap": 0.0, "min_gap_growth": 0.0})
-    ctx = _ctx(tmp_path, harness, {"control_s1": "too-easy-s0", "control_s2": "too-easy-s0",
-                                   "treat_s1": "healthy-s0", "treat_s2": "healthy-s0"})
+    harness, ctx = _too_strict_gate(tmp_path)
     bt = _blocked_backtest(ctx, harness, ci_low=0.05)
     new = campaign_revisions(ctx, 0, bt, harness)
 
@@ -140,9 +144,7 @@ def test_refuted_block_revises_the_gate_and_reopens_the_proposal(tmp_path):
 
 
 def test_loosening_a_gate_needs_a_known_exploit_to_check_against(tmp_path):
-    harness = _harness({"gap": 0.0, "min_gap_growth": 0.0})
-    ctx = _ctx(tmp_path, harness, {"control_s1": "too-easy-s0", "control_s2": "too-easy-s0",
-                                   "treat_s1": "healthy-s0", "treat_s2": "healthy-s0"})
+    harness, ctx = _too_strict_gate(tmp_path)
     ctx.spec = ctx.spec.model_copy(update={"revision": ctx.spec.revision.model_copy(update={"archive": None})})
     bt = _blocked_backtest(ctx, harness, ci_low=0.05)
     assert campaign_revisions(ctx, 0, bt, harness).version == harness.version
@@ -209,9 +211,7 @@ def test_small_drop_is_not_a_misfire(tmp_path):
 
 
 def test_revision_can_be_switched_off(tmp_path):
-    harness = _harness({"gap": 0.0, "min_gap_growth": 0.0})
-    ctx = _ctx(tmp_path, harness, {"control_s1": "too-easy-s0", "control_s2": "too-easy-s0",
-                                   "treat_s1": "healthy-s0", "treat_s2": "healthy-s0"})
+    harness, ctx = _too_strict_gate(tmp_path)
     ctx.spec = ctx.spec.model_copy(update={"revision": ctx.spec.revision.model_copy(update={"enabled": False})})
     bt = _blocked_backtest(ctx, harness, ci_low=0.05)
     assert campaign_revisions(ctx, 0, bt, harness).version == harness.version

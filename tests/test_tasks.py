@@ -38,6 +38,7 @@ from evotrainer.tasks.safe_expr import (
     parse,
     to_text,
 )
+from tests.conftest import junk_texts
 
 TASK_CONFIGS = [
     ("arith", {}),
@@ -378,11 +379,9 @@ def test_countdown_candidates_and_lenient_credit() -> None:
 )
 def test_verifiers_never_raise_on_junk(name: str, options: dict) -> None:
     task = get_task(name, options)
-    rng = random.Random(9)
     alphabet = "0123456789+-*/()= ,;.xe_\n\t\u2212\u00d7\u00f7a'"
     problems = task.sample("train", 10, seed=0)
-    for i in range(400):
-        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 300 if i % 10 == 0 else 25)))
+    for i, text in enumerate(junk_texts(alphabet, 400, short=25, long=300)):
         verdict = task.verify(problems[i % len(problems)], text)
         assert isinstance(verdict, Verdict)
         assert not verdict.correct or verdict.well_formed

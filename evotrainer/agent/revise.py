@@ -134,7 +134,7 @@ def param_candidates(cls: type, current: dict[str, Any]) -> list[tuple[dict[str,
 
 
 def search(name: str, cls: type, harness: HarnessSpec, symptom: str, archive: Archive,
-           load: Callable[[str], Evidence], home: Path) -> tuple[RevisionResult | None, int]:
+           load: Callable[[str], Evidence]) -> tuple[RevisionResult | None, int]:
     """Try every one-parameter candidate; return the best accepted one (or None) and how many were tried."""
     current = harness.diagnostics.params.get(name, {})
     before = cls(current)
@@ -172,7 +172,7 @@ def revise(misfire: Misfire, harness: HarnessSpec, archive: Archive, classes: di
             continue
         cls = classes[name]
         arch = label(archive, cls.symptom) if label else archive
-        res, n = search(name, cls, harness, cls.symptom, arch, load, home)
+        res, n = search(name, cls, harness, cls.symptom, arch, load)
         tried += n
         if res is not None and misfire.kind == "false_positive" and res.before.invalid_recall is None:
             reasons.append(f"{name}: no run labelled invalid with {cls.symptom} in the archive, so a loosening cannot "
