@@ -72,7 +72,9 @@ class RolloutRecorder:
 
     The correctness reward function adds rows (it is the one place that sees prompts, completions and
     verdicts together); the trainer adds the other reward terms and the advantages TRL computed, in
-    order; the step callback flushes.
+    order; the step callback flushes. ``flush(wait=False)`` writes on one background thread so that the
+    next step's generation overlaps the Parquet encoding; ``wait()`` (called before every checkpoint
+    and at the end of training) makes everything handed over so far durable.
     """
 
     def __init__(self, run_dir: Path, run_id: str):
@@ -81,6 +83,8 @@ class RolloutRecorder:
         self.run_id = run_id
         self._pending: list[dict[str, Any]] = []
         self._batch_start = 0
+        self._writer = None  # a one-thread executor, created on the first asynchronous flush
+        self._writes: list[Any] = []
 
     def begin_batch(self) -> None:
         self._batch_start = len(self._pending)
@@ -99,10 +103,34 @@ class RolloutRecorder:
             row["reward"] = float(tot)
             row["advantage"] = float(adv)
 
-    def flush(self) -> list[Path]:
-        if not self._pending:
+    def flush(self, wait: bool = True) -> list[Path]:
+        """Write the pending rows; with ``wait=False`` on the writer thread (returns no paths then)."""
+        rows, self._pending, self._batch_start = self._pending, [], 0
+        if not wait:
+            if rows:
+                if self._writer is None:
+                    from concurrent.futures import ThreadPoolExecutor
+
+                    self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollouts")
+                self._writes.append(self._writer.submit(self._write, rows))
             return []
-        df = pd.DataFrame(self._pending)
+        self.wait()
+        return self._write(rows) if rows else []
+
+    def wait(self) -> None:
+        """Block until every asynchronous write is on disk; re-raise the first write error."""
+        writes, self._writes = self._writes, []
+        for f in writes:
+            f.result()
+
+    def close(self) -> None:
+        self.wait()
+        if self._writer is not None:
+            self._writer.shutdown()
+            self._writer = None
+
+    def _write(self, rows: list[dict[str, Any]]) -> list[Path]:
+        df = pd.DataFrame(rows)
         for col in ROLLOUT_COLUMNS:
             if col not in df:
                 df[col] = None
@@ -114,8 +142,6 @@ class RolloutRecorder:
             pq.write_table(table, old)
             old.replace(path)
             written.append(path)
-        self._pending.clear()
-        self._batch_start = 0
         return written
 
 

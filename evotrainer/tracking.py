@@ -6,6 +6,12 @@ URI defaults to SQLite under the home (``sqlite:///HOME/mlflow.db``, artifacts i
 set ``EVOTRAINER_MLFLOW_URI`` to use a tracking server instead.
 
 MLflow keys may not contain ``@``, so pass@k is logged as ``eval/pass_at_<k>``.
+
+Per-step metrics go through MLflow's own asynchronous logging queue (``log_batch(synchronous=False)``):
+a synchronous SQLite commit per step cost ~25 ms, about 5 % of a small model's step. The queue is
+drained at every checkpoint (``flush``) and when a run ends, so after a ``kill -9`` MLflow lacks at
+most the steps after the last checkpoint — exactly the steps a resumed job trains and logs again.
+``metrics.jsonl`` in the run directory stays the synchronous source of truth either way.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ class Tracker:
             logging.getLogger(noisy).setLevel(logging.WARNING)
 
         self.home = home
+        self._pending: list[Any] = []  # RunOperations of asynchronous log_batch calls not yet waited for
         self.uri = tracking_uri(home)
         self.client = MlflowClient(tracking_uri=self.uri)
         exp = self.client.get_experiment_by_name(EXPERIMENT)
@@ -64,7 +71,8 @@ class Tracker:
                 self.client.log_batch(run.info.run_id, params=items[i : i + 100])
         return run.info.run_id
 
-    def log_metrics(self, run_id: str, step: int, metrics: dict[str, float]) -> None:
+    def log_metrics(self, run_id: str, step: int, metrics: dict[str, float], synchronous: bool = True) -> None:
+        """Log one step's metrics; ``synchronous=False`` queues them (see ``flush``)."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
@@ -74,7 +82,15 @@ class Tracker:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
         ]
         for i in range(0, len(batch), 500):
-            self.client.log_batch(run_id, metrics=batch[i : i + 500])
+            op = self.client.log_batch(run_id, metrics=batch[i : i + 500], synchronous=synchronous)
+            if not synchronous:
+                self._pending.append(op)
+
+    def flush(self) -> None:
+        """Wait until every queued metric is stored (raises the tracking store's error if one failed)."""
+        pending, self._pending = self._pending, []
+        for op in pending:
+            op.wait()
 
     def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
         for k, v in tags.items():
@@ -85,11 +101,15 @@ class Tracker:
 
     def max_step(self, run_id: str, key: str) -> int:
         """Last step logged for ``key`` (-1 if none): resumed jobs skip steps MLflow already has."""
+        self.flush()
         hist = self.client.get_metric_history(run_id, metric_key(key))
         return max((m.step for m in hist), default=-1)
 
     def end_run(self, run_id: str, status: str) -> None:
-        self.client.set_terminated(run_id, status=status)
+        try:
+            self.flush()
+        finally:
+            self.client.set_terminated(run_id, status=status)
 
     def reopen(self, run_id: str) -> None:
         self.client.update_run(run_id, status="RUNNING")

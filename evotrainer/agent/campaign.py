@@ -122,6 +122,7 @@ def run_campaign(cid: str, home: Path, log: Callable[[str], None] = print, wait:
     if spec.trace:
         _trace(home)
     with BranchPool(workers=1) as pool:
+        pool.warm()  # the worker's torch/TRL imports overlap the graph, store and library set-up below
         ctx = CampaignContext(campaign_id=cid, spec=spec, home=home, store=store, brain=_brain(spec), pool=pool,
                               tracker=Tracker(home), mlflow_run_id=camp.mlflow_run_id, log=log, started_at=time.time(),
                               library=campaign_library(home, cid, spec))

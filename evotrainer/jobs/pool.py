@@ -40,6 +40,14 @@ def run_branch(job: dict[str, Any], home: str, fork: str | None, resume: str | N
         return {"ok": False, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-4000:]}
 
 
+def _preload() -> bool:
+    """Import the training stack in a fresh worker (~5 s of torch/transformers/TRL imports)."""
+    import evotrainer.jobs.runner  # noqa: F401
+    import evotrainer.jobs.trainer  # noqa: F401
+
+    return True
+
+
 class BranchPool:
     """A one-worker-per-core process pool that survives worker crashes."""
 
@@ -51,6 +59,15 @@ class BranchPool:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn"))
         return self._pool
+
+    def warm(self) -> None:
+        """Start the workers and their imports now, so they overlap the caller's own set-up.
+
+        Fire and forget: a worker that dies here breaks the pool, which ``run`` reports and rebuilds.
+        """
+        pool = self._get()
+        for _ in range(self.workers):
+            pool.submit(_preload)
 
     def run(self, job: dict[str, Any], home: Path, fork: str | None = None, resume: str | None = None) -> dict[str, Any]:
         try:

@@ -443,9 +443,10 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     synced_upto = [tracker.max_step(run_id, "reward")]
 
     def _log(step, metrics):
-        tracker.log_metrics(run_id, step, metrics)
+        tracker.log_metrics(run_id, step, metrics, synchronous=False)
 
     def _on_ckpt(step):
+        tracker.flush()
         for f in sorted((run_dir / "rollouts").glob("step_*.parquet")):
             s = int(f.name.split("_")[1].split(".")[0])
             if synced_upto[0] < s <= step:
@@ -475,7 +476,10 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     trainer.add_callback(cb)
     setup_s = time.perf_counter() - t_start
     t_train = time.perf_counter()
-    trainer.train(resume_from_checkpoint=str(resume_ckpt) if resume_ckpt is not None else None)
+    try:
+        trainer.train(resume_from_checkpoint=str(resume_ckpt) if resume_ckpt is not None else None)
+    finally:
+        recorder.close()  # the last steps' rollouts are on disk before the run is marked finished or failed
     train_s = time.perf_counter() - t_train
 
     ckpts = complete_checkpoints(run_dir)

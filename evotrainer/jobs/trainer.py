@@ -122,7 +122,7 @@ class EvidenceCallback(TrainerCallback):
             raise NonFiniteLoss(f"loss became {loss} at step {state.global_step}")
 
     def on_step_end(self, args, state, control, **kw):
-        self.recorder.flush()
+        self.recorder.flush(wait=False)
         now = time.perf_counter()
         self.step_times.append(now - self._t)
         self._t = now
@@ -132,4 +132,5 @@ class EvidenceCallback(TrainerCallback):
         return control
 
     def on_save(self, args, state, control, **kw):
+        self.recorder.wait()
         self.on_checkpoint(state.global_step)
