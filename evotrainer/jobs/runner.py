@@ -443,10 +443,10 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     synced_upto = [tracker.max_step(run_id, "reward")]
 
     def _log(step, metrics):
-        tracker.log_metrics(run_id, step, metrics, synchronous=False)
+        tracker.log_metrics(run_id, step, metrics, buffered=True)
 
     def _on_ckpt(step):
-        tracker.flush()
+        tracker.flush(run_id)
         for f in sorted((run_dir / "rollouts").glob("step_*.parquet")):
             s = int(f.name.split("_")[1].split(".")[0])
             if synced_upto[0] < s <= step:
