@@ -95,6 +95,34 @@ def test_heuristic_brain_prefers_recorded_winners_and_skips_refuted_without_new_
     assert good.knob in {d.knob for d in res.drafts}  # a new symptom is new evidence
 
 
+def test_heuristic_brain_stops_exploring_when_the_record_says_changes_do_not_help():
+    h = HarnessSpec()
+    plateau = [_finding("plateau", "info")]
+    cands = [c for c in resolve(h, plateau) if "plateau" in c.symptoms]
+    assert len(cands) >= 4
+    brain = HeuristicBrain(explore_threshold=0.3)
+    # a neutral record: untried changes have P(gain > 0.01) ~ 0.42, so they are explored
+    res = brain.propose(_ctx(plateau, candidates=cands, max_proposals=2, min_effect=0.01))
+    assert len(res.drafts) == 2
+    # most changes tried so far were refuted: untried ones inherit a negative prior and are not worth a backtest
+    tried, untried = cands[:3], cands[3:]
+    record = [c.model_copy(update={"effects": [-0.04, -0.03]}) for c in tried] + untried
+    assert brain.prior_mean(record) < -0.015
+    res = brain.propose(_ctx(plateau, candidates=record, max_proposals=2, min_effect=0.01))
+    assert res.drafts == [] and any("trains the mainline" in n for n in res.notes)
+    assert any(n.startswith(f"skip {untried[0].id}: P(effect > +0.010)") for n in res.notes)
+    # ... unless one of them has its own good record
+    star = untried[0].model_copy(update={"effects": [0.06]})
+    res = brain.propose(_ctx(plateau, candidates=[*record[:3], star, *untried[1:]], max_proposals=2, min_effect=0.01))
+    assert [d.knob for d in res.drafts] == [star.knob]
+    # a remedy for a present warning is tried whatever the record (a present problem is evidence enough)
+    trunc = [c.model_copy(update={"effects": []}) for c in resolve(h, [_finding("truncation")]) if "truncation" in c.symptoms]
+    res = brain.propose(_ctx([_finding("truncation")], candidates=record + trunc, max_proposals=1, min_effect=0.01))
+    assert res.drafts and res.drafts[0].hypothesis.symptom == "truncation"
+    # threshold 0 (the class default) explores everything not refuted
+    assert HeuristicBrain().propose(_ctx(plateau, candidates=record, max_proposals=2, min_effect=0.01)).drafts
+
+
 def _branches(role, accs, pid=None, gate_ok=True):
     return [BranchResult(backtest_id="b", proposal_id=pid, role=role, seed=i, run_name=f"{role}{i}",
                          status="finished" if a is not None else "failed", error=None if a is not None else "boom",

@@ -32,7 +32,7 @@ def _store(home: Path):
 def _brain(spec: CampaignSpec):
     from evotrainer.agent.brains.heuristic import HeuristicBrain
 
-    heuristic = HeuristicBrain()
+    heuristic = HeuristicBrain(explore_threshold=spec.brain.explore_threshold, prior_strength=spec.brain.prior_strength)
     if spec.brain.kind == "heuristic":
         return heuristic
     from evotrainer.agent.brains.llm import LLMBrain, LLMSettings

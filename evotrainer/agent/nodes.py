@@ -177,6 +177,7 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
         candidates, mistakes, known = brain_inputs(ctx.library, harness, findings, ctx.spec.task, store=ctx.store)
         bctx = BrainContext(harness=harness, findings=findings, candidates=candidates, mistakes=mistakes,
                             refuted=_refuted(ctx) + known, max_proposals=ctx.spec.backtest.max_proposals,
+                            min_effect=ctx.spec.backtest.min_effect,
                             task=ctx.spec.task, seed=ctx.spec.seed, round=rnd)
         result = ctx.brain.propose(bctx)
         ctx.store.log_event(ctx.campaign_id, "brain", {"round": rnd, "brain": result.brain, "notes": result.notes,

@@ -44,6 +44,15 @@ class LLMBrainSpec(_S):
 class BrainSpec(_S):
     kind: Literal["heuristic", "llm"] = Field("heuristic", description="Who proposes: the offline heuristic or an LLM.")
     llm: LLMBrainSpec | None = Field(None, description="Endpoint settings, required when kind is 'llm'.")
+    explore_threshold: float = Field(
+        0.3, ge=0.0, le=1.0,
+        description="Heuristic brain: backtest a plateau-driven candidate only if its posterior probability of beating "
+                    "backtest.min_effect is at least this (an untried change on a neutral record has ~0.42); below it "
+                    "the round trains the mainline instead. 0 explores everything not refuted.")
+    prior_strength: float = Field(
+        4.0, ge=0.0, le=1000.0,
+        description="Heuristic brain: pseudo-observations of 'no effect' that shrink the library's average recorded "
+                    "effect before it becomes the prior mean of untried candidates (0 = trust the average fully).")
 
     @model_validator(mode="after")
     def _llm(self) -> BrainSpec:

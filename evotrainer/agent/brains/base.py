@@ -61,6 +61,7 @@ class BrainContext(BaseModel):
     refuted: list[RefutedChange] = Field(default_factory=list)
     mistakes: list[KnownMistake] = Field(default_factory=list, description="Retrieved library mistake notes.")
     max_proposals: int = 2
+    min_effect: float = Field(0.0, description="The backtest's minimum effect: what a candidate must beat to be worth a backtest.")
     task: str = ""
     seed: int = 0
     round: int = 0

@@ -12,12 +12,22 @@ resumed campaign proposes the same thing again.
 
 Never proposed: a change that does nothing, a change already refuted in this campaign, or a known
 mistake — unless a symptom is present now that was not present when it failed ("new evidence").
+
+When to stop exploring. A backtest costs (1 + k) × seeds × branch steps that the mainline does not
+train, so a candidate that only answers the ever-present plateau is backtested only while its posterior
+probability of beating ``min_effect`` is at least ``explore_threshold``. Untried candidates do not start at
+a neutral prior: their prior mean is the library's average recorded effect (each effect clipped to
+±2 prior sd, so one disastrous change does not dominate), shrunk towards 0 by ``prior_strength``
+pseudo-observations — empirical Bayes over "what changes did on this record". A library in which most
+changes were refuted thus makes the next campaign train its mainline instead of re-exploring, while a
+remedy for a warning or critical finding is always tried (a present problem is evidence enough).
 """
 
 from __future__ import annotations
 
 import math
 import random
+from statistics import NormalDist
 
 from evotrainer.agent.brains.base import BrainContext, BrainResult, Candidate
 from evotrainer.agent.schemas import Hypothesis, ProposalDraft
@@ -47,12 +57,20 @@ CAUSES = {
 class HeuristicBrain:
     name = "heuristic"
 
-    def __init__(self, prior_sd: float = 0.05, noise_sd: float = 0.03, relevance_bonus: float = 0.05):
+    def __init__(self, prior_sd: float = 0.05, noise_sd: float = 0.03, relevance_bonus: float = 0.05,
+                 explore_threshold: float = 0.0, prior_strength: float = 4.0):
         self.prior_sd, self.noise_sd, self.relevance_bonus = prior_sd, noise_sd, relevance_bonus
+        self.explore_threshold, self.prior_strength = explore_threshold, prior_strength
 
-    def posterior(self, effects: list[float]) -> tuple[float, float]:
+    def prior_mean(self, candidates: list[Candidate]) -> float:
+        """Empirical-Bayes prior mean for a candidate: the record's clipped average effect, shrunk to 0."""
+        cap = 2 * self.prior_sd
+        effects = [max(-cap, min(cap, e)) for c in candidates for e in c.effects]
+        return sum(effects) / (len(effects) + self.prior_strength) if effects else 0.0
+
+    def posterior(self, effects: list[float], prior_mean: float = 0.0) -> tuple[float, float]:
         precision = 1 / self.prior_sd**2 + len(effects) / self.noise_sd**2
-        mean = (sum(effects) / self.noise_sd**2) / precision
+        mean = (prior_mean / self.prior_sd**2 + sum(effects) / self.noise_sd**2) / precision
         return mean, math.sqrt(1 / precision)
 
     def propose(self, ctx: BrainContext) -> BrainResult:
@@ -67,6 +85,7 @@ class HeuristicBrain:
         notes: list[str] = []
         scored: list[tuple[float, Candidate, str, float]] = []
         current = ctx.harness.knobs()
+        mu0 = self.prior_mean(ctx.candidates)
         for c in ctx.candidates:
             if current.get(c.knob) == c.value:
                 continue
@@ -83,7 +102,13 @@ class HeuristicBrain:
                 continue
             if c.mistake and not blocked and not matched:
                 continue
-            mean, sd = self.posterior(c.effects)
+            mean, sd = self.posterior(c.effects, mu0)
+            p_gain = 1 - NormalDist(mean, sd).cdf(ctx.min_effect)
+            urgent = any(pressure[s] >= SEVERITY_RANK["warning"] for s in matched)
+            if not urgent and p_gain < self.explore_threshold:
+                notes.append(f"skip {c.id}: P(effect > {ctx.min_effect:+.3f}) = {p_gain:.2f} < {self.explore_threshold:.2f} "
+                             f"(posterior mean {mean:+.3f} from {len(c.effects)} backtest(s), prior mean {mu0:+.3f})")
+                continue
             draw = rng.gauss(mean, sd)
             bonus = self.relevance_bonus * max((pressure[s] for s in matched), default=0.0)
             symptom = max(matched, key=lambda s: pressure[s]) if matched else "plateau"
@@ -109,5 +134,5 @@ class HeuristicBrain:
             if len(drafts) >= ctx.max_proposals:
                 break
         if not drafts:
-            notes.append("no applicable candidate for the current findings")
+            notes.append("no candidate worth a backtest for the current findings: the round trains the mainline")
         return BrainResult(drafts=drafts, brain=self.name, notes=notes)
