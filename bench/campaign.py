@@ -31,6 +31,19 @@ def _interval(xs: list[float], confidence: float = 0.9) -> list[float]:
     return [round(statistics.fmean(xs) - half, 4), round(statistics.fmean(xs) + half, 4)]
 
 
+def _static(task: str, seed: int, a, home: Path) -> tuple[float, float]:
+    """The static arm: the starting harness trained for the whole budget as one job."""
+    from evotrainer.evaluation import EvalSpec
+    from evotrainer.evidence import read_metrics
+    from evotrainer.jobs.runner import JobSpec, run_job
+
+    t = time.perf_counter()
+    static = run_job(JobSpec(task=task, harness=a.harness, steps=a.budget, seed=seed, save_every=a.budget,
+                             eval=EvalSpec(every=a.budget, n=300, k=1)), home)
+    acc = float(read_metrics(Path(static.run_dir))["eval/greedy_accuracy"].dropna().iloc[-1])
+    return acc, time.perf_counter() - t
+
+
 def main() -> None:
     p = parser(__doc__, "bench-campaign")
     p.add_argument("--tasks", nargs="+", default=["arith", "countdown"])
@@ -38,15 +51,16 @@ def main() -> None:
     p.add_argument("--budget", type=int, default=400)
     p.add_argument("--segment", type=int, default=40)
     p.add_argument("--branch", type=int, default=20)
+    p.add_argument("--reuse-static", action="store_true",
+                   help="take each (task, seed)'s static arm from the previous bench/results/campaign.json instead of "
+                        "retraining it (valid while the budget, harness and trainer are unchanged)")
     p.add_argument("--harness", default=None, help="starting harness (default: grpo-baseline at 32 prompts/step)")
     a = p.parse_args()
 
     from evotrainer.agent.campaign import start_campaign
     from evotrainer.cli import campaign_summary
-    from evotrainer.evaluation import EvalSpec
     from evotrainer.evidence import read_metrics
     from evotrainer.home import resolve_home
-    from evotrainer.jobs.runner import JobSpec, run_job
     from evotrainer.store import Store
 
     home = resolve_home(a.home)
@@ -57,13 +71,20 @@ def main() -> None:
         a.harness = str(home / "bench-32.yaml")
         Path(a.harness).write_text(yaml.safe_dump(base, sort_keys=False))
     rows = []
+    prev_file = ROOT / "bench" / "results" / "campaign.json"
+    prev_static = {}
+    if a.reuse_static and prev_file.exists():
+        import json
+
+        prev = json.loads(prev_file.read_text())
+        if prev.get("budget") == a.budget:
+            prev_static = {(r["task"], r["seed"]): r for r in prev.get("runs", [])}
     for task in a.tasks:
         for seed in a.seeds:
-            t = time.perf_counter()
-            static = run_job(JobSpec(task=task, harness=a.harness, steps=a.budget, seed=seed, save_every=a.budget,
-                                     eval=EvalSpec(every=a.budget, n=300, k=1)), home)
-            static_wall = time.perf_counter() - t
-            acc_static = float(read_metrics(Path(static.run_dir))["eval/greedy_accuracy"].dropna().iloc[-1])
+            if (task, seed) in prev_static:
+                acc_static, static_wall = prev_static[(task, seed)]["static"], prev_static[(task, seed)]["static_wall_s"]
+            else:
+                acc_static, static_wall = _static(task, seed, a, home)
             spec = {"name": f"bench-{task}-s{seed}", "task": task, "harness": a.harness, "seed": seed,
                     "segment_steps": a.segment, "budget": {"total_steps": a.budget},
                     "backtest": {"branch_steps": a.branch, "seeds": 2, "max_proposals": 2, "min_effect": 0.01},

@@ -9,7 +9,9 @@ final mainline held-out accuracy; for each campaign we report the trainer steps 
 included) spent when its mainline first reached the target — B's count is censored at its budget when
 it never does. Target: B needs at least 30 % fewer steps than A.
 
-    .venv/bin/python bench/transfer.py [--seeds 0 1 2] [--budget 500]
+    .venv/bin/python bench/transfer.py [--seeds 0 1 2] [--budget 600] [--branch 30] [--bt-seeds 3]
+
+B stops at A's final accuracy (``stop.target_accuracy``), so its spent steps are its steps to target.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ def steps_to(store, cid: str, target: float) -> tuple[int | None, float | None]:
 def main() -> None:
     p = parser(__doc__, "bench-campaign")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--budget", type=int, default=500)
+    p.add_argument("--budget", type=int, default=600)
+    p.add_argument("--branch", type=int, default=30, help="backtest branch steps (the demo's)")
+    p.add_argument("--bt-seeds", type=int, default=3, help="paired seeds per backtest (the demo's)")
     a = p.parse_args()
 
     from evotrainer.agent.campaign import start_campaign
@@ -51,7 +55,7 @@ def main() -> None:
     for seed in a.seeds:
         base = {"task": "arith", "harness": str(ROOT / "harnesses" / "demo-start.yaml"), "segment_steps": 20,
                 "budget": {"total_steps": a.budget},
-                "backtest": {"branch_steps": 25, "seeds": 2, "max_proposals": 2, "min_effect": 0.01},
+                "backtest": {"branch_steps": a.branch, "seeds": a.bt_seeds, "max_proposals": 2, "min_effect": 0.01},
                 "autonomy": "auto", "eval": {"every": 0, "n": 300, "k": 1}, "stop": {"plateau_rounds": 100}}
         out = {}
         cid_a = None
@@ -61,6 +65,8 @@ def main() -> None:
             spec = {**base, "name": f"transfer-{arm}-s{seed}", "seed": spec_seed}
             if arm == "B":
                 spec["library"] = str(home / "campaigns" / cid_a / "library")
+                # B stops once its mainline reaches A's final accuracy: the steps after that measure nothing
+                spec["stop"] = {**spec["stop"], "target_accuracy": max(out["A"]["final"], 1e-6)}
             f = home / f"{spec['name']}.yaml"
             f.write_text(yaml.safe_dump(spec))
             t = time.perf_counter()
@@ -89,7 +95,7 @@ def main() -> None:
                      "saving": None if saving is None else round(saving, 3)})
         print(rows[-1], flush=True)
     savings = [r["saving"] for r in rows if r["saving"] is not None]
-    save("transfer", {"budget": a.budget, "runs": rows,
+    save("transfer", {"budget": a.budget, "branch_steps": a.branch, "backtest_seeds": a.bt_seeds, "runs": rows,
                       "summary": {"mean_saving": round(statistics.fmean(savings), 3) if savings else None,
                                   "savings": savings, "target_saving": 0.3}})
 
