@@ -15,7 +15,7 @@ export TOKENIZERS_PARALLELISM := false
 export MLFLOW_ENABLE_TELEMETRY := false
 export DO_NOT_TRACK := 1
 
-.PHONY: setup demo demo-train test bench clean
+.PHONY: setup browser demo demo-train test bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -38,13 +38,22 @@ demo-train: setup
 	$(VENV)/bin/evotrainer diagnose latest
 	@echo "Browse the runs: $(VENV)/bin/mlflow ui --backend-store-uri sqlite:///runs/mlflow.db"
 
-test: setup
-	$(PY) -m pytest -q tests
+# The dashboard's browser tests drive Debian's chromium with chromium-driver (installed once, here; as root or
+# through sudo). EVOTRAINER_REQUIRE_BROWSER=1 makes those tests fail instead of skipping when it is missing.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+	  echo "installing chromium and chromium-driver for the browser tests"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	fi
+
+test: setup browser
+	EVOTRAINER_REQUIRE_BROWSER=1 $(PY) -m pytest -q tests
 
 bench: setup
 	$(PY) bench/learning.py && $(PY) bench/throughput.py && $(PY) bench/segments.py
 	$(PY) bench/pathological_runs.py && $(PY) bench/detection.py && $(PY) bench/diagnose_scale.py
-	$(PY) bench/campaign.py && $(PY) bench/transfer.py
+	$(PY) bench/campaign.py && $(PY) bench/transfer.py && $(PY) bench/ui.py
 
 clean:
 	rm -rf runs/* $(VENV)

@@ -20,6 +20,7 @@ from evotrainer.cli_common import HomeOpt, JsonOpt, err_console, out_console
 from evotrainer.cli_common import emit_json as _emit_json
 from evotrainer.cli_common import guard as _guard
 from evotrainer.cli_skills import skills_app
+from evotrainer.cli_ui import ui_cmd
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -38,6 +39,7 @@ diag_app = typer.Typer(no_args_is_help=True, help="List diagnostics and revise t
 app.add_typer(diag_app, name="diagnostics")
 
 app.add_typer(skills_app, name="skills")
+app.command("ui")(ui_cmd)
 
 
 @app.command("tasks")
@@ -415,60 +417,10 @@ def campaign_rollback(cid: str, version: str = typer.Argument(..., help="Policy 
     _guard(lambda: (rollback(cid, version, resolve_home(home)), out_console.print(f"{cid}: mainline is now {version}")))
 
 
-def campaign_summary(home: Path, cid: str) -> dict[str, Any]:
-    from sqlalchemy import make_url
-
-    from evotrainer.store import Store
-    from evotrainer.tracking import tracking_uri
-
-    store = Store.for_home(home)
-    camp = store.get_campaign(cid)
-    lineage = store.policy_lineage(cid)
-    decisions = store.list_decisions(cid)
-    props = {p.id: p for p in store.list_proposals(cid)}
-    accs = [pv.eval_accuracy for pv in lineage if pv.eval_accuracy is not None]
-    start = accs[0] if accs else None
-    if lineage and lineage[0].run_name:  # the first segment evaluates its starting policy at step 0
-        from evotrainer.evidence import read_metrics
-
-        m = read_metrics(home / "jobs" / lineage[0].run_name)
-        if "eval/greedy_accuracy" in m and m["eval/greedy_accuracy"].notna().any():
-            start = float(m["eval/greedy_accuracy"].dropna().iloc[0])
-    return {
-        "campaign": camp.model_dump(mode="json"),
-        "budget": {"spent": store.ledger_total(cid), "total": camp.spec["budget"]["total_steps"]},
-        "accuracy": {"start": start, "end": accs[-1] if accs else None},
-        "lineage": [pv.model_dump(mode="json") for pv in lineage],
-        "proposals": [p.model_dump(mode="json") for p in props.values()],
-        "decisions": [{**d.model_dump(mode="json"), "knob": props[d.proposal_id].knob,
-                       "new": props[d.proposal_id].new} for d in decisions if d.proposal_id in props],
-        "promoted": [d.proposal_id for d in decisions if d.outcome == "promote"],
-        "versions": _versions(store, lineage),
-        "revisions": [e.message for e in store.events(cid, kind="diagnostic_revision")],
-        "where": {"mlflow": tracking_uri(home), "state": make_url(store.url).render_as_string(hide_password=True),
-                  "mlflow_run_id": camp.mlflow_run_id},
-    }
-
-
-def _versions(store: Any, lineage: list) -> list[dict[str, Any]]:
-    """Mainline harness versions in order, each with its diff from the previous one (a round may add two)."""
-    from evotrainer.config import HarnessSpec, diff
-
-    out: list[dict[str, Any]] = []
-    prev = None
-    for pv in lineage:
-        if prev is not None and pv.harness_version == prev:
-            continue
-        changes = [] if prev is None else [c.model_dump(mode="json") for c in diff(
-            HarnessSpec.model_validate(store.get_harness_version(prev).spec),
-            HarnessSpec.model_validate(store.get_harness_version(pv.harness_version).spec))]
-        out.append({"version": pv.harness_version, "policy": pv.id, "diff": changes})
-        prev = pv.harness_version
-    return out
-
-
 def _print_status(home: Path, cid: str, as_json: bool) -> None:
     from collections import Counter
+
+    from evotrainer.reports import campaign_summary
 
     doc = campaign_summary(home, cid)
     if as_json:
@@ -554,20 +506,12 @@ def review_show(pid: str, home: Optional[Path] = HomeOpt, as_json: bool = JsonOp
 
 
 def _review(pid: str, verdict: str, comment: str, reviewer: str, home: Optional[Path]) -> None:
-    from datetime import datetime, timezone
-
-    from evotrainer.agent.schemas import Review
-    from evotrainer.errors import ConfigError
     from evotrainer.home import resolve_home
+    from evotrainer.reports import AFTER_REVIEW, record_review
     from evotrainer.store import Store
 
-    store = Store.for_home(resolve_home(home))
-    p = store.get_proposal(pid)
-    if p.status != "pending_review":
-        raise ConfigError(f"proposal {pid} is {p.status}, not waiting for review")
-    store.add_review(Review(proposal_id=pid, verdict=verdict, reviewer=reviewer, comment=comment,
-                            at=datetime.now(timezone.utc)))
-    out_console.print(f"{pid}: {verdict}d; the campaign continues (at once if it is waiting, else on resume)")
+    record_review(Store.for_home(resolve_home(home)), pid, verdict, comment, reviewer)
+    out_console.print(f"{pid}: {verdict}d; {AFTER_REVIEW}")
 
 
 @review_app.command("approve")
@@ -584,6 +528,15 @@ def review_reject(pid: str, comment: str = typer.Option(..., "--comment", help="
                   home: Optional[Path] = HomeOpt) -> None:
     """Reject a proposal with a comment: it will not be backtested."""
     _guard(lambda: _review(pid, "reject", comment, reviewer, home))
+
+
+def __getattr__(name: str) -> Any:
+    """``campaign_summary`` lives in ``evotrainer.reports`` (shared with the UI); importable from here as before."""
+    if name == "campaign_summary":
+        from evotrainer.reports import campaign_summary
+
+        return campaign_summary
+    raise AttributeError(f"module 'evotrainer.cli' has no attribute '{name}'")
 
 
 def main() -> None:

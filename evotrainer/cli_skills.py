@@ -170,21 +170,12 @@ def skills_history(slug: str, library: Path | None = LibraryOpt, home: Path | No
     """Proposals (across campaigns) that cited SLUG, with their decision and held-out effect."""
     from evotrainer.home import resolve_home
     from evotrainer.library.loader import Library, resolve_library
+    from evotrainer.reports import skill_history
     from evotrainer.store import Store
 
     def body() -> None:
-        rows = []
         with Store.for_home(resolve_home(home)) as store:
-            for p in store.list_proposals():
-                if slug not in p.cited_skills:
-                    continue
-                d = store.get_decision(p.id)
-                st = d.stats if d is not None else None
-                rows.append({"campaign": p.campaign_id, "round": p.round, "proposal": p.id, "knob": p.knob,
-                             "old": p.old, "new": p.new, "symptom": p.hypothesis.symptom, "brain": p.brain,
-                             "status": p.status, "outcome": d.outcome if d is not None else None,
-                             "effect": st.effect if st else None, "ci_low": st.ci_low if st else None,
-                             "ci_high": st.ci_high if st else None, "created": p.created.isoformat()})
+            rows = skill_history(store, slug)
         root = resolve_library(library)
         known = root.is_dir() and slug in Library.load(root, strict=False)
         if as_json:

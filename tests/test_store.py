@@ -230,6 +230,36 @@ def test_review_moves_status_once_and_conflicts_raise(store, campaign):
         store.add_review(Review(proposal_id="p4", verdict="approve", reviewer="ana", comment="", at=T0))
 
 
+
+def test_proposal_pages_counts_citations_and_batched_reviews(store, campaign):
+    """What the UI asks for with 1,000 proposals: pages, counts, citing proposals, reviews/decisions in one query."""
+    store.create_campaign("c2", "second", {}, "t2")
+    for i in range(7):
+        store.add_proposal(proposal(f"p{i}", "c1" if i < 5 else "c2", created=T0 + timedelta(seconds=i),
+                                    cited_skills=["clip-higher", "x_y"] if i % 2 else ["clip-higher-v2"]))
+    assert [p.id for p in store.list_proposals(limit=3)] == ["p0", "p1", "p2"]
+    assert [p.id for p in store.list_proposals("c1", limit=2, offset=3)] == ["p3", "p4"]
+    assert store.count_proposals() == 7 and store.count_proposals("c1") == 5
+    assert store.count_proposals(status="approved") == 0
+    assert [p.id for p in store.pending_reviews(limit=2, offset=5)] == ["p5", "p6"]
+    # exact slug membership: 'clip-higher' is not found inside 'clip-higher-v2'; LIKE wildcards are literal
+    assert [p.id for p in store.list_proposals(cites="clip-higher")] == ["p1", "p3", "p5"]
+    assert [p.id for p in store.list_proposals(cites="clip-higher", limit=1, offset=1)] == ["p3"]
+    assert [p.id for p in store.list_proposals(cites="x_y")] == ["p1", "p3", "p5"]
+    assert store.list_proposals(cites="x%y") == [] and store.list_proposals(cites="clip") == []
+    assert store.proposal_counts() == {"c1": {"pending_review": 5}, "c2": {"pending_review": 2}}
+    r = Review(proposal_id="p1", verdict="approve", reviewer="ana", comment="", at=T0)
+    store.add_review(r)
+    d = Decision(proposal_id="p1", outcome="reject", reasons=["CI below 0"], stats=stats(-0.02), at=T0)
+    store.add_decision(d)
+    assert store.get_reviews(["p0", "p1", "nope"]) == {"p1": r}
+    assert store.get_decisions(["p1", "p2"]) == {"p1": d} and store.get_decisions([]) == {}
+    assert store.proposal_counts()["c1"] == {"pending_review": 4, "approved": 1}
+    store.ledger_add(LedgerEntry(campaign_id="c1", key="a", kind="segment", run_name="a", steps=5, at=T0))
+    store.ledger_add(LedgerEntry(campaign_id="c1", key="b", kind="branch", run_name="b", steps=3, at=T0))
+    assert store.ledger_totals() == {"c1": 8}
+
+
 # ---------------------------------------------------------------------------------------------- backtests, decisions
 def test_backtests_branches_and_stats(store, campaign):
     store.add_proposal(proposal("p1"))
@@ -259,6 +289,9 @@ def test_backtests_branches_and_stats(store, campaign):
     with pytest.raises(StoreError, match="'p9' is not part of backtest 'bt1'; it tests: p1, p2"):
         store.set_backtest_stats("bt1", "p9", s1)
     assert [b.id for b in store.list_backtests("c1")] == ["bt1"]
+    assert store.campaign_branches("c1") == [control, treat, other_seed]
+    store.create_campaign("c2", "second", {}, "t2")
+    assert store.campaign_branches("c2") == []
 
 
 def test_decisions_one_per_proposal(store, campaign):

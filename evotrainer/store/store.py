@@ -15,6 +15,7 @@ Three rules shape every method:
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,7 +27,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event, func, select, text
+from sqlalchemy import Engine, Text, cast, create_engine, event, func, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -404,18 +405,53 @@ class Store:
             return _proposal(self._get(s, ProposalRow, id, "proposal"))
 
     def list_proposals(self, campaign_id: str | None = None, status: ProposalStatus | None = None,
-                       round: int | None = None) -> list[Proposal]:
-        """Proposals matching every filter given, oldest first."""
+                       round: int | None = None, *, cites: str | None = None, limit: int | None = None,
+                       offset: int = 0) -> list[Proposal]:
+        """Proposals matching every filter given, oldest first; ``limit``/``offset`` page through them.
+
+        ``cites``: only proposals whose ``cited_skills`` holds that slug (the database narrows by the JSON
+        text, the exact list membership is checked here; paging applies before that check only when no
+        ``cites`` is given).
+        """
         with self._read() as s:
-            q = select(ProposalRow)
-            if campaign_id is not None:
-                self._campaign_row(s, campaign_id)
-                q = q.where(ProposalRow.campaign_id == campaign_id)
-            if status is not None:
-                q = q.where(ProposalRow.status == _check(status, ProposalStatus, "proposal status"))
-            if round is not None:
-                q = q.where(ProposalRow.round == round)
-            return [_proposal(r) for r in s.scalars(q.order_by(ProposalRow.created, ProposalRow.id))]
+            q = self._proposal_query(s, campaign_id, status, round)
+            q = q.order_by(ProposalRow.created, ProposalRow.id)
+            if cites is not None:
+                needle = json.dumps(cites).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+                q = q.where(cast(ProposalRow.cited_skills, Text).like(f"%{needle}%", escape="\\"))
+                found = [p for p in map(_proposal, s.scalars(q)) if cites in p.cited_skills]
+                return found[offset:None if limit is None else offset + limit]
+            if limit is not None:
+                q = q.limit(limit)
+            return [_proposal(r) for r in s.scalars(q.offset(offset))]
+
+    def count_proposals(self, campaign_id: str | None = None, status: ProposalStatus | None = None,
+                        round: int | None = None) -> int:
+        """How many proposals ``list_proposals`` would return with the same filters (for paging)."""
+        with self._read() as s:
+            q = self._proposal_query(s, campaign_id, status, round)
+            return int(s.scalar(select(func.count()).select_from(q.subquery())) or 0)
+
+    def proposal_counts(self) -> dict[str, dict[str, int]]:
+        """Campaign id -> proposal status -> count, for every campaign that has proposals (one query)."""
+        out: dict[str, dict[str, int]] = {}
+        with self._read() as s:
+            q = select(ProposalRow.campaign_id, ProposalRow.status, func.count()).group_by(
+                ProposalRow.campaign_id, ProposalRow.status)
+            for cid, status, n in s.execute(q):
+                out.setdefault(cid, {})[status] = int(n)
+        return out
+
+    def _proposal_query(self, s: Session, campaign_id: str | None, status: ProposalStatus | None, round: int | None):
+        q = select(ProposalRow)
+        if campaign_id is not None:
+            self._campaign_row(s, campaign_id)
+            q = q.where(ProposalRow.campaign_id == campaign_id)
+        if status is not None:
+            q = q.where(ProposalRow.status == _check(status, ProposalStatus, "proposal status"))
+        if round is not None:
+            q = q.where(ProposalRow.round == round)
+        return q
 
     def set_proposal_status(self, id: str, status: ProposalStatus) -> Proposal:
         _check(status, ProposalStatus, "proposal status")
@@ -425,9 +461,9 @@ class Store:
             s.flush()
             return _proposal(r)
 
-    def pending_reviews(self) -> list[Proposal]:
+    def pending_reviews(self, *, limit: int | None = None, offset: int = 0) -> list[Proposal]:
         """Proposals waiting for a person, across campaigns, oldest first."""
-        return self.list_proposals(status="pending_review")
+        return self.list_proposals(status="pending_review", limit=limit, offset=offset)
 
     # ------------------------------------------------------------------------------------------ reviews
     def add_review(self, review: Review) -> Review:
@@ -471,6 +507,12 @@ class Store:
             self._get(s, ProposalRow, proposal_id, "proposal")
             r = s.get(ReviewRow, proposal_id)
             return _review(r) if r is not None else None
+
+    def get_reviews(self, proposal_ids: list[str]) -> dict[str, Review]:
+        """Proposal id -> its review, for those of ``proposal_ids`` that have one (one query, unknown ids skipped)."""
+        with self._read() as s:
+            q = select(ReviewRow).where(ReviewRow.proposal_id.in_(list(proposal_ids)))
+            return {r.proposal_id: _review(r) for r in s.scalars(q)}
 
     # ------------------------------------------------------------------------------------------ backtests
     def add_backtest(self, id: str, campaign_id: str, round: int, proposal_ids: list[str], seeds: list[int],
@@ -518,6 +560,14 @@ class Store:
             q = select(BranchRow).where(BranchRow.backtest_id == backtest_id).order_by(BranchRow.id)
             return [_branch(r) for r in s.scalars(q)]
 
+    def campaign_branches(self, campaign_id: str) -> list[BranchResult]:
+        """Every branch of every backtest of a campaign, in the order they were recorded (one query)."""
+        with self._read() as s:
+            self._campaign_row(s, campaign_id)
+            q = (select(BranchRow).join(BacktestRow, BacktestRow.id == BranchRow.backtest_id)
+                 .where(BacktestRow.campaign_id == campaign_id).order_by(BranchRow.id))
+            return [_branch(r) for r in s.scalars(q)]
+
     def set_backtest_stats(self, backtest_id: str, proposal_id: str, stats: BacktestStats) -> Backtest:
         """Set (or replace) the paired statistics of one proposal in a backtest."""
         with self._write() as s:
@@ -543,6 +593,12 @@ class Store:
             self._get(s, ProposalRow, proposal_id, "proposal")
             r = s.get(DecisionRow, proposal_id)
             return _decision(r) if r is not None else None
+
+    def get_decisions(self, proposal_ids: list[str]) -> dict[str, Decision]:
+        """Proposal id -> its decision, for those of ``proposal_ids`` that have one (one query, unknown ids skipped)."""
+        with self._read() as s:
+            q = select(DecisionRow).where(DecisionRow.proposal_id.in_(list(proposal_ids)))
+            return {r.proposal_id: _decision(r) for r in s.scalars(q)}
 
     def list_decisions(self, campaign_id: str) -> list[Decision]:
         with self._read() as s:
@@ -577,6 +633,12 @@ class Store:
             self._campaign_row(s, campaign_id)
             q = select(func.coalesce(func.sum(LedgerRow.steps), 0)).where(LedgerRow.campaign_id == campaign_id)
             return int(s.scalar(q) or 0)
+
+    def ledger_totals(self) -> dict[str, int]:
+        """Campaign id -> steps spent, for every campaign with ledger entries (one query)."""
+        with self._read() as s:
+            q = select(LedgerRow.campaign_id, func.sum(LedgerRow.steps)).group_by(LedgerRow.campaign_id)
+            return {cid: int(n or 0) for cid, n in s.execute(q)}
 
     def ledger(self, campaign_id: str) -> list[LedgerEntry]:
         with self._read() as s:

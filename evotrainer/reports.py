@@ -1,0 +1,121 @@
+"""What the CLI and the review dashboard both read from the store, and the one write a person makes: a review.
+
+Why a module of its own: ``evotrainer campaign status`` and the dashboard's campaign page show the same
+summary, ``review approve`` and the dashboard's Approve button record the same review, and ``skills history``
+and a skill's page list the same proposals. Each is written once, here, so the two front ends cannot drift
+(a check added to a review applies to both). Everything takes a ``Store`` and returns plain data
+(pydantic entities or JSON-ready dicts); printing and HTML are the callers' business.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Literal
+
+from evotrainer.agent.schemas import PolicyVersion, Review
+from evotrainer.errors import ConfigError
+from evotrainer.store import Store
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+Verdict = Literal["approve", "reject"]
+AFTER_REVIEW = "the campaign continues (at once if it is waiting, else on resume)"
+
+
+def record_review(store: Store, pid: str, verdict: Verdict, comment: str, reviewer: str) -> Review:
+    """Record a person's review of proposal ``pid``; a campaign waiting on it continues at its next poll.
+
+    Refused (``ConfigError``) when the proposal is not pending review, or a rejection comes without a reason.
+    """
+    p = store.get_proposal(pid)
+    if p.status != "pending_review":
+        raise ConfigError(f"proposal {pid} is {p.status}, not waiting for review")
+    if verdict == "reject" and not comment.strip():
+        raise ConfigError(f"rejecting {pid} needs a comment saying why (it is recorded with the review)")
+    if not reviewer.strip():
+        raise ConfigError("a review needs a reviewer name")
+    return store.add_review(Review(proposal_id=pid, verdict=verdict, reviewer=reviewer.strip(), comment=comment,
+                                   at=datetime.now(timezone.utc)))
+
+
+def start_accuracy(home: Path, lineage: list[PolicyVersion],
+                   read: Callable[[Path], pd.DataFrame] | None = None) -> float | None:
+    """Held-out accuracy before the campaign trained: the first segment's step-0 evaluation if it has one,
+    else the first policy version's. ``read`` reads a job's metrics (default ``evidence.read_metrics``)."""
+    from evotrainer.evidence import read_metrics
+
+    accs = [pv.eval_accuracy for pv in lineage if pv.eval_accuracy is not None]
+    start = accs[0] if accs else None
+    if lineage and lineage[0].run_name:  # the first segment evaluates its starting policy at step 0
+        m = (read or read_metrics)(home / "jobs" / lineage[0].run_name)
+        if "eval/greedy_accuracy" in m and m["eval/greedy_accuracy"].notna().any():
+            start = float(m["eval/greedy_accuracy"].dropna().iloc[0])
+    return start
+
+
+def campaign_summary(home: Path, cid: str, store: Store | None = None,
+                     read: Callable[[Path], pd.DataFrame] | None = None) -> dict[str, Any]:
+    """Status, budget, held-out accuracy start → end, lineage, proposals, decisions, harness versions, where to look."""
+    from sqlalchemy import make_url
+
+    from evotrainer.tracking import tracking_uri
+
+    store = store or Store.for_home(home)
+    camp = store.get_campaign(cid)
+    lineage = store.policy_lineage(cid)
+    decisions = store.list_decisions(cid)
+    props = {p.id: p for p in store.list_proposals(cid)}
+    accs = [pv.eval_accuracy for pv in lineage if pv.eval_accuracy is not None]
+    return {
+        "campaign": camp.model_dump(mode="json"),
+        "budget": {"spent": store.ledger_total(cid), "total": camp.spec["budget"]["total_steps"]},
+        "accuracy": {"start": start_accuracy(home, lineage, read), "end": accs[-1] if accs else None},
+        "lineage": [pv.model_dump(mode="json") for pv in lineage],
+        "proposals": [p.model_dump(mode="json") for p in props.values()],
+        "decisions": [{**d.model_dump(mode="json"), "knob": props[d.proposal_id].knob, "old": props[d.proposal_id].old,
+                       "new": props[d.proposal_id].new} for d in decisions if d.proposal_id in props],
+        "promoted": [d.proposal_id for d in decisions if d.outcome == "promote"],
+        "versions": harness_versions(store, lineage),
+        "revisions": [e.message for e in store.events(cid, kind="diagnostic_revision")],
+        "where": {"mlflow": tracking_uri(home), "state": make_url(store.url).render_as_string(hide_password=True),
+                  "mlflow_run_id": camp.mlflow_run_id},
+    }
+
+
+def harness_versions(store: Store, lineage: list[PolicyVersion]) -> list[dict[str, Any]]:
+    """Mainline harness versions in order, each with its diff from the previous one (a round may add two)."""
+    from evotrainer.config import HarnessSpec, diff
+
+    out: list[dict[str, Any]] = []
+    prev = None
+    for pv in lineage:
+        if prev is not None and pv.harness_version == prev:
+            continue
+        changes = [] if prev is None else [c.model_dump(mode="json") for c in diff(
+            HarnessSpec.model_validate(store.get_harness_version(prev).spec),
+            HarnessSpec.model_validate(store.get_harness_version(pv.harness_version).spec))]
+        out.append({"version": pv.harness_version, "policy": pv.id, "diff": changes})
+        prev = pv.harness_version
+    return out
+
+
+def skill_history(store: Store, slug: str) -> list[dict[str, Any]]:
+    """Proposals (across campaigns, oldest first) that cited ``slug``, with their decision and held-out effect."""
+    props = store.list_proposals(cites=slug)
+    decisions = store.get_decisions([p.id for p in props])
+    rows = []
+    for p in props:
+        d = decisions.get(p.id)
+        st = d.stats if d is not None else None
+        rows.append({"campaign": p.campaign_id, "round": p.round, "proposal": p.id, "knob": p.knob,
+                     "old": p.old, "new": p.new, "symptom": p.hypothesis.symptom, "brain": p.brain,
+                     "status": p.status, "outcome": d.outcome if d is not None else None,
+                     "effect": st.effect if st else None, "ci_low": st.ci_low if st else None,
+                     "ci_high": st.ci_high if st else None, "created": p.created.isoformat()})
+    return rows
+
+
+__all__ = ["record_review", "campaign_summary", "harness_versions", "start_accuracy", "skill_history",
+           "AFTER_REVIEW"]

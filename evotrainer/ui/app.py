@@ -1,0 +1,343 @@
+"""The review dashboard: a FastAPI app of server-rendered pages over one home's store, jobs and skill library.
+
+``create_app(home, token=...)`` builds it; ``evotrainer ui`` serves it with uvicorn. Pages are Jinja2 templates
+with autoescaping on (rollout text, skill bodies and LLM rationales are untrusted), plots are SVG drawn on the
+server (``ui.charts``), and the only script is ``static/app.js`` (live refresh of a running campaign, and a
+confirmation before stopping one). The Content Security Policy allows scripts and styles from this server
+only, so even text that escaped escaping could not run.
+
+Reads go through ``ui.views`` (batched queries, cached file reads); the three writes — approve, reject, stop —
+go through ``evotrainer.reports.record_review`` and ``agent.campaign.stop_campaign``, the functions the CLI
+uses, behind the token, CSRF and Origin checks of ``ui.security``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from evotrainer.errors import EvoError
+from evotrainer.home import resolve_home
+from evotrainer.store import NotFound, Store
+from evotrainer.ui.security import (
+    CSRF_COOKIE,
+    CSRF_FIELD,
+    SESSION_COOKIE,
+    Guard,
+    is_loopback,
+    new_token,
+    safe_next,
+)
+from evotrainer.ui.views import Views
+
+HERE = Path(__file__).resolve().parent
+TEMPLATES = HERE / "templates"
+STATIC = HERE / "static"
+REVIEWER_COOKIE = "evotrainer_reviewer"
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+       "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+OPEN_PATHS = ("/login", "/static/", "/favicon.ico")
+
+
+# ------------------------------------------------------------------------------------------ template helpers
+def _pct(x: Any, digits: int = 1) -> str:
+    return "–" if x is None else f"{100 * float(x):.{digits}f} %"
+
+
+def _num(x: Any, digits: int = 3) -> str:
+    return "–" if x is None else f"{float(x):.{digits}g}"
+
+
+def _signed(x: Any, scale: float = 100.0) -> str:
+    return "–" if x is None else f"{float(x) * scale:+.2f}"
+
+
+def _when(dt: Any) -> str:
+    if dt is None:
+        return "–"
+    if isinstance(dt, (int, float)):
+        dt = datetime.fromtimestamp(dt, timezone.utc)
+    if isinstance(dt, str):
+        dt = datetime.fromisoformat(dt)
+    return dt.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _ago(dt: Any) -> str:
+    if dt is None:
+        return ""
+    if isinstance(dt, str):
+        dt = datetime.fromisoformat(dt)
+    s = max(0, int((datetime.now(timezone.utc) - dt).total_seconds()))
+    for unit, n in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= n:
+            return f"{s // n} {unit} ago"
+    return f"{s} s ago"
+
+
+def _value(v: Any) -> str:
+    """A knob value as JSON (None → null, strings quoted), which is how harness files and the CLI show it."""
+    return json.dumps(v, default=str)
+
+
+@functools.cache
+def _markdown_parser() -> Any:
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": False}).enable("table")
+
+
+def _markdown(text: str) -> Markup:
+    """Markdown with raw HTML disabled (escaped) and unsafe link schemes dropped by markdown-it's validator."""
+    return Markup(_markdown_parser().render(text or ""))
+
+
+def _qs(**params: Any) -> str:
+    """'?a=1&b=2' of the parameters that are set ('' when none is)."""
+    kept = {k: v for k, v in params.items() if v not in (None, "")}
+    return "?" + urlencode(kept) if kept else ""
+
+
+def _environment() -> Environment:
+    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=True, undefined=StrictUndefined,
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(pct=_pct, num=_num, signed=_signed, when=_when, ago=_ago, value=_value, md=_markdown,
+                       seg=lambda s: quote(str(s), safe=""))
+    env.globals["qs"] = _qs
+    return env
+
+
+# ------------------------------------------------------------------------------------------ the app
+def create_app(home: str | Path, token: str | None = None, *, host: str = "127.0.0.1", library: Path | None = None,
+               mlflow_url: str | None = None, reviewer: str | None = None) -> FastAPI:
+    """The dashboard for ``home``. ``token`` guards approve / reject / stop (a random one if None: read it from
+    ``app.state.token``); ``host`` is where it will be served (a non-loopback host makes every page need the
+    session). ``library`` is the default skill library (``--library``, ``$EVOTRAINER_LIBRARY``, ``./skills``);
+    ``mlflow_url`` (e.g. http://127.0.0.1:5000 of ``mlflow ui``) turns MLflow run ids into links."""
+    home = resolve_home(home)
+    store = Store.for_home(home)
+    guard = Guard(token or new_token(), public_reads=is_loopback(host))
+    views = Views(home, store, library, mlflow_url)
+    env = _environment()
+    default_reviewer = reviewer or os.environ.get("USER") or "reviewer"
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        threading.Thread(target=views.warm, name="evotrainer-ui-warm", daemon=True).start()
+        yield
+
+    app = FastAPI(title="EvoTrainer review dashboard", docs_url=None, redoc_url=None, openapi_url=None,
+                  lifespan=lifespan)
+    app.state.token, app.state.guard, app.state.views, app.state.store = guard.token, guard, views, store
+    app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
+
+    def render(request: Request, template: str, http_status: int = 200, **ctx: Any) -> HTMLResponse:
+        base = {"request": request, "path": request.url.path, "signed_in": guard.signed_in(request),
+                "csrf": request.state.csrf, "csrf_field": CSRF_FIELD, "pending_total": views.pending_count(),
+                "home": str(home), "public_reads": guard.public_reads, "done": request.query_params.get("done", ""),
+                "reviewer": request.cookies.get(REVIEWER_COOKIE) or default_reviewer}
+        return HTMLResponse(env.get_template(template).render(**{**base, **ctx}), status_code=http_status)
+
+    # -------------------------------------------------------------------------------------- middleware
+    @app.middleware("http")
+    async def frame(request: Request, call_next: Any) -> Response:
+        if not guard.host_ok(request):
+            return Response("this dashboard answers to localhost / 127.0.0.1 only (DNS rebinding protection)",
+                            status_code=400, media_type="text/plain")
+        nonce = request.cookies.get(CSRF_COOKIE)
+        fresh = not nonce or len(nonce) > 64
+        if fresh:
+            nonce = guard.new_nonce()
+        request.state.csrf = guard.csrf_field(nonce)
+        path = request.url.path
+        response: Response
+        if request.method == "GET" and "token" in request.query_params:
+            response = _token_link(request)
+        elif not guard.public_reads and not guard.signed_in(request) and not path.startswith(OPEN_PATHS):
+            response = RedirectResponse("/login" + "?" + urlencode({"next": _here(request)}), status_code=303)
+        else:
+            response = await call_next(request)
+        if fresh:
+            response.set_cookie(CSRF_COOKIE, nonce, httponly=True, samesite="strict", path="/")
+        response.headers.setdefault("Content-Security-Policy", CSP)
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["X-Frame-Options"] = "DENY"
+        response.headers["Referrer-Policy"] = "same-origin"
+        if response.headers.get("content-type", "").startswith("text/html"):
+            response.headers["Cache-Control"] = "no-store"
+        return response
+
+    def _here(request: Request) -> str:
+        q = {k: v for k, v in request.query_params.items() if k != "token"}
+        return request.url.path + ("?" + urlencode(q) if q else "")
+
+    def _token_link(request: Request) -> Response:
+        """``?token=`` (the link printed at start-up): sign this browser in, then drop the token from the URL."""
+        if not guard.token_ok(request.query_params.get("token")):
+            return render(request, "login.html.j2", 403, next=_here(request),
+                          error="That link's token is not this dashboard's token (it changes at every start "
+                                "unless $EVOTRAINER_UI_TOKEN is set). Paste the current one.")
+        response = RedirectResponse(safe_next(_here(request)), status_code=303)
+        _sign_in(response)
+        return response
+
+    def _sign_in(response: Response) -> None:
+        response.set_cookie(SESSION_COOKIE, guard.session_value(), httponly=True, samesite="strict", path="/")
+
+    async def authorize(request: Request) -> FormData:
+        """Origin, then token (401 none / 403 wrong), then CSRF: what every state-changing request passes."""
+        if not guard.origin_ok(request):
+            raise HTTPException(403, "refused: this request comes from another site (Origin/Referer is not this "
+                                     "dashboard)")
+        cred = guard.credential(request)
+        if cred is None:
+            raise HTTPException(401, "sign in with the dashboard token first (printed by `evotrainer ui` at start-up)")
+        if cred == "bad":
+            raise HTTPException(403, "the dashboard token is wrong or from an earlier start: sign in again")
+        form = await request.form()
+        if not guard.csrf_ok(request, form.get(CSRF_FIELD)):  # type: ignore[arg-type]
+            raise HTTPException(403, "the form's CSRF token does not match this browser's: reload the page and "
+                                     "submit again")
+        return form
+
+    # -------------------------------------------------------------------------------------- errors
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if not hasattr(request.state, "csrf"):
+            request.state.csrf = ""
+        return await run_in_threadpool(render, request, "error.html.j2", exc.status_code, code=exc.status_code,
+                                       message=str(exc.detail), login=exc.status_code in (401, 403))
+
+    @app.exception_handler(EvoError)
+    async def evo_error(request: Request, exc: EvoError) -> Response:
+        status = 404 if isinstance(exc, NotFound) else 400
+        return await run_in_threadpool(render, request, "error.html.j2", status, code=status, message=str(exc),
+                                       login=False)
+
+    # -------------------------------------------------------------------------------------- sign in / out
+    @app.get("/login", response_class=HTMLResponse)
+    def login_page(request: Request, next: str = "/") -> HTMLResponse:
+        return render(request, "login.html.j2", next=safe_next(next), error="")
+
+    @app.post("/login")
+    async def login(request: Request) -> Response:
+        if not guard.origin_ok(request):
+            raise HTTPException(403, "refused: the sign-in form was posted from another site")
+        form = await request.form()
+        if not guard.csrf_ok(request, form.get(CSRF_FIELD)):  # type: ignore[arg-type]
+            raise HTTPException(403, "the form's CSRF token does not match this browser's: reload the page")
+        target = safe_next(str(form.get("next") or "/"))
+        if not guard.token_ok(str(form.get("token") or "").strip()):
+            return await run_in_threadpool(render, request, "login.html.j2", 403, next=target,
+                                           error="That is not this dashboard's token.")
+        response = RedirectResponse(target, status_code=303)
+        _sign_in(response)
+        return response
+
+    @app.post("/logout")
+    async def logout(request: Request) -> Response:
+        await authorize(request)
+        response = RedirectResponse("/", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path="/")
+        return response
+
+    # -------------------------------------------------------------------------------------- pages
+    @app.get("/", response_class=HTMLResponse)
+    def campaigns_page(request: Request) -> HTMLResponse:
+        return render(request, "campaigns.html.j2", rows=views.campaigns())
+
+    @app.get("/campaigns/{cid}", response_class=HTMLResponse)
+    def campaign_page(request: Request, cid: str, page: int = 1, dpage: int = 1) -> HTMLResponse:
+        return render(request, "campaign.html.j2", **views.campaign(cid, page, dpage))
+
+    @app.get("/campaigns/{cid}/state.json")
+    def campaign_state(cid: str) -> JSONResponse:
+        return JSONResponse(views.state(cid))
+
+    @app.post("/campaigns/{cid}/stop")
+    async def stop(request: Request, cid: str) -> Response:
+        await authorize(request)
+        from evotrainer.agent.campaign import stop_campaign
+
+        camp = await run_in_threadpool(store.get_campaign, cid)
+        if camp.status not in ("created", "running", "waiting_review"):
+            raise HTTPException(409, f"campaign {cid} is {camp.status}; there is nothing to stop")
+        await run_in_threadpool(stop_campaign, cid, home)
+        return RedirectResponse(f"/campaigns/{quote(cid, safe='')}?done=stop", status_code=303)
+
+    @app.get("/reviews", response_class=HTMLResponse)
+    def reviews_page(request: Request, page: int = 1) -> HTMLResponse:
+        return render(request, "reviews.html.j2", **views.review_queue(page))
+
+    @app.get("/proposals/{pid}", response_class=HTMLResponse)
+    def proposal_page(request: Request, pid: str) -> HTMLResponse:
+        return render(request, "proposal.html.j2", error="", comment="", **views.proposal(pid))
+
+    @app.post("/proposals/{pid}/review")
+    async def review(request: Request, pid: str) -> Response:
+        form = await authorize(request)
+        from evotrainer.reports import record_review
+
+        verdict = str(form.get("verdict") or "")
+        comment = str(form.get("comment") or "").strip()
+        who = str(form.get("reviewer") or "").strip()[:200]
+        if verdict not in ("approve", "reject"):
+            raise HTTPException(400, f"verdict must be approve or reject, got {verdict!r}")
+        try:
+            await run_in_threadpool(record_review, store, pid, verdict, comment, who)
+        except NotFound:
+            raise
+        except EvoError as err:
+            data = await run_in_threadpool(views.proposal, pid)
+            return await run_in_threadpool(render, request, "proposal.html.j2", 409, error=str(err), comment=comment,
+                                           **data)
+        response = RedirectResponse(f"/proposals/{quote(pid, safe='')}?done={verdict}", status_code=303)
+        response.set_cookie(REVIEWER_COOKIE, who, httponly=True, samesite="strict", path="/", max_age=365 * 86400)
+        return response
+
+    @app.get("/skills", response_class=HTMLResponse)
+    def skills_page(request: Request, lib: str = "default", q: str = "", kind: str = "", symptom: str = "",
+                    domain: str = "", status: str = "", page: int = 1) -> HTMLResponse:
+        data = views.skills(lib, q, kind, symptom, domain, status, page)
+        keep = {k: v for k, v in (("lib", "" if lib == "default" else lib), ("q", q), ("kind", kind),
+                                  ("symptom", symptom), ("domain", domain), ("status", status)) if v}
+        base = "/skills?" + (urlencode(keep) + "&" if keep else "")
+        return render(request, "skills.html.j2", q=q, kind=kind, symptom=symptom, domain=domain, status=status,
+                      pager_base=base, **data)
+
+    @app.get("/skills/{slug}", response_class=HTMLResponse)
+    def skill_page(request: Request, slug: str, lib: str = "default") -> HTMLResponse:
+        return render(request, "skill.html.j2", **views.skill(lib, slug))
+
+    @app.get("/diagnose", response_class=HTMLResponse)
+    def runs_page(request: Request, q: str = "", page: int = 1) -> HTMLResponse:
+        return render(request, "runs.html.j2", **views.runs(q, page))
+
+    @app.get("/diagnose/{name}", response_class=HTMLResponse)
+    def diagnose_page(request: Request, name: str) -> HTMLResponse:
+        return render(request, "diagnose.html.j2", **views.diagnose(name))
+
+    @app.get("/favicon.ico")
+    def favicon() -> FileResponse:
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
+
+    return app
+
+
+__all__ = ["create_app"]
