@@ -54,20 +54,28 @@ def start_campaign(spec_path: Path, home: Path, log: Callable[[str], None] = pri
     Registry(harness)
     get_task(spec.task, spec.task_options)
     _check_paths(spec, spec_path)
-    slug = re.sub(r"[^a-z0-9]+", "-", spec.name.lower()).strip("-")[:40] or "campaign"
-    cid = f"{slug}-{datetime.now(timezone.utc).strftime('%Y%m%d%H%M%S')}"
-    store = _store(home)
-    doc = spec.model_dump(mode="json")
-    doc["source_dir"] = spec.source_dir
-    doc["initial_harness_version"] = harness.version
-    store.create_campaign(cid, spec.name, doc, thread_id=cid)
-    store.add_harness_version(harness.version, None, harness.model_dump(mode="json"), [])
-    tracker = Tracker(home)
-    run_id = tracker.create_run(cid, {"evotrainer.campaign": cid, "evotrainer.role": "campaign"},
-                                {"task": spec.task, "harness": harness.version, "budget": spec.budget.total_steps})
-    store.set_campaign(cid, mlflow_run_id=run_id)
+    from evotrainer.jobs.pool import BranchPool
+
+    pool = BranchPool(workers=1)
+    pool.warm()  # valid spec: start the worker's ~5 s of torch/TRL imports now, beside the set-up below
+    try:
+        slug = re.sub(r"[^a-z0-9]+", "-", spec.name.lower()).strip("-")[:40] or "campaign"
+        cid = f"{slug}-{datetime.now(timezone.utc).strftime('%Y%m%d%H%M%S')}"
+        store = _store(home)
+        doc = spec.model_dump(mode="json")
+        doc["source_dir"] = spec.source_dir
+        doc["initial_harness_version"] = harness.version
+        store.create_campaign(cid, spec.name, doc, thread_id=cid)
+        store.add_harness_version(harness.version, None, harness.model_dump(mode="json"), [])
+        tracker = Tracker(home)
+        run_id = tracker.create_run(cid, {"evotrainer.campaign": cid, "evotrainer.role": "campaign"},
+                                    {"task": spec.task, "harness": harness.version, "budget": spec.budget.total_steps})
+        store.set_campaign(cid, mlflow_run_id=run_id)
+    except BaseException:
+        pool.close()
+        raise
     log(f"campaign {cid} created")
-    run_campaign(cid, home, log=log, wait=wait, max_rounds=max_rounds)
+    run_campaign(cid, home, log=log, wait=wait, max_rounds=max_rounds, pool=pool)
     return cid
 
 
@@ -103,8 +111,11 @@ def _spec_of(campaign) -> CampaignSpec:
 
 
 def run_campaign(cid: str, home: Path, log: Callable[[str], None] = print, wait: bool = True,
-                 max_rounds: int | None = None, poll_s: float = 1.0) -> dict[str, Any]:
-    """Continue campaign ``cid`` until it finishes, stops, or waits for a review (``wait=False``)."""
+                 max_rounds: int | None = None, poll_s: float = 1.0, pool: Any = None) -> dict[str, Any]:
+    """Continue campaign ``cid`` until it finishes, stops, or waits for a review (``wait=False``).
+
+    ``pool``: a started ``BranchPool`` to run jobs in (closed on return); by default one is made here.
+    """
     from evotrainer.agent.graph import compile_graph
     from evotrainer.agent.lessons import campaign_library
     from evotrainer.agent.nodes import CampaignStopped
@@ -114,6 +125,8 @@ def run_campaign(cid: str, home: Path, log: Callable[[str], None] = print, wait:
     store = _store(home)
     camp = store.get_campaign(cid)
     if camp.status == "finished":
+        if pool is not None:
+            pool.close()
         log(f"campaign {cid} is finished")
         return {"status": camp.status}
     spec = _spec_of(camp)
@@ -121,8 +134,10 @@ def run_campaign(cid: str, home: Path, log: Callable[[str], None] = print, wait:
     config = {"configurable": {"thread_id": camp.thread_id}, "recursion_limit": 10_000}
     if spec.trace:
         _trace(home)
-    with BranchPool(workers=1) as pool:
+    if pool is None:
+        pool = BranchPool(workers=1)
         pool.warm()  # the worker's torch/TRL imports overlap the graph, store and library set-up below
+    with pool:
         ctx = CampaignContext(campaign_id=cid, spec=spec, home=home, store=store, brain=_brain(spec), pool=pool,
                               tracker=Tracker(home), mlflow_run_id=camp.mlflow_run_id, log=log, started_at=time.time(),
                               library=campaign_library(home, cid, spec))
