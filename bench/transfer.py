@@ -36,12 +36,26 @@ def steps_to(store, cid: str, target: float) -> tuple[int | None, float | None]:
     return None, best
 
 
+def _finished_twin(home, spec_file) -> str | None:
+    """The newest finished campaign whose validated spec equals ``spec_file``'s (None if there is none)."""
+    from evotrainer.agent.spec import load_campaign_spec
+    from evotrainer.store import Store
+
+    want = load_campaign_spec(spec_file).model_dump(mode="json")
+    twins = [c for c in Store.for_home(home).list_campaigns() if c.status == "finished"
+             and {k: v for k, v in c.spec.items() if k in want} == want]
+    return max(twins, key=lambda c: c.id).id if twins else None
+
+
 def main() -> None:
     p = parser(__doc__, "bench-campaign")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--budget", type=int, default=600)
     p.add_argument("--branch", type=int, default=30, help="backtest branch steps (the demo's)")
     p.add_argument("--bt-seeds", type=int, default=3, help="paired seeds per backtest (the demo's)")
+    p.add_argument("--reuse-a", action="store_true",
+                   help="reuse a finished campaign A of an identical spec from an earlier invocation (A reads the seed "
+                        "library only, so it does not change when B's use of the library does)")
     a = p.parse_args()
 
     from evotrainer.agent.campaign import start_campaign
@@ -70,7 +84,11 @@ def main() -> None:
             f = home / f"{spec['name']}.yaml"
             f.write_text(yaml.safe_dump(spec))
             t = time.perf_counter()
-            cid = start_campaign(f, home, log=print)
+            cid = _finished_twin(home, f) if arm == "A" and a.reuse_a else None
+            if cid is None:
+                cid = start_campaign(f, home, log=print)
+            else:
+                print(f"reusing {cid} as campaign A", flush=True)
             store = Store.for_home(home)
             decisions = [(store.get_proposal(d.proposal_id).knob, store.get_proposal(d.proposal_id).new, d.outcome)
                          for d in store.list_decisions(cid)]

@@ -561,6 +561,22 @@ def test_skills_become_candidates_resolved_against_the_harness(lib_dir):
     assert [c.id for c in to_candidates(hits, harness)] == [h.slug for h in hits if h.available]
 
 
+
+def test_a_relative_skill_counts_the_backtests_of_the_same_move(lib_dir):
+    """×3 from 3e-4 helped, ×3 from 9e-4 overshot: each starting point sees the evidence for its own move."""
+    record_outcome(lib_dir, symptom="plateau", knob="optim.learning_rate", old=3e-4, value=9e-4, outcome="promote",
+                   evidence=evidence("promote", 0.04, proposal="p1", value=9e-4), actor="campaign:c1")
+    record_outcome(lib_dir, symptom="plateau", knob="optim.learning_rate", old=9e-4, value=2.7e-3, outcome="reject",
+                   evidence=evidence("reject", -0.05, proposal="p2", value=2.7e-3), actor="campaign:c1")
+    lib = Library.load(lib_dir)
+
+    def raise_lr(lr: float) -> list[float]:
+        return {c.id: c for c in to_candidates(lib.skills, HarnessSpec().with_knob("optim.learning_rate", lr))}["raise-lr"].effects
+
+    assert raise_lr(3e-4) == [0.04]  # 3e-4 * 3 is 9e-4 up to rounding
+    assert raise_lr(9e-4) == [-0.05]
+    assert sorted(raise_lr(1e-4)) == [-0.05, 0.04]  # a move never tried: the skill's whole record
+
 # ---------------------------------------------------------------------------------------------- CLI
 def test_cli_list_show_search(lib_dir, tmp_path):
     record_outcome(lib_dir, symptom="plateau", knob="optim.learning_rate", old=3e-4, value=9e-4, outcome="reject",

@@ -9,7 +9,9 @@ Mistake notes are not candidates: use ``curation.known_mistake`` to check a chan
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
+from typing import Any
 
 from evotrainer.agent.brains.base import Candidate
 from evotrainer.config import HarnessSpec, locked_knob
@@ -37,7 +39,21 @@ def to_candidates(items: Iterable[Skill | Hit], harness: HarnessSpec) -> list[Ca
         except ConfigError:
             continue
         out.append(Candidate(id=s.slug, symptoms=s.symptoms, knob=s.intervention.knob, value=value,
-                             description=s.description, source=s.source_text(),
-                             # a blocked branch scored higher by an exploit: its effect is no evidence for the skill
-                             effects=[e.effect for e in s.evidence if e.effect is not None and e.outcome != "blocked"]))
+                             description=s.description, source=s.source_text(), effects=_effects(s, value)))
     return out
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and not isinstance(b, bool):
+        return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-12)
+    return (list(a) if isinstance(a, (list, tuple)) else a) == (list(b) if isinstance(b, (list, tuple)) else b)
+
+
+def _effects(s: Skill, value: Any) -> list[float]:
+    """The skill's recorded effects that speak for this move. A relative skill (``scale``, ``step``) makes a
+    different move from every starting point — ×3 from 3e-5 helped where ×3 from 9e-5 overshot — so when
+    the library has tried this very value, only those backtests count; otherwise the skill's whole record
+    does. A blocked branch scored higher through an exploit: its effect is no evidence for the skill."""
+    usable = [e for e in s.evidence if e.effect is not None and e.outcome != "blocked"]
+    same = [e for e in usable if e.value is not None and _same_value(e.value, value)]
+    return [e.effect for e in (same or usable)]
