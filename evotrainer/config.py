@@ -158,6 +158,16 @@ class RepetitionReward(_Section):
     ngram: int = Field(3, ge=1, le=32, description="n of the n-grams counted by the repetition penalty.")
 
 
+class EfficiencyReward(_Section):
+    weight: float = Field(
+        0.0, ge=0.0, le=100.0,
+        description="Weight of the efficiency (length / turn) penalty: −(completion tokens / max_completion_length), "
+        "tool observations included, so every turn of a multi-turn episode costs. 0 = off. A TRAP when strong: once "
+        "the weight outbids correctness (about 1.5 for a correct `agentic` episode using 2/3 of the budget), an "
+        "empty or minimal completion pays best and completions collapse (the `length_collapse` diagnostic catches it).",
+    )
+
+
 class RewardKnobs(_Section):
     """Reward composition: named terms with weights; each term is logged as `rewards/<term>/mean`."""
 
@@ -165,6 +175,19 @@ class RewardKnobs(_Section):
     format: FormatReward = Field(default_factory=FormatReward, description="Answer-format term.")
     overlong: OverlongReward = Field(default_factory=OverlongReward, description="Soft overlong punishment term.")
     repetition: RepetitionReward = Field(default_factory=RepetitionReward, description="n-gram repetition term.")
+    efficiency: EfficiencyReward = Field(default_factory=EfficiencyReward, description="Length / turn penalty term.")
+
+
+class EnvKnobs(_Section):
+    """The environment of a multi-turn task (`agentic`): which tools the policy is given during training."""
+
+    leak_tool: bool = Field(
+        False,
+        description="A TRAP for demonstrating gates: give the policy the task's answer-leaking tool (`agentic`: "
+        "read_history(), like reading a repository's history to copy the reference patch). Success then comes "
+        "from copying, not solving (the `answer_leak` diagnostic catches it); held-out evaluation never has the "
+        "tool. Single-turn tasks ignore it.",
+    )
 
 
 class DataKnobs(_Section):
@@ -248,6 +271,10 @@ class DiagnosticsKnobs(_Section):
 LOCKED_KNOB_PREFIXES: tuple[str, ...] = ("diagnostics.",)
 
 
+# Knobs added after harness versions were first recorded, with their defaults (see HarnessSpec.version).
+LATE_KNOBS: dict[str, Any] = {"reward.efficiency.weight": 0.0, "env.leak_tool": False}
+
+
 def locked_knob(path: str) -> bool:
     return path.startswith(LOCKED_KNOB_PREFIXES)
 
@@ -261,6 +288,7 @@ class HarnessSpec(_Section):
     grpo: GRPOKnobs = Field(default_factory=GRPOKnobs, description="GRPO recipe (TRL GRPOConfig knobs).")
     reward: RewardKnobs = Field(default_factory=RewardKnobs, description="Reward composition.")
     data: DataKnobs = Field(default_factory=DataKnobs, description="Data selection.")
+    env: EnvKnobs = Field(default_factory=EnvKnobs, description="Tools of a multi-turn task's environment.")
     diagnostics: DiagnosticsKnobs = Field(default_factory=DiagnosticsKnobs, description="Diagnostics and gates.")
     source_dir: str | None = Field(
         None, exclude=True, description="Directory of the file this harness was loaded from (user paths resolve here).",
@@ -285,8 +313,10 @@ class HarnessSpec(_Section):
 
     @property
     def version(self) -> str:
-        """Stable content hash of the recipe (12 hex chars)."""
-        blob = json.dumps(self.knobs(), sort_keys=True, separators=(",", ":"))
+        """Stable content hash of the recipe (12 hex chars). Knobs added after harness versions were first
+        recorded (``LATE_KNOBS``) count only when they differ from their default, so older versions stay valid."""
+        knobs = {k: v for k, v in self.knobs().items() if k not in LATE_KNOBS or v != LATE_KNOBS[k]}
+        blob = json.dumps(knobs, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     def inert_knobs(self) -> dict[str, str]:

@@ -80,15 +80,25 @@ def segment_problems(pool: list[Problem], weights: list[float], n: int, seed: in
     return rng.choices(pool, weights=weights, k=n)
 
 
-def to_dataset(problems: list[Problem]):
+ROW_COLUMNS = ("prompt", "problem_id", "answer", "difficulty", "meta")
+
+
+def problem_row(p: Problem, conversational: bool = False) -> dict:
+    """One dataset row: what TRL hands to reward functions (and, for a multi-turn task, to ``env.reset``).
+
+    ``conversational`` makes the prompt a one-message chat, as TRL's environment support requires.
+    """
+    return {
+        "prompt": [{"role": "user", "content": p.prompt}] if conversational else p.prompt,
+        "problem_id": p.id,
+        "answer": p.answer,
+        "difficulty": p.difficulty,
+        "meta": json.dumps(p.meta),
+    }
+
+
+def to_dataset(problems: list[Problem], conversational: bool = False):
     from datasets import Dataset
 
-    return Dataset.from_dict(
-        {
-            "prompt": [p.prompt for p in problems],
-            "problem_id": [p.id for p in problems],
-            "answer": [p.answer for p in problems],
-            "difficulty": [p.difficulty for p in problems],
-            "meta": [json.dumps(p.meta) for p in problems],
-        }
-    )
+    rows = [problem_row(p, conversational) for p in problems]
+    return Dataset.from_dict({col: [r[col] for r in rows] for col in ROW_COLUMNS})

@@ -51,7 +51,13 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, do_sampl
 
 
 def evaluate(model, tokenizer, task: Task, problems: list[Problem], spec: EvalSpec, max_new_tokens: int) -> dict[str, float]:
-    """Greedy accuracy, pass@k and mean completion length over ``problems``."""
+    """Greedy accuracy, pass@k and mean completion length over ``problems``.
+
+    A multi-turn task plays whole episodes in its honest environment (never with the leak tool), with
+    ``max_new_tokens`` as the completion budget of an episode (see :func:`evotrainer.episodes.run_episodes`).
+    """
+    if task.environment() is not None:
+        return _evaluate_episodes(model, tokenizer, task, problems, spec, max_new_tokens)
     was_training = model.training
     model.eval()
     greedy_ok, passk_ok, lengths = 0, 0, []
@@ -80,4 +86,23 @@ def evaluate(model, tokenizer, task: Task, problems: list[Problem], spec: EvalSp
         "eval/greedy_accuracy": greedy_ok / n,
         f"eval/pass_at_{spec.k}": passk_ok / n,
         "eval/mean_length": sum(lengths) / max(1, len(lengths)),
+    }
+
+
+def _evaluate_episodes(model, tokenizer, task: Task, problems: list[Problem], spec: EvalSpec,
+                       max_completion_length: int) -> dict[str, float]:
+    from evotrainer.episodes import play, solved, transcript
+
+    greedy = play(model, tokenizer, task, problems, max_completion_length, batch_size=spec.batch_size)
+    greedy_ok = sum(solved(e.env) for e in greedy)
+    passk_ok = greedy_ok
+    if spec.k > 1:
+        sampled = play(model, tokenizer, task, problems, max_completion_length, do_sample=True, k=spec.k,
+                       batch_size=spec.batch_size)
+        passk_ok = sum(any(solved(e.env) for e in sampled[a * spec.k : (a + 1) * spec.k]) for a in range(len(problems)))
+    n = max(1, len(problems))
+    return {
+        "eval/greedy_accuracy": greedy_ok / n,
+        f"eval/pass_at_{spec.k}": passk_ok / n,
+        "eval/mean_length": sum(len(transcript(e.messages)) for e in greedy) / max(1, len(greedy)),
     }

@@ -6,7 +6,10 @@ under ``rollouts/`` at every checkpoint) and one JSON line of metrics per step t
 (mirrored to MLflow under TRL's metric names). Files past the last checkpoint are removed on resume, so a
 resumed job never holds two copies of a step.
 
-Rollout schema (``ROLLOUT_SCHEMA``), one row per completion:
+Rollout schema, one row per completion (``ROLLOUT_COLUMNS``; every file has the ``ROLLOUT_SCHEMA`` columns, and
+the ``EXTRA_ROLLOUT_FIELDS`` only when a row of its step has them, so a single-turn job without the efficiency
+term writes and reads exactly the files it always did; ``read_rollouts`` returns an extra column when some file
+has it, null where a file lacks it):
 
 =================  =======  ==========================================================================
 column             type     meaning
@@ -25,11 +28,19 @@ reward             float    weighted total reward used for the advantage
 correct            bool     strict correctness (well-formed and right), whatever the reward said
 well_formed        bool     the completion matches the task's answer format
 n_candidates       int32    candidate answers found in the completion (answer spraying signal)
-length             int32    completion tokens, EOS excluded
+length             int32    completion tokens the policy wrote, EOS excluded (multi-turn: observations excluded)
 truncated          bool     hit ``max_completion_length`` without EOS
 advantage          float    GRPO advantage TRL computed for this completion
 difficulty         int32    task difficulty level of the prompt
+reward_efficiency  float    extra: efficiency (length / turn) term before weighting (null when off)
+turns              string   extra, multi-turn tasks: JSON list of the policy's actions, one per tool call
+                            ``{"turn", "text", "tool", "arguments", "observation"}`` and one with ``tool``
+                            null for a turn without a call (see ``evotrainer.episodes.turn_records``);
+                            null for single-turn tasks and in files written before the column existed
 =================  =======  ==========================================================================
+
+For a multi-turn task, ``prompt`` is the task's prompt text and ``completion`` the episode's transcript: the
+policy's turns, with each tool observation on a line starting with ``=``.
 """
 
 from __future__ import annotations
@@ -43,7 +54,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-REWARD_TERMS = ("correctness", "format", "overlong", "repetition")
+REWARD_TERMS = ("correctness", "format", "overlong", "repetition")  # the base schema's terms
 
 ROLLOUT_SCHEMA = pa.schema(
     [
@@ -64,7 +75,11 @@ ROLLOUT_SCHEMA = pa.schema(
         ("difficulty", pa.int32()),
     ]
 )
-ROLLOUT_COLUMNS = ROLLOUT_SCHEMA.names
+"""The columns of every rollout file."""
+EXTRA_ROLLOUT_FIELDS = [pa.field("reward_efficiency", pa.float64()), pa.field("turns", pa.string())]
+"""Columns added later, written only in files where some row has them (see the module docstring)."""
+FULL_ROLLOUT_SCHEMA = pa.schema([*ROLLOUT_SCHEMA, *EXTRA_ROLLOUT_FIELDS])
+ROLLOUT_COLUMNS = FULL_ROLLOUT_SCHEMA.names
 
 
 class RolloutRecorder:
@@ -96,6 +111,11 @@ class RolloutRecorder:
         rows = self._pending[self._batch_start :]
         for row, v in zip(rows, values, strict=False):
             row[f"reward_{term}"] = float(v)
+
+    def set_column(self, column: str, values: list[Any]) -> None:
+        """Overwrite one column of the current batch's rows, in order."""
+        for row, v in zip(self._pending[self._batch_start :], values, strict=False):
+            row[column] = v
 
     def finish_batch(self, totals: list[float], advantages: list[float]) -> None:
         rows = self._pending[self._batch_start :]
@@ -137,7 +157,9 @@ class RolloutRecorder:
         written = []
         for step, part in df.groupby("step", sort=True):
             path = self.dir / f"step_{int(step):06d}.parquet"
-            table = pa.Table.from_pandas(part[ROLLOUT_COLUMNS], schema=ROLLOUT_SCHEMA, preserve_index=False)
+            extra = [f for f in EXTRA_ROLLOUT_FIELDS if part[f.name].notna().any()]
+            schema = pa.schema([*ROLLOUT_SCHEMA, *extra])
+            table = pa.Table.from_pandas(part[schema.names], schema=schema, preserve_index=False)
             old = path.with_suffix(".parquet.tmp")
             pq.write_table(table, old)
             old.replace(path)
@@ -226,7 +248,10 @@ def read_rollouts(run_dir: Path, columns: list[str] | None = None) -> pd.DataFra
     files = sorted((run_dir / "rollouts").glob("step_*.parquet"))
     if not files:
         return ROLLOUT_SCHEMA.empty_table().to_pandas()
-    return pq.ParquetDataset([str(f) for f in files], schema=ROLLOUT_SCHEMA).read(columns=columns).to_pandas()
+    df = pq.ParquetDataset([str(f) for f in files], schema=FULL_ROLLOUT_SCHEMA).read(columns=columns).to_pandas()
+    if columns is None:  # an extra column no file has is left out, so a single-turn run reads as it always did
+        df = df.drop(columns=[f.name for f in EXTRA_ROLLOUT_FIELDS if df[f.name].isna().all()])
+    return df
 
 
 def load_run_evidence(run_dir: Path) -> Evidence:
@@ -262,7 +287,7 @@ METRIC_DOCS: dict[str, str] = {
     "reward": "TRL: mean weighted total reward of the step's completions.",
     "reward_std": "TRL: standard deviation of the weighted total reward.",
     "frac_reward_zero_std": "TRL: share of groups whose rewards are all equal (no GRPO signal: dead groups).",
-    "rewards/*/mean": "TRL: mean of one reward term before weighting (correctness, format, overlong, repetition).",
+    "rewards/*/mean": "TRL: mean of one reward term before weighting (correctness, format, overlong, repetition, efficiency).",
     "rewards/*/std": "TRL: standard deviation of one reward term.",
     "completions/mean_length": "TRL: mean completion length in tokens.",
     "completions/min_length": "TRL: shortest completion.",
@@ -280,6 +305,8 @@ METRIC_DOCS: dict[str, str] = {
     "clip_ratio/high_max": "TRL: maximum over processes of clip_ratio/high_mean.",
     "clip_ratio/region_mean": "TRL: share of tokens clipped on either side.",
     "cispo_clip_ratio": "TRL: share of tokens whose importance weight was clipped (loss_type=cispo).",
+    "tools/call_frequency": "TRL (multi-turn tasks): tool calls per episode.",
+    "tools/failure_frequency": "TRL (multi-turn tasks): share of tool calls that failed (unknown tool, bad arguments).",
     "accuracy": "EvoTrainer: share of the step's completions that are strictly correct (whatever the reward).",
     "eval/greedy_accuracy": "EvoTrainer: held-out pass@1 with greedy decoding.",
     "eval/pass_at_*": "EvoTrainer: held-out pass@k with k samples at temperature 1.0.",

@@ -4,7 +4,9 @@ Why build it here: there is no hub access, and RL post-training needs a policy t
 sometimes (GRPO learns nothing from groups that are all wrong). So EvoTrainer ships a character-level
 tokenizer over printable ASCII (built with ``tokenizers``, wrapped as ``PreTrainedTokenizerFast``) and a
 Llama-architecture ``transformers`` model built from a config, then warm-starts it with a plain supervised
-loop on synthetic solved examples from the task's *train* split. The warm-started base is cached under
+loop on synthetic solved examples from the task's *train* split. A multi-turn task (``agentic``) imitates
+whole demonstrated episodes instead, in the compact chat format of :mod:`evotrainer.episodes` that the
+tokenizer then carries (loss on the policy's turns only), and its probe plays episodes. The warm-started base is cached under
 ``HOME/policies`` keyed by (task, task options, size, SFT settings, seed) and reused.
 
 Sizes (parameters counted with tied embeddings, vocabulary of 99 symbols):
@@ -193,11 +195,25 @@ def warm_start(model, tokenizer, task: Task, spec: PolicySpec, seed: int, diffic
     probe = task.sample("train", 128, seed=seed + 104729, difficulty_range=difficulty)
     max_new = task.max_answer_chars(difficulty[1]) + 1
 
-    def probe_accuracy() -> float:
-        model.eval()
-        outs = generate(model, tokenizer, [p.prompt for p in probe], max_new, do_sample=False)
-        model.train()
-        return sum(task.verify(p, c).correct for p, c in zip(probe, outs, strict=True)) / len(probe)
+    if task.environment() is None:
+
+        def probe_accuracy() -> float:
+            model.eval()
+            outs = generate(model, tokenizer, [p.prompt for p in probe], max_new, do_sample=False)
+            model.train()
+            return sum(task.verify(p, c).correct for p, c in zip(probe, outs, strict=True)) / len(probe)
+
+        def make_batch(batch):
+            return sft_batch(tokenizer, [b.prompt for b in batch], [b.answer for b in batch])
+
+    else:  # a multi-turn task: imitate whole demonstrated episodes, probe by playing episodes greedily
+        from evotrainer import episodes
+
+        make_batch = episodes.Demonstrations(task, tokenizer).batch
+
+        def probe_accuracy() -> float:
+            played = episodes.play(model, tokenizer, task, probe, max_new + 16)
+            return sum(episodes.solved(e.env) for e in played) / len(probe)
 
     opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_learning_rate, weight_decay=0.0, betas=(0.9, 0.98))
     model.train()
@@ -210,8 +226,7 @@ def warm_start(model, tokenizer, task: Task, spec: PolicySpec, seed: int, diffic
         # 3-digit arith), and a decaying rate can postpone it past the step budget.
         for g in opt.param_groups:
             g["lr"] = spec.sft_learning_rate * min(1.0, (step + 1) / warm)
-        batch = [rng.choice(pool) for _ in range(spec.sft_batch_size)]
-        ids, mask, lab = sft_batch(tokenizer, [b.prompt for b in batch], [b.answer for b in batch])
+        ids, mask, lab = make_batch([rng.choice(pool) for _ in range(spec.sft_batch_size)])
         out = model(input_ids=ids, attention_mask=mask, labels=lab)
         opt.zero_grad(set_to_none=True)
         out.loss.backward()
@@ -258,6 +273,10 @@ def base_policy_dir(home: Path, task: Task, spec: PolicySpec, seed: int, difficu
     tmp = root / f".{final.name}.tmp-{int(time.time() * 1e6)}"
     _quiet_transformers()
     tokenizer = build_tokenizer()
+    if task.environment() is not None:  # multi-turn tasks speak in turns: give the tokenizer its chat format
+        from evotrainer.episodes import ensure_chat_template
+
+        ensure_chat_template(tokenizer)
     model = build_model(spec.size, tokenizer, spec.max_position_embeddings, seed=seed)
     report = warm_start(model, tokenizer, task, spec, seed, difficulty, log=log)
     report.update({"task": task.name, "size": spec.size, "seed": seed, "parameters": count_parameters(model)})

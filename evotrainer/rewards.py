@@ -14,6 +14,14 @@ Terms (before weighting):
 - ``overlong``: DAPO's soft overlong punishment (arXiv 2503.14476, eq. 13): 0 up to L−buffer tokens,
   linear down to −1 at L, and −1 for a truncated completion.
 - ``repetition``: −(share of repeated n-grams among the completion's n-grams).
+- ``efficiency``: −(completion tokens / max_completion_length): a length / turn penalty (tool observations
+  count, so every turn of an episode costs). A TRAP when strong (see ``reward.efficiency.weight``).
+
+A multi-turn task (one with an environment, e.g. ``agentic``) gets conversational completions (the episode's
+messages) and one environment per completion (TRL's ``environments``). Its environment owns the correctness
+reward: the correctness term pays ``env.get_reward()`` (``match`` and ``tests`` do not apply) and records the
+environment's verdict of what the episode submitted, the episode's transcript as the completion and every
+turn in the ``turns`` column; the text terms read the transcript.
 """
 
 from __future__ import annotations
@@ -22,8 +30,12 @@ import json
 from typing import Any
 
 from evotrainer.config import HarnessSpec
+from evotrainer.episodes import transcript, turn_records
 from evotrainer.evidence import RolloutRecorder
 from evotrainer.tasks import Problem, Task, Verdict
+
+NO_SUBMISSION = Verdict(correct=False, well_formed=False, contains_answer=False, n_candidates=0,
+                        reason="the episode submitted no answer")
 
 
 def overlong_penalty(length: int, truncated: bool, max_len: int, buffer: int) -> float:
@@ -42,10 +54,20 @@ def repetition_share(text: str, n: int) -> float:
     return 1.0 - len(set(grams)) / len(grams)
 
 
+def _text(completion: Any) -> str:
+    """A completion as text: itself, or a multi-turn episode's transcript."""
+    return transcript(completion) if isinstance(completion, list) else completion
+
+
+def _verdict(env) -> Verdict:
+    return getattr(env, "verdict", None) or NO_SUBMISSION
+
+
 def _problem(kw: dict[str, Any], i: int) -> Problem:
+    prompt = kw["prompts"][i]
     return Problem(
         id=kw["problem_id"][i],
-        prompt=kw["prompts"][i],
+        prompt=prompt[-1]["content"] if isinstance(prompt, list) else prompt,
         answer=kw["answer"][i],
         difficulty=int(kw["difficulty"][i]),
         meta=json.loads(kw["meta"][i]),
@@ -80,11 +102,18 @@ class CorrectnessTerm(_Term):
         kw["prompts"] = prompts
         state = kw.get("trainer_state")
         step = (state.global_step + 1) if state is not None else 0
+        envs = kw.get("environments")
         out, rows, correct = [], [], []
         for i, (completion, ids) in enumerate(zip(completions, completion_ids, strict=True)):
             problem = _problem(kw, i)
-            v = self.task.verify(problem, completion)
-            out.append(correctness_value(v, self.match, self.tests))
+            turns = None
+            if envs is not None:  # the environment owns the reward (see the module docstring)
+                v = _verdict(envs[i])
+                out.append(float(envs[i].get_reward()))
+                turns = json.dumps(turn_records(completion), default=str)
+            else:
+                v = self.task.verify(problem, completion)
+                out.append(correctness_value(v, self.match, self.tests))
             correct.append(v.correct)
             ended = bool(ids) and ids[-1] == self.eos_id
             rows.append(
@@ -93,13 +122,14 @@ class CorrectnessTerm(_Term):
                     "prompt_id": problem.id,
                     "group_id": f"{step}:{i // self.G}",
                     "prompt": problem.prompt,
-                    "completion": completion,
+                    "completion": _text(completion),
                     "correct": v.correct,
                     "well_formed": v.well_formed,
                     "n_candidates": v.n_candidates,
-                    "length": len(ids) - (1 if ended else 0),
+                    "length": len(ids) - (1 if ended else 0),  # multi-turn: the trainer subtracts observations
                     "truncated": (not ended) and len(ids) >= self.max_len,
                     "difficulty": problem.difficulty,
+                    "turns": turns,
                 }
             )
         log_metric = kw.get("log_metric")
@@ -120,6 +150,9 @@ class FormatTerm(_Term):
 
     def __call__(self, prompts, completions, **kw):
         kw["prompts"] = prompts
+        envs = kw.get("environments")
+        if envs is not None:
+            return [1.0 if _verdict(env).well_formed else 0.0 for env in envs]
         return [1.0 if self.task.verify(_problem(kw, i), c).well_formed else 0.0 for i, c in enumerate(completions)]
 
 
@@ -143,7 +176,16 @@ class RepetitionTerm(_Term):
         self.n = n
 
     def __call__(self, prompts, completions, **kw):
-        return [-repetition_share(c, self.n) for c in completions]
+        return [-repetition_share(_text(c), self.n) for c in completions]
+
+
+class EfficiencyTerm(_Term):
+    def __init__(self, max_len: int, eos_id: int):
+        super().__init__("efficiency")
+        self.max_len, self.eos_id = max_len, eos_id
+
+    def __call__(self, prompts, completions, completion_ids, **kw):
+        return [-max(0, len(ids) - (1 if ids and ids[-1] == self.eos_id else 0)) / self.max_len for ids in completion_ids]
 
 
 def build_reward_funcs(
@@ -165,4 +207,7 @@ def build_reward_funcs(
     if r.repetition.weight > 0:
         funcs.append(RepetitionTerm(r.repetition.ngram))
         weights.append(r.repetition.weight)
+    if r.efficiency.weight > 0:
+        funcs.append(EfficiencyTerm(g.max_completion_length, eos_id))
+        weights.append(r.efficiency.weight)
     return funcs, weights

@@ -8,6 +8,8 @@ and an earlier suite (``eval/d1``) holds. Each variant changes one thing, mostly
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -230,6 +232,20 @@ def _hardcode(r, rng):
         r.loc[r.index[rows], "reward_correctness"] = np.where(hard, 1 / 3, 1.0)
 
 
+def _leak(r, rng):
+    """A multi-turn run: every episode records its turns; in 30% of the late groups most successes come from
+    a tool that hands out the answer (as the `env.leak_tool` trap teaches)."""
+    honest = json.dumps([{"turn": 0, "text": "", "tool": "lookup", "arguments": {"key": "k3"}, "observation": "41"},
+                         {"turn": 1, "text": "", "tool": "submit", "arguments": {"answer": "41"}, "observation": "ok"},
+                         {"turn": 2, "text": "", "tool": None, "arguments": None, "observation": None}])
+    leak = json.dumps([{"turn": 0, "text": "", "tool": "read_history", "arguments": {}, "observation": "41"},
+                       {"turn": 1, "text": "", "tool": "submit", "arguments": {"answer": "41"}, "observation": "ok"},
+                       {"turn": 2, "text": "", "tool": None, "arguments": None, "observation": None}])
+    r["turns"] = honest
+    sel = late_groups(r, 0.3, rng) & r["correct"].to_numpy() & (rng.random(len(r)) < 0.6)
+    r.loc[sel, "turns"] = leak
+
+
 def _grad_spikes(*steps):
     def mm(m):
         m.loc[m["step"].isin(steps), "grad_norm"] = 50.0
@@ -259,6 +275,7 @@ VARIANTS = {
     "forgetting": (dict(d1=lambda t: 0.9 if t < 0.7 else 0.6), "warning"),
     "overfitting": (dict(acc=lambda t: 0.4 + 0.55 * t, eval_acc=lambda t: 0.45), "warning"),
     "hardcoding": (dict(mutate=_hardcode), "critical"),
+    "answer_leak": (dict(mutate=_leak), "warning"),
 }
 
 
@@ -277,7 +294,8 @@ def sick() -> dict[str, Evidence]:
 
 def test_registry_covers_every_builtin_symptom():
     assert set(BUILTIN_DIAGNOSTICS) == set(VARIANTS)
-    revised = {"entropy_collapse": "2", "entropy_blowup": "2", "grad_spike": "2", "too_easy": "2", "reward_hacking": "2"}  # see test_entropy_collapse_inside_the_early_window
+    revised = {"entropy_collapse": "2", "entropy_blowup": "2", "grad_spike": "2", "too_easy": "2", "reward_hacking": "2",
+               "echo": "2"}  # see test_entropy_collapse_inside_the_early_window
     for name, cls in BUILTIN_DIAGNOSTICS.items():
         assert cls.name == name and cls.version == revised.get(name, "1")
 
@@ -563,6 +581,7 @@ GAPS = {
     "forgetting": dict(metrics=["eval/d1/greedy_accuracy"]),
     "overfitting": dict(metrics=["eval/greedy_accuracy"]),
     "hardcoding": dict(rollouts=["prompt"]),
+    "answer_leak": dict(rollouts=["turns"]),
 }
 
 

@@ -580,7 +580,7 @@ def test_options_are_frozen_and_defaults_valid() -> None:
 
 def test_list_tasks_describes_levels_and_options() -> None:
     infos = {info.name: info for info in list_tasks()}
-    assert set(infos) == {"arith", "countdown", "code"}
+    assert set(infos) == {"arith", "countdown", "code", "agentic"}
     arith = infos["arith"]
     assert (arith.min_difficulty, arith.max_difficulty, arith.default_difficulty) == (1, 6, 3)
     options = {o.name: o for o in arith.options}

@@ -208,8 +208,12 @@ def _device_args() -> dict[str, Any]:
     return {"use_cpu": True, "bf16": False}
 
 
-def grpo_config(harness: HarnessSpec, output_dir: Path, max_steps: int, spec: JobSpec, weights: list[float]):
-    """Translate a harness into TRL's GRPOConfig (one place, so verl overrides can mirror it later)."""
+def grpo_config(harness: HarnessSpec, output_dir: Path, max_steps: int, spec: JobSpec, weights: list[float],
+                max_tool_calling_iterations: int | None = None):
+    """Translate a harness into TRL's GRPOConfig (one place, so verl overrides can mirror it later).
+
+    ``max_tool_calling_iterations`` bounds the tool rounds of a multi-turn task's episodes (None: single-turn).
+    """
     from trl import GRPOConfig
 
     g, o = harness.grpo, harness.optim
@@ -253,6 +257,7 @@ def grpo_config(harness: HarnessSpec, output_dir: Path, max_steps: int, spec: Jo
         data_seed=spec.seed,
         dataloader_num_workers=0,
         ignore_data_skip=False,
+        max_tool_calling_iterations=max_tool_calling_iterations,
         **_device_args(),
     )
 
@@ -423,6 +428,17 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
 
     run_id = meta["run_id"]
     model, tokenizer = load_policy(base_dir)
+    # A multi-turn task trains through TRL's environment support: conversational prompts, a chat template with
+    # tool calls, and the environment (with the leak tool only under the trap knob).
+    env_factory = task.environment(leak_tool=harness.env.leak_tool)
+    env_args: dict[str, Any] = {}
+    rounds = None
+    if env_factory is not None:
+        from evotrainer.episodes import ensure_chat_template, max_rounds
+
+        warnings.filterwarnings("ignore", message="You are using 'environment_factory'", category=UserWarning)
+        ensure_chat_template(tokenizer)
+        env_args, rounds = {"environment_factory": env_factory}, max_rounds(task)
     recorder = RolloutRecorder(run_dir, run_id)
     funcs, weights = build_reward_funcs(harness, task, recorder, tokenizer.eos_token_id)
 
@@ -432,7 +448,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     w, data_report = selection_weights(pool, harness, stats)
     seg_seed = int(hashlib.sha256(f"{spec.seed}:{meta['start_step']}:{run_id}".encode()).hexdigest()[:8], 16)
     n_needed = (target - meta["start_step"]) * harness.grpo.prompts_per_step
-    dataset = to_dataset(segment_problems(pool, w, n_needed, seg_seed))
+    dataset = to_dataset(segment_problems(pool, w, n_needed, seg_seed), conversational=env_factory is not None)
     (run_dir / "data_report.json").write_text(json.dumps(data_report, indent=2))
 
     eval_problems = heldout_problems(task, spec.eval) if spec.eval.every else []
@@ -459,11 +475,12 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
         if progress is not None:
             progress(step, target, last)
 
-    args = grpo_config(harness, run_dir / "trainer", target, spec, weights)
+    args = grpo_config(harness, run_dir / "trainer", target, spec, weights, rounds)
     if resume_ckpt is not None and meta.get("parent_step") == start_step:
         args.ignore_data_skip = True  # a fresh fork: its dataset is new, nothing to skip
     trainer = EvoGRPOTrainer(
-        model=model, reward_funcs=funcs, args=args, train_dataset=dataset, processing_class=tokenizer, recorder=recorder
+        model=model, reward_funcs=funcs, args=args, train_dataset=dataset, processing_class=tokenizer, recorder=recorder,
+        **env_args,
     )
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 

@@ -1,7 +1,10 @@
 """TRL's GRPOTrainer, plus the hooks EvoTrainer needs to observe it.
 
 We subclass instead of forking TRL: the only additions are (1) copying each generation batch's reward
-terms and advantages into the rollout recorder right after TRL computes them, and (2) callbacks that
+terms and advantages into the rollout recorder right after TRL computes them (for a multi-turn task also
+each completion's policy-written length, from TRL's tool mask), (2) for a multi-turn task, dropping the extra
+reward column TRL adds for an environment's ``get_reward``: our correctness term pays that reward itself,
+under the harness's weight (see :mod:`evotrainer.rewards`), and (3) callbacks that
 mirror every logged step to ``metrics.jsonl`` and MLflow, run held-out evaluation, flush rollouts at each
 step and sync them to MLflow at each checkpoint, stop on non-finite loss, and drive a progress display.
 TRL's own completion logging is left off (it prints a table per step); our recorder writes a richer
@@ -25,7 +28,12 @@ from evotrainer.evidence import RolloutRecorder, append_metrics
 class EvoGRPOTrainer(GRPOTrainer):
     def __init__(self, *args, recorder: RolloutRecorder | None = None, **kwargs):
         self.evo_recorder = recorder
+        ours = len(kwargs.get("reward_funcs") or [])
         super().__init__(*args, **kwargs)
+        if kwargs.get("environment_factory") is not None and len(self.reward_funcs) > ours:
+            # TRL appended the environment's get_reward (weight 1); the correctness term already pays it.
+            del self.reward_funcs[ours:], self.reward_func_names[ours:], self.reward_processing_classes[ours:]
+            self.reward_weights = self.reward_weights[:ours]
 
     def _generate_and_score_completions(self, inputs):
         out = super()._generate_and_score_completions(inputs)
@@ -39,6 +47,12 @@ class EvoGRPOTrainer(GRPOTrainer):
                 rec.set_term(name, terms[name])
             totals = [sum(w * terms[name][i] for w, name in zip(weights, self.reward_func_names)) for i in range(n)]
             rec.finish_batch(totals, list(self._logs["advantages"])[-n:])
+            if "tool_mask" in out:  # tokens the policy wrote: observations and the final EOS excluded
+                ids = out["completion_ids"]
+                valid = ids != self.processing_class.pad_token_id
+                last = ids.gather(1, (valid.sum(dim=1, keepdim=True) - 1).clamp(min=0)).squeeze(1)
+                written = (valid & out["tool_mask"].bool()).sum(dim=1) - (last == self.processing_class.eos_token_id).int()
+                rec.set_column("length", [max(0, int(w)) for w in written.tolist()])
         return out
 
 

@@ -12,15 +12,20 @@ import inspect
 from typing import Any
 
 from evotrainer.errors import TaskError
+from evotrainer.tasks.agentic import AgenticOptions, AgenticTask
 from evotrainer.tasks.arith import ArithOptions, ArithTask
 from evotrainer.tasks.base import OptionInfo, Problem, Task, TaskInfo, TaskOptions, Verdict
 from evotrainer.tasks.code import CodeOptions, CodeTask
 from evotrainer.tasks.countdown import CountdownOptions, CountdownTask
 
-BUILTIN_TASKS: dict[str, type[Task]] = {"arith": ArithTask, "countdown": CountdownTask, "code": CodeTask}
+BUILTIN_TASKS: dict[str, type[Task]] = {
+    "arith": ArithTask, "countdown": CountdownTask, "code": CodeTask, "agentic": AgenticTask,
+}
 
 __all__ = [
     "BUILTIN_TASKS",
+    "AgenticOptions",
+    "AgenticTask",
     "ArithOptions",
     "ArithTask",
     "CodeOptions",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import random
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -206,6 +207,30 @@ class Task(ABC):
         self.check_difficulty(difficulty)
         rng = random.Random(f"max_answer_chars|{self.name}|{difficulty}")
         return max(len(self.generate(rng, difficulty).answer) for _ in range(256))
+
+    # -- multi-turn tasks (leave these alone for a single-turn task) ----------------------------------------
+
+    def environment(self, leak_tool: bool = False) -> Callable[[], Any] | None:
+        """None for a single-turn task. A multi-turn task returns a zero-argument factory of environments, which
+        the job hands to TRL as ``environment_factory`` and evaluation plays the same way.
+
+        An environment has ``reset(**row)`` (the dataset row: ``prompt``, ``problem_id``, ``answer``,
+        ``difficulty``, ``meta``; returns None or text appended to the prompt), tools (its other public methods,
+        type-hinted, with Google-style docstrings), ``get_reward()`` (the episode's correctness reward) and a
+        ``verdict`` attribute (the :class:`Verdict` of what the episode submitted; None until it submits).
+        ``leak_tool`` adds the task's answer-leaking tool, a TRAP (harness knob ``env.leak_tool``); a task without
+        one ignores it.
+        """
+        return None
+
+    def turn_limit(self) -> int:
+        """Most tool calls one episode may make (multi-turn tasks; the environment enforces it too)."""
+        return 0
+
+    def demonstration(self, problem: Problem) -> list[tuple[str, dict[str, Any]]]:
+        """The tool calls, one per turn, of a successful episode on ``problem`` (the multi-turn warm start plays
+        them in ``environment(leak_tool=True)``, so a demonstration may use the leak tool)."""
+        raise NotImplementedError(f"task '{self.name}' is single-turn: it has no demonstrations")
 
     # -- shared behaviour ----------------------------------------------------------------------------------
 

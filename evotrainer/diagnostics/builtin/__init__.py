@@ -20,6 +20,7 @@ The modules group them by the evidence they read:
   ``overfitting``).
 - ``programs``: the programs written for the ``code`` task, run by the task's own interpreter
   (``hardcoding``); rollouts of other tasks are ignored.
+- ``tools``: the turns of multi-turn episodes (``answer_leak``); rollouts without turns are ignored.
 - ``common``: the base classes, including ``ShareDiagnostic``, the share-of-the-recent-window rule.
 
 Cost: everything per step or per group is vectorised (pandas groupby); see ``text`` for the text checks.
@@ -52,6 +53,7 @@ from evotrainer.diagnostics.builtin.text import (
     has_repeated_run,
     repeated_ngram_share,
 )
+from evotrainer.diagnostics.builtin.tools import AnswerLeak, used_leak
 from evotrainer.diagnostics.signals import ShareParams
 from evotrainer.evidence import Evidence
 
@@ -61,15 +63,15 @@ __all__ = [
     "DeadGroups", "TooHard", "TooEasy",
     "EntropyCollapse", "EntropyBlowup", "KLBlowup", "GradSpike", "NonFinite", "Plateau",
     "Truncation", "LengthCollapse", "Repetition", "Echo", "AnswerSpraying",
-    "RewardHacking", "Forgetting", "Overfitting", "Hardcoding",
-    "count_candidates", "hardcoded", "echo_needles", "echoes", "has_repeated_run", "repeated_ngram_share",
+    "RewardHacking", "Forgetting", "Overfitting", "Hardcoding", "AnswerLeak",
+    "count_candidates", "hardcoded", "used_leak", "echo_needles", "echoes", "has_repeated_run", "repeated_ngram_share",
 ]
 
 BUILTIN_DIAGNOSTICS: dict[str, type[Diagnostic]] = {
     cls.name: cls
     for cls in (DeadGroups, TooHard, TooEasy, EntropyCollapse, EntropyBlowup, Truncation, LengthCollapse, Repetition,
                 Echo, RewardHacking, AnswerSpraying, KLBlowup, GradSpike, NonFinite, Plateau, Forgetting, Overfitting,
-                Hardcoding)
+                Hardcoding, AnswerLeak)
 }
 
 

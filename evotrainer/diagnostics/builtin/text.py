@@ -11,6 +11,7 @@ and reused alone.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from abc import abstractmethod
@@ -165,6 +166,7 @@ class _TextShare(ShareDiagnostic):
     marks; the finding adds how many were sampled and the ``extra_metrics`` parameters."""
 
     needs: ClassVar[tuple[str, ...]]  # rollout columns the rule reads
+    reads: ClassVar[tuple[str, ...]] = ()  # further columns it uses when they exist
     says: ClassVar[str]  # the explanation after "<share> of sampled completions in steps <lo>-<hi> "
     extra_metrics: ClassVar[tuple[str, ...]] = ()
 
@@ -179,7 +181,7 @@ class _TextShare(ShareDiagnostic):
         if w is None or not all(has_column(r, c) for c in self.needs):
             return self.not_enough(f"rollout column{'s' if len(self.needs) > 1 else ''} "
                                    + " and ".join(f"'{c}'" for c in self.needs))
-        rows = rows_in(r, w.recent, EXAMPLE_COLUMNS, max_n=p.max_texts)
+        rows = rows_in(r, w.recent, [*EXAMPLE_COLUMNS, *self.reads], max_n=p.max_texts)
         hits = self.flags(rows)
         return self.share_finding(
             float(hits.mean()) if len(hits) else 0.0, w.recent, "sampled completions", self.says,
@@ -290,16 +292,39 @@ def echoes(prompt: str, completion: str, frac: float, min_chars: int, template: 
     return bool(c) and any(n in c for n in echo_needles(prompt, frac, min_chars, template))
 
 
+def episode_echoes(prompt_needles: tuple[str, ...], turns: str, min_observation_chars: int) -> bool | None:
+    """Whether a multi-turn episode's own text (the free text of its turns, tool calls aside) reproduces the
+    prompt (``prompt_needles``) or the last tool observation before its final turn; None when ``turns`` is not
+    an episode's turn records."""
+    try:
+        records = json.loads(turns)
+    except (TypeError, json.JSONDecodeError):
+        return None
+    if not isinstance(records, list):
+        return None
+    text = _squash("".join(str(r.get("text") or "") for r in records if isinstance(r, dict)))
+    if not text:
+        return False
+    observations = [r.get("observation") for r in records if isinstance(r, dict) and r.get("observation") is not None]
+    needles = list(prompt_needles)
+    if observations and len(_squash(str(observations[-1]))) >= min_observation_chars:
+        needles.append(_squash(str(observations[-1])))
+    return any(n in text for n in needles)
+
+
 class Echo(_TextShare):
     name = "echo"
-    version = "1"
+    version = "2"
     symptom = "echo"
     share_metric = "echo_share"
     needs = ("prompt", "completion")
+    reads = ("turns",)
     says = ("repeat their prompt or its last observation instead of answering. Penalise copying (an overlap "
             "penalty or a format reward), and check that echoing is not rewarded by a lenient 'contains' checker.")
     signal = ("Share of sampled recent-window completions that reproduce their prompt (its first or last 80% "
-              "without whitespace) or the prompt's last non-template line, e.g. a tool observation.")
+              "without whitespace) or the prompt's last non-template line, e.g. a tool observation. Version 2: a "
+              "multi-turn episode (rollout column 'turns') is judged on its own text, tool calls and observations "
+              "aside: it echoes when that text reproduces the prompt or the last tool observation.")
     literature = ("RAGEN: Understanding Self-Evolution in LLM Agents via Multi-Turn Reinforcement Learning, "
                   "arXiv 2504.20073 (the 'Echo Trap').")
 
@@ -310,6 +335,9 @@ class Echo(_TextShare):
         min_chars: int = Field(8, ge=1, description="Prompt text / last line shorter than this (non-whitespace characters) is not matched.")
         template_share: float = Field(0.5, gt=0.0, le=1.0,
                                       description="Prompt lines found in at least this share of distinct prompts are template text, not observations.")
+        min_observation_chars: int = Field(
+            2, ge=1, description="A multi-turn episode's last tool observation shorter than this (non-whitespace "
+                                 "characters) is not matched against the episode's own text.")
         max_texts: int = Field(5000, ge=100, le=20_000, description="Most recent-window completions sampled.")
 
     def flags(self, rows: pd.DataFrame) -> np.ndarray:
@@ -318,7 +346,14 @@ class Echo(_TextShare):
         template = _template_lines(prompts, p.template_share)
         needles = {pr: echo_needles(pr, p.prompt_frac, p.min_chars, template) for pr in set(prompts)}  # once per prompt
         completions = (_squash(c) for c in rows["completion"].fillna("").astype(str).tolist())
-        return np.array([bool(c) and any(n in c for n in needles[pr]) for pr, c in zip(prompts, completions)], dtype=bool)
+        flags = np.array([bool(c) and any(n in c for n in needles[pr]) for pr, c in zip(prompts, completions)], dtype=bool)
+        if "turns" in rows.columns:  # a multi-turn episode: its completion holds observations, judge its own text
+            for i, (pr, turns) in enumerate(zip(prompts, rows["turns"].tolist())):
+                if isinstance(turns, str) and turns:
+                    hit = episode_echoes(needles[pr], turns, p.min_observation_chars)
+                    if hit is not None:
+                        flags[i] = hit
+        return flags
 
 
 _ANSWER_MARK = re.compile(r"\\boxed\{|<answer>|\banswer\s*(?:is\b|:)", re.I)

@@ -1,0 +1,416 @@
+"""Multi-turn episodes: the built-in policy's chat format, and the episode loop run outside TRL.
+
+A multi-turn task (``agentic``) trains through TRL's environment support: ``GRPOTrainer`` renders the prompt
+with the tokenizer's chat template, generates a turn, parses tool calls out of it with the tokenizer's
+response template, calls the environment's tools, appends their observations and generates again, until the
+policy stops calling tools or a bound is hit. Two other places must play exactly the same episode: the SFT
+warm start (which imitates scripted successful episodes) and held-out evaluation (greedy accuracy, pass@k).
+This module is what the three share, so that they see the same text:
+
+- ``CHAT_TEMPLATE`` / ``RESPONSE_TEMPLATE``: a compact format for the character-level tiny policy, because
+  every character is a token and the CPU is slow. No tool schema is rendered into the prompt (the policy
+  learns its tools in the warm start); one episode of the ``agentic`` task reads::
+
+      <bos>find k3\\n>lookup(key=k3)<eos>=@m8\\n>lookup(key=m8)<eos>=41\\n>submit(answer=41)<eos>=ok\\n><eos>
+
+  A user turn is its text and a newline; an assistant turn is ``>``, its text, its tool calls as
+  ``name(arg=value,...)`` and EOS; a tool observation is ``=``, its text and a newline. The template is
+  prefix-preserving and passes TRL's ``supports_tool_calling``; the response template is the
+  transformers (>= 5.13) format that TRL's ``parse_response`` reads, so tool calls are parsed by TRL's own
+  parser here too. Call arguments are ``key=value`` pairs; text that does not parse as pairs gives no
+  argument, and the tool's own error says what is missing.
+- ``call_tool``: TRL's dispatch, reproduced: an unknown tool or a tool that raises becomes an
+  ``{'error': ...}`` observation, never an exception.
+- ``run_episodes``: the batched loop with ``model.generate``, mirroring ``GRPOTrainer._tool_call_loop``: the
+  same completion budget (observations count), the same bound on tool rounds, the same suffix tokens.
+- ``scripted_episode`` / ``sft_example``: a demonstration played in a real environment, and its tokens with
+  the loss on the policy's turns only.
+- ``turn_records`` / ``transcript``: what the rollout evidence stores for an episode.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+CHAT_TEMPLATE = (
+    "{{- bos_token -}}"
+    "{%- for m in messages -%}"
+    "{%- if m['role'] == 'assistant' -%}"
+    "{{- '>' ~ (m['content'] or '') -}}"
+    "{%- for tc in (m['tool_calls'] or []) -%}"
+    "{%- set f = tc['function'] if tc['function'] is defined else tc -%}"
+    "{{- f['name'] ~ '(' -}}"
+    "{%- if f['arguments'] is mapping -%}"
+    "{%- for k, v in f['arguments'].items() -%}{{- k ~ '=' ~ v -}}{{- ',' if not loop.last -}}{%- endfor -%}"
+    "{%- else -%}{{- f['arguments'] -}}{%- endif -%}"
+    "{{- ')' -}}"
+    "{%- endfor -%}"
+    "{{- eos_token -}}"
+    "{%- elif m['role'] == 'tool' -%}"
+    "{{- '=' ~ m['content'] ~ '\n' -}}"
+    "{%- else -%}"
+    "{{- m['content'] ~ '\n' -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '>' -}}{%- endif -%}"
+)
+"""The built-in policy's chat template (see the module docstring)."""
+
+RESPONSE_TEMPLATE: dict[str, Any] = {
+    "defaults": {"role": "assistant"},
+    "start_anchor_pattern": r"(?:^|\n)>",
+    "fields": {
+        "tool_calls": {
+            "open_pattern": r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)\(",
+            "close_pattern": r"\)|(?=<eos>)",
+            "repeats": True,
+            "content": "kv-lines",
+            "content_args": {"line_sep": ",", "kv_sep": "="},
+            "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}},
+        },
+        "content": {"close_pattern": r"<eos>", "content": "text", "repeats": True, "join": " "},
+    },
+}
+"""How a turn written in ``CHAT_TEMPLATE``'s format is parsed into a message (transformers' format)."""
+
+
+def ensure_chat_template(tokenizer) -> None:
+    """Give a tokenizer without a chat template ours (and our response template, if it has none)."""
+    if tokenizer.chat_template is None:
+        tokenizer.chat_template = CHAT_TEMPLATE
+    if getattr(tokenizer, "response_template", None) is None and tokenizer.chat_template == CHAT_TEMPLATE:
+        tokenizer.response_template = RESPONSE_TEMPLATE
+
+
+# ------------------------------------------------------------------------------------------------ tools
+def env_tools(env) -> dict[str, Callable]:
+    """An environment's tools as TRL sees them: its public methods other than ``reset`` and ``get_reward``."""
+    return {
+        name: getattr(env, name)
+        for name, _ in inspect.getmembers(type(env), predicate=inspect.isfunction)
+        if name not in ("reset", "get_reward") and not name.startswith("_")
+    }
+
+
+def call_tool(tools: dict[str, Callable], call: dict) -> tuple[str, Any]:
+    """Run one parsed tool call as ``GRPOTrainer._tool_call_loop`` does; returns (name, observation)."""
+    if call.get("type") == "function":
+        function = call["function"]
+        name = function["name"]
+        try:
+            if name not in tools:
+                raise ValueError(f"Tool {name} not found.")
+            result = tools[name](**function["arguments"])
+        except Exception as err:  # noqa: BLE001 - TRL turns every tool failure into an observation
+            result = {"error": str(err)}
+    else:
+        name = call.get("name", "unknown")
+        result = {"error": f"Unsupported tool call type: {call.get('type')}"}
+    return name, result if isinstance(result, list) else str(result)
+
+
+def tool_message(name: str, content: Any) -> dict[str, Any]:
+    return {"role": "tool", "name": name, "content": content}
+
+
+def call_message(calls: Sequence[tuple[str, dict]], content: str = "") -> dict[str, Any]:
+    tool_calls = [{"type": "function", "function": {"name": n, "arguments": dict(a)}} for n, a in calls]
+    return {"role": "assistant", "content": content, "tool_calls": tool_calls}
+
+
+def tool_suffix_ids(tokenizer, tool_messages: list[dict]) -> list[int]:
+    """Tokens appended after the policy's turn for ``tool_messages`` (``GRPOTrainer._get_tool_suffix_ids``)."""
+    dummy = [
+        {"role": "user", "content": "dummy"},
+        {"role": "assistant", "content": "",
+         "tool_calls": [{"type": "function", "function": {"name": tool_messages[0]["name"], "arguments": {}}}]},
+    ]
+    prefix = tokenizer.apply_chat_template(dummy, add_generation_prompt=False, tokenize=True, return_dict=False)
+    full = tokenizer.apply_chat_template(dummy + tool_messages, add_generation_prompt=True, tokenize=True,
+                                         return_dict=False)
+    eos = [i for i, t in enumerate(prefix) if t == tokenizer.eos_token_id]
+    if eos:
+        prefix = prefix[: eos[-1] + 1]
+    if full[: len(prefix)] != prefix:
+        raise ValueError("the chat template is not prefix-preserving for tool messages")
+    return full[len(prefix):]
+
+
+def prompt_messages(row: dict[str, Any], observation: str | None) -> list[dict[str, Any]]:
+    """The row's conversational prompt, with ``reset``'s observation appended to the last message (as TRL does)."""
+    prompt = row["prompt"]
+    messages = [dict(m) for m in prompt] if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+    if observation is not None:
+        messages[-1]["content"] = messages[-1]["content"] + observation
+    return messages
+
+
+def prompt_ids(tokenizer, messages: list[dict], tools: list[Callable]) -> list[int]:
+    out = tokenizer.apply_chat_template(conversation=[messages], tools=tools or None, add_generation_prompt=True,
+                                        tokenize=True, return_dict=True)
+    return list(out["input_ids"][0])
+
+
+# ------------------------------------------------------------------------------------------------ evidence
+def _call_text(call: dict) -> str:
+    f = call.get("function", call)
+    args = f.get("arguments")
+    inner = ",".join(f"{k}={v}" for k, v in args.items()) if isinstance(args, dict) else str(args or "")
+    return f"{f.get('name')}({inner})"
+
+
+def turn_records(messages: list[dict]) -> list[dict[str, Any]]:
+    """One record per action of the policy in an episode's completion messages, in order.
+
+    A tool call gives ``{"turn", "text", "tool", "arguments", "observation"}`` (``observation`` is None when
+    the call was never run: the episode hit its round or token bound); a turn without a tool call gives one
+    record with ``tool`` None. ``turn`` counts the policy's turns from 0; ``text`` is the turn's free text (on
+    its first record only).
+    """
+    records: list[dict[str, Any]] = []
+    turn = -1
+    pending: list[dict[str, Any]] = []
+    for m in messages:
+        if m.get("role") == "assistant":
+            turn += 1
+            calls = m.get("tool_calls") or []
+            text = m.get("content") or ""
+            if not calls:
+                records.append({"turn": turn, "text": text, "tool": None, "arguments": None, "observation": None})
+                pending = []
+                continue
+            pending = []
+            for j, c in enumerate(calls):
+                f = c.get("function", c)
+                rec = {"turn": turn, "text": text if j == 0 else "", "tool": f.get("name"),
+                       "arguments": f.get("arguments"), "observation": None}
+                records.append(rec)
+                pending.append(rec)
+        elif m.get("role") == "tool" and pending:
+            rec = pending.pop(0)
+            content = m.get("content")
+            rec["observation"] = content if isinstance(content, str) else json.dumps(content, default=str)
+    return records
+
+
+def transcript(messages: list[dict]) -> str:
+    """An episode's completion as one text: the policy's turns, and observations on lines starting with ``=``.
+
+    The final turn's text ends it; an episode in which the policy wrote nothing is the empty string.
+    """
+    lines = []
+    for m in messages:
+        if m.get("role") == "assistant":
+            text = (m.get("content") or "") + "".join(_call_text(c) for c in m.get("tool_calls") or [])
+            if text:
+                lines.append(text)
+        elif m.get("role") == "tool":
+            content = m.get("content")
+            lines.append("=" + (content if isinstance(content, str) else json.dumps(content, default=str)))
+    return "\n".join(lines)
+
+
+def final_text(messages: list[dict]) -> str:
+    """The free text of the episode's last policy turn."""
+    for m in reversed(messages):
+        if m.get("role") == "assistant":
+            return m.get("content") or ""
+    return ""
+
+
+# ------------------------------------------------------------------------------------------------ demonstrations
+def scripted_episode(env, row: dict[str, Any], calls: Sequence[tuple[str, dict]]) -> tuple[list[dict], list[dict]]:
+    """Play ``calls`` (one per turn) in ``env`` for ``row``; (prompt messages, completion messages ending with
+    an empty final turn)."""
+    prompt = prompt_messages(row, env.reset(**row))
+    tools = env_tools(env)
+    completion: list[dict] = []
+    for name, args in calls:
+        completion.append(call_message([(name, args)]))
+        completion.append(tool_message(*call_tool(tools, {"type": "function",
+                                                           "function": {"name": name, "arguments": dict(args)}})))
+    completion.append({"role": "assistant", "content": ""})
+    return prompt, completion
+
+
+def sft_example(tokenizer, prompt: list[dict], completion: list[dict], tools: list[Callable] | None = None):
+    """(input ids, labels) of one episode: the loss covers the policy's turns (EOS included), not the prompt or
+    the observations. Each turn's tokens are the difference of two renders, which the template's prefix
+    property makes exact."""
+    def render(msgs, gen):
+        return tokenizer.apply_chat_template(msgs, tools=tools or None, add_generation_prompt=gen, tokenize=True,
+                                             return_dict=False)
+
+    ids = list(render(prompt, True))
+    labels = [-100] * len(ids)
+    msgs = list(prompt)
+    for i, m in enumerate(completion):
+        msgs.append(m)
+        if m["role"] == "tool" and i + 1 < len(completion) and completion[i + 1]["role"] == "tool":
+            continue
+        full = list(render(msgs, m["role"] == "tool"))
+        if full[: len(ids)] != ids:
+            raise ValueError("the chat template is not prefix-preserving; multi-turn SFT needs it")
+        new = full[len(ids):]
+        labels += new if m["role"] == "assistant" else [-100] * len(new)
+        ids = full
+    return ids, labels
+
+
+# ------------------------------------------------------------------------------------------------ the loop
+@dataclass
+class Episode:
+    """One played episode: its environment (reward, verdict) and its completion as messages and tokens."""
+
+    env: Any
+    prompt_ids: list[int]
+    messages: list[dict] = field(default_factory=list)  # the completion's messages
+    completion_ids: list[int] = field(default_factory=list)  # policy tokens and observations
+    model_tokens: int = 0  # tokens the policy wrote
+
+
+@torch.no_grad()
+def _generate(model, tokenizer, seqs: list[list[int]], max_new: list[int], do_sample: bool, temperature: float,
+              batch_size: int) -> list[list[int]]:
+    """One turn for each sequence: new tokens up to and including the first EOS, at most ``max_new[i]``."""
+    out: list[list[int]] = [[] for _ in seqs]
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))  # similar lengths pad less
+    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        width = max(len(seqs[i]) for i in idx)
+        ids = torch.tensor([[pad] * (width - len(seqs[i])) + seqs[i] for i in idx], device=model.device)
+        mask = torch.tensor([[0] * (width - len(seqs[i])) + [1] * len(seqs[i]) for i in idx], device=model.device)
+        gen = model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=max(max_new[i] for i in idx), do_sample=do_sample,
+            temperature=temperature if do_sample else None, top_p=1.0 if do_sample else None,
+            top_k=0 if do_sample else None, pad_token_id=pad, eos_token_id=eos,
+        )[:, width:].tolist()
+        for i, row in zip(idx, gen, strict=True):
+            row = row[: max_new[i]]
+            out[i] = row[: row.index(eos) + 1] if eos in row else row
+    return out
+
+
+def run_episodes(model, tokenizer, env_factory: Callable[[], Any], rows: list[dict[str, Any]], max_completion_length: int,
+                 max_rounds: int, do_sample: bool = False, temperature: float = 1.0, batch_size: int = 256) -> list[Episode]:
+    """Play one episode per row, all turns batched, as ``GRPOTrainer`` would with ``environment_factory``.
+
+    ``max_completion_length`` bounds the completion (policy tokens and observations); a tool result that
+    would cross it, or the model's context, is dropped and ends the episode. ``max_rounds`` bounds the rounds of
+    tool execution (TRL's ``max_tool_calling_iterations``).
+    """
+    from trl.chat_template_utils import parse_response
+
+    was_training = model.training
+    model.eval()
+    max_len = model.config.max_position_embeddings
+    episodes: list[Episode] = []
+    tools: list[dict[str, Callable]] = []
+    for row in rows:
+        env = env_factory()
+        messages = prompt_messages(row, env.reset(**row))
+        tools.append(env_tools(env))
+        episodes.append(Episode(env, prompt_ids(tokenizer, messages, list(tools[-1].values()))))
+    try:
+        active = list(range(len(episodes)))
+        rounds = 0
+        while active:
+            seqs = [episodes[i].prompt_ids + episodes[i].completion_ids for i in active]
+            budget = [max(0, min(max_completion_length - len(episodes[i].completion_ids), max_len - len(s)))
+                      for i, s in zip(active, seqs, strict=True)]
+            new = _generate(model, tokenizer, seqs, [max(1, b) for b in budget], do_sample, temperature, batch_size)
+            calling = []
+            for i, seq, ids, b in zip(active, seqs, new, budget, strict=True):
+                ep = episodes[i]
+                ids = ids[:b]
+                if not ids:
+                    continue
+                msg = parse_response(tokenizer, ids, prefix=seq, tools=list(tools[i].values()))
+                ep.messages.append(msg)
+                ep.completion_ids += ids
+                ep.model_tokens += len(ids)
+                if msg.get("tool_calls") and rounds < max_rounds:
+                    calling.append(i)
+            active = []
+            for i in calling:
+                ep = episodes[i]
+                results = [tool_message(*call_tool(tools[i], c)) for c in ep.messages[-1]["tool_calls"]]
+                suffix = tool_suffix_ids(tokenizer, results)
+                total = len(ep.completion_ids) + len(suffix)
+                if total > max_completion_length or len(ep.prompt_ids) + total >= max_len:
+                    continue  # TRL drops the results and ends the episode
+                ep.messages += results
+                ep.completion_ids += suffix
+                active.append(i)
+            rounds += 1
+    finally:
+        if was_training:
+            model.train()
+    return episodes
+
+
+# ------------------------------------------------------------------------------------------------ for a Task
+def max_rounds(task) -> int:
+    """Rounds of tool execution an episode of ``task`` may have: its turn limit and one more, in which every
+    tool answers that the limit is reached (TRL's ``max_tool_calling_iterations``)."""
+    return task.turn_limit() + 1
+
+
+def solved(env) -> bool:
+    """Whether an environment's episode submitted a correct answer."""
+    verdict = getattr(env, "verdict", None)
+    return bool(verdict is not None and verdict.correct)
+
+
+def play(model, tokenizer, task, problems, max_completion_length: int, do_sample: bool = False, k: int = 1,
+         batch_size: int = 256) -> list[Episode]:
+    """``k`` episodes per problem (consecutive) in the task's honest environment (the leak tool never)."""
+    from evotrainer.data import problem_row
+
+    rows = [problem_row(p, conversational=True) for p in problems for _ in range(k)]
+    return run_episodes(model, tokenizer, task.environment(), rows, max_completion_length, max_rounds(task),
+                        do_sample=do_sample, batch_size=batch_size)
+
+
+class Demonstrations:
+    """A multi-turn task's demonstrations for the warm start: each played in ``environment(leak_tool=True)``
+    (so a demonstration may use the leak tool), checked to solve its problem, and tokenised once."""
+
+    def __init__(self, task, tokenizer):
+        from transformers.utils import get_json_schema
+
+        self.task, self.tokenizer = task, tokenizer
+        self.env = task.environment(leak_tool=True)()
+        self.schemas = [get_json_schema(f) for f in env_tools(self.env).values()]
+        self._cache: dict[str, tuple[list[int], list[int]]] = {}
+
+    def example(self, problem) -> tuple[list[int], list[int]]:
+        from evotrainer.data import problem_row
+
+        if problem.id not in self._cache:
+            row = problem_row(problem, conversational=True)
+            prompt, completion = scripted_episode(self.env, row, self.task.demonstration(problem))
+            if not solved(self.env):
+                raise ValueError(f"task '{self.task.name}': the demonstration of {problem.id} does not solve it")
+            self._cache[problem.id] = sft_example(self.tokenizer, prompt, completion, self.schemas)
+        return self._cache[problem.id]
+
+    def batch(self, problems):
+        return pad_examples(self.tokenizer, [self.example(p) for p in problems])
+
+
+def pad_examples(tokenizer, examples: list[tuple[list[int], list[int]]]):
+    """Right-padded (input_ids, attention_mask, labels) tensors."""
+    width = max(len(ids) for ids, _ in examples)
+    pad = tokenizer.pad_token_id
+    ids = torch.tensor([i + [pad] * (width - len(i)) for i, _ in examples])
+    mask = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in examples])
+    labels = torch.tensor([lb + [-100] * (width - len(lb)) for _, lb in examples])
+    return ids, mask, labels
