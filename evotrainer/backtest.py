@@ -6,8 +6,11 @@ the paired differences in held-out accuracy; its confidence interval is a paired
 so a bootstrap would only resample three numbers). Then:
 
 - **failed**: fewer than two complete pairs (a branch crashed or produced NaN);
-- **blocked**: the treatment scored higher on average but a treatment branch tripped the gate — a high
-  score reached by an exploit must never be promoted, whatever its interval;
+- **blocked**: a treatment branch tripped the gate and the treatment scored higher on average — on the
+  held-out evaluation, or on the training reward the change was optimising (a trap such as a leaking tool
+  or a reward on visible tests raises the training reward while held-out accuracy, which the trap cannot
+  reach, stays flat or drops). A high score reached by an exploit must never be promoted, and the record
+  says it was blocked, not merely unhelpful;
 - **promote**: the whole interval lies above ``min_effect`` and every treatment branch passed the gate;
 - **reject** (refuted): the mean effect is ≤ 0 or the interval lies entirely below ``min_effect``;
 - **inconclusive**: anything else (the interval straddles ``min_effect``).
@@ -62,9 +65,13 @@ def decide(proposal_id: str, control: list[BranchResult], treatment: list[Branch
     summary = (f"held-out effect {st.effect:+.3f} ({pct} CI {st.ci_low:+.3f}..{st.ci_high:+.3f}, {st.n_pairs} paired "
                f"seeds; control {st.control_mean:.3f}, treatment {st.treatment_mean:.3f})")
     reasons = [summary, *([f"{len(failed)} branch(es) failed: " + "; ".join(failed)] if failed else [])]
-    if gate_reasons and st.effect > 0:
+    train = [(ctrl[s].train_reward, treat[s].train_reward) for s in seeds
+             if ctrl[s].train_reward is not None and treat[s].train_reward is not None]
+    train_gain = statistics.fmean(t - c for c, t in train) if train else None
+    if gate_reasons and (st.effect > 0 or (train_gain is not None and train_gain > 0)):
         outcome = "blocked"
-        reasons.append("treatment scored higher but tripped the gate")
+        higher = "held-out accuracy" if st.effect > 0 else f"training reward ({train_gain:+.3f})"
+        reasons.append(f"treatment scored higher ({higher}) but tripped the gate")
     elif gate_reasons:
         outcome = "reject"
         reasons.append("treatment tripped the gate and did not score higher")

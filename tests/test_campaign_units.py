@@ -123,11 +123,13 @@ def test_heuristic_brain_stops_exploring_when_the_record_says_changes_do_not_hel
     assert HeuristicBrain().propose(_ctx(plateau, candidates=record, max_proposals=2, min_effect=0.01)).drafts
 
 
-def _branches(role, accs, pid=None, gate_ok=True):
+def _branches(role, accs, pid=None, gate_ok=True, rewards=None):
+    rewards = rewards or [None] * len(accs)
     return [BranchResult(backtest_id="b", proposal_id=pid, role=role, seed=i, run_name=f"{role}{i}",
                          status="finished" if a is not None else "failed", error=None if a is not None else "boom",
-                         eval_accuracy=a, gate_passed=gate_ok if role == "treatment" else None,
-                         gate_reasons=[] if gate_ok else ["answer_spraying: warning"]) for i, a in enumerate(accs)]
+                         eval_accuracy=a, gate_passed=gate_ok if role == "treatment" else None, train_reward=r,
+                         gate_reasons=[] if gate_ok else ["answer_spraying: warning"])
+            for i, (a, r) in enumerate(zip(accs, rewards))]
 
 
 @pytest.mark.parametrize(
@@ -148,6 +150,16 @@ def test_decision_rule(control, treatment, gate_ok, outcome):
         assert d.gate_reasons and "tripped the gate" in d.reasons[-1]
     if outcome == "failed":
         assert "boom" in " ".join(d.reasons)
+
+
+def test_a_trap_that_raises_the_training_reward_is_blocked_even_when_held_out_accuracy_drops():
+    ctrl = _branches("control", [0.50, 0.52, 0.49], rewards=[0.40, 0.42, 0.41])
+    leak = _branches("treatment", [0.45, 0.47, 0.46], "p", gate_ok=False, rewards=[0.90, 0.88, 0.93])
+    d = decide("p", ctrl, leak, 0.0, 0.8)
+    assert d.outcome == "blocked" and "training reward (+0.493)" in d.reasons[-1]
+    # the same gate trip without any gain is only a reject
+    worse = _branches("treatment", [0.45, 0.47, 0.46], "p", gate_ok=False, rewards=[0.30, 0.31, 0.29])
+    assert decide("p", ctrl, worse, 0.0, 0.8).outcome == "reject"
 
 
 def test_paired_interval_matches_a_t_interval():

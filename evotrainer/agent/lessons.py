@@ -82,6 +82,9 @@ def brain_inputs(library_dir: Path, harness: HarnessSpec, findings: list[Finding
     domain = domain_of(task)
     hits = retrieve(lib, findings, domain=domain, k=max(k, len(lib.skills)), store=store)
     ranked = [h.skill for h in hits] + [s for s in lib.skills if s.slug not in {h.slug for h in hits}]
+    # a skill whose every trigger names other domains does not apply here (a code-only reward knob means
+    # nothing on arith); retrieval merely ranks a partial mismatch lower
+    ranked = [s for s in ranked if not s.triggers or any(not t.domains or domain in t.domains for t in s.triggers)]
     inert = harness.inert_knobs()
     candidates = [c for c in to_candidates(ranked, harness) if c.knob not in inert]
     refuted: list[RefutedChange] = []
