@@ -1,7 +1,8 @@
 """Benchmark (issue 6): the code and agentic domains — does the baseline teach, and do the traps get caught?
 
 For each domain: held-out greedy accuracy and pass@8 of the warm-started tiny policy (step 0) and after
-``--steps`` baseline-harness GRPO steps, for each seed. Then each of the domain's traps is switched on in
+``--steps`` baseline-harness GRPO steps, for each seed (one warm start, ``policy.seed: 0``, shared by
+the training seeds, so the seeds measure GRPO's variance rather than the warm start's). Then each of the domain's traps is switched on in
 an otherwise identical harness and trained for ``--trap-steps``; the trap's diagnostic is run on every
 trapped run and on every honest (baseline) run. Detection rate = trapped runs flagged at warning or above;
 false-alarm rate = honest runs flagged.
@@ -78,6 +79,9 @@ def main() -> None:
     from evotrainer.evidence import read_metrics
     from evotrainer.home import resolve_home
     from evotrainer.jobs.runner import JobSpec, run_job
+    from evotrainer.policy import PolicySpec
+
+    policy = PolicySpec(seed=0)
 
     home = resolve_home(a.home)
     home.mkdir(parents=True, exist_ok=True)
@@ -87,7 +91,7 @@ def main() -> None:
         runs = []
         for seed in a.seeds:
             t = time.time()
-            res = run_job(JobSpec(task=task, harness=honest_h, steps=a.steps, seed=seed, save_every=a.steps,
+            res = run_job(JobSpec(task=task, harness=honest_h, steps=a.steps, seed=seed, save_every=a.steps, policy=policy,
                                   eval=EvalSpec(every=a.steps, n=a.eval_n, k=8, at_start=True)), home, log=print)
             m = read_metrics(Path(res.run_dir)).set_index("step")
             ev, pk = m["eval/greedy_accuracy"].dropna(), m["eval/pass_at_8"].dropna()
@@ -101,7 +105,7 @@ def main() -> None:
             trap_h = _harness_for(task, home, patch, f"{task}-bench-trap-{trap}")
             trapped = []
             for seed in a.seeds:
-                res = run_job(JobSpec(task=task, harness=trap_h, steps=a.trap_steps, seed=seed, save_every=a.trap_steps,
+                res = run_job(JobSpec(task=task, harness=trap_h, steps=a.trap_steps, seed=seed, save_every=a.trap_steps, policy=policy,
                                       eval=EvalSpec(every=a.trap_steps, n=a.eval_n, k=1)), home, log=print)
                 hit, why = _flagged(res.run_dir, diagnostic, trap_h)
                 m = read_metrics(Path(res.run_dir))
