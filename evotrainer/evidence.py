@@ -283,7 +283,9 @@ METRIC_DOCS: dict[str, str] = {
     "learning_rate": "Trainer: learning rate in effect this step.",
     "epoch": "Trainer: fractional epoch over the segment's dataset.",
     "num_tokens": "TRL: tokens (prompt + completion) processed so far.",
-    "step_time": "TRL: seconds spent in this optimiser step (generation + update).",
+    "step_time": "TRL: seconds spent in this optimiser step's generation, scoring and backward pass.",
+    "step_wall_time": "EvoTrainer: seconds from the Trainer's step begin to step end: step_time plus the optimiser "
+                      "update (gradient clipping, AdamW step, learning-rate schedule).",
     "reward": "TRL: mean weighted total reward of the step's completions.",
     "reward_std": "TRL: standard deviation of the weighted total reward.",
     "frac_reward_zero_std": "TRL: share of groups whose rewards are all equal (no GRPO signal: dead groups).",

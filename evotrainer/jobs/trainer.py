@@ -126,6 +126,8 @@ class EvidenceCallback(TrainerCallback):
         logs = dict(logs or {})
         for k in ("total_flos", "train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss"):
             logs.pop(k, None)
+        if "loss" in logs and self.step_times:
+            logs["step_wall_time"] = self.step_times[-1]
         if logs:
             self._emit(state.global_step, logs)  # NaN included: it is evidence for the `nan` diagnostic
         if self.progress is not None:
@@ -135,11 +137,13 @@ class EvidenceCallback(TrainerCallback):
             self.recorder.flush()
             raise NonFiniteLoss(f"loss became {loss} at step {state.global_step}")
 
+    def on_step_begin(self, args, state, control, **kw):
+        self._t = time.perf_counter()
+
     def on_step_end(self, args, state, control, **kw):
+        # the whole optimiser step as the Trainer runs it (TRL's step_time stops before the optimiser update)
+        self.step_times.append(time.perf_counter() - self._t)
         self.recorder.flush(wait=False)
-        now = time.perf_counter()
-        self.step_times.append(now - self._t)
-        self._t = now
         step = state.global_step
         if self.eval_every and (step % self.eval_every == 0 or step == self.max_steps):
             self._run_eval(step)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from evotrainer.errors import ConfigError
 from evotrainer.library.format import SKILL_FILE, Skill, dump_skill
-from evotrainer.library.lint import Problem, check_file
+from evotrainer.library.lint import Problem, check_file, check_text
 
 if TYPE_CHECKING:
     from evotrainer.diagnostics.base import Finding
@@ -52,6 +52,31 @@ class Entry:
     sha256: str
 
 
+# (path, sha256 of the bytes) -> parse result. A campaign loads its library several times a round; parsing and
+# checking 30 YAML front matters cost ~0.3 s each time, re-reading the bytes almost nothing. Skills are
+# treated as values everywhere (changes go through validated copies), so sharing the parsed objects is safe.
+_PARSED: dict[tuple[str, str], tuple[Skill | None, list[Problem]]] = {}
+
+
+def _checked(file: Path) -> tuple[Skill | None, list[Problem], str]:
+    try:
+        data = file.read_bytes()
+    except OSError:
+        skill, found = check_file(file)  # it reports the error with the file and field
+        return skill, found, ""
+    sha = content_hash(data)
+    key = (str(file), sha)
+    if key not in _PARSED:
+        if len(_PARSED) > 4096:
+            _PARSED.clear()
+        try:
+            _PARSED[key] = check_text(data.decode("utf-8"), file.parent.name, str(file))
+        except UnicodeDecodeError:
+            _PARSED[key] = check_file(file)  # it names the offending byte
+    skill, found = _PARSED[key]
+    return skill, list(found), sha
+
+
 class Library:
     """The valid entries of a library folder, by slug, and the problems of the others."""
 
@@ -78,11 +103,11 @@ class Library:
             if not file.is_file():
                 problems.append(Problem(path=str(d), field="(file)", message=f"folder has no {SKILL_FILE}"))
                 continue
-            skill, found = check_file(file)
+            skill, found, sha = _checked(file)
             if skill is None:
                 problems.extend(found)
             else:
-                entries.append(Entry(skill=skill, file=file, sha256=content_hash(file.read_bytes())))
+                entries.append(Entry(skill=skill, file=file, sha256=sha))
         slugs = {e.skill.slug for e in entries}
         for e in entries:
             target = e.skill.merged_into
