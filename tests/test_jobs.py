@@ -60,6 +60,10 @@ def test_train_updates_every_parameter_and_writes_evidence(first_run, shared_hom
     assert base.keys() == final.keys()
     unchanged = [k for k in base if torch.equal(base[k], final[k])]
     assert unchanged == [], f"parameters not updated by GRPO: {unchanged}"
+    # the whole optimiser step is timed, and it contains TRL's part of it
+    m = read_metrics(run_dir).dropna(subset=["loss"])
+    assert len(m) == 3 and (m["step_wall_time"] >= m["step_time"]).all()
+    assert sorted(int(f.name[5:11]) for f in (run_dir / "rollouts").glob("step_*.parquet")) == [1, 2, 3]
 
 
 def test_rollout_parquet_schema_groups_and_advantages(first_run):

@@ -562,6 +562,16 @@ def test_skills_become_candidates_resolved_against_the_harness(lib_dir):
 
 
 
+def test_reloading_a_library_sees_every_edit_although_parsed_files_are_memoised(lib_dir):
+    first = Library.load(lib_dir).get("raise-lr")
+    f = lib_dir / "raise-lr" / SKILL_FILE
+    f.write_text(f.read_text().replace("name: Raise the learning rate", "name: Raise the LR"))
+    assert Library.load(lib_dir).get("raise-lr").name.startswith("Raise the LR")
+    f.write_text(f.read_text().replace("kind: skill", "kind: lesson"))
+    lib = Library.load(lib_dir, strict=False)
+    assert lib.find("raise-lr") is None and any(p.field == "kind" for p in lib.problems)
+    assert first.name.startswith("Raise the learning rate")  # an earlier load's objects are untouched
+
 def test_a_relative_skill_counts_the_backtests_of_the_same_move(lib_dir):
     """×3 from 3e-4 helped, ×3 from 9e-4 overshot: each starting point sees the evidence for its own move."""
     record_outcome(lib_dir, symptom="plateau", knob="optim.learning_rate", old=3e-4, value=9e-4, outcome="promote",

@@ -1,4 +1,5 @@
-"""The MLflow tracker's buffered per-step logging: nothing is lost at checkpoints or at the end of a run."""
+"""Evidence written off the hot path — MLflow metrics in batches, rollout files on a writer thread — is all
+there at checkpoints and at the end of a run."""
 
 from __future__ import annotations
 
@@ -35,3 +36,25 @@ def test_unbuffered_metrics_are_written_at_once(tmp_path):
     rid = tr.create_run("direct", {})
     tr.log_metrics(rid, 3, {"loss": 1.5})
     assert _steps(tr, rid, "loss") == [3]
+
+
+def test_rollout_files_written_in_the_background_are_complete_after_wait(tmp_path):
+    from evotrainer.evidence import RolloutRecorder, read_rollouts
+
+    rec = RolloutRecorder(tmp_path, "run")
+    for step in (1, 2, 3):
+        rec.begin_batch()
+        rec.add([{"step": step, "prompt_id": f"p{i}", "completion": "<script>x</script>" * i, "correct": i % 2 == 0}
+                 for i in range(4)])
+        rec.finish_batch([0.5] * 4, [0.1] * 4)
+        rec.flush(wait=False)  # what the step callback does
+    rec.wait()  # what a checkpoint does
+    df = read_rollouts(tmp_path)
+    assert sorted(df["step"].unique()) == [1, 2, 3] and len(df) == 12
+    assert df["completion"].iloc[3] == "<script>x</script>" * 3  # text is data, stored as it came
+    rec.begin_batch()
+    rec.add([{"step": 4, "prompt_id": "p0", "completion": "", "correct": False}])
+    rec.finish_batch([0.0], [0.0])
+    assert [p.name for p in rec.flush()] == ["step_000004.parquet"]  # a synchronous flush waits for the queue first
+    rec.close()
+    assert len(read_rollouts(tmp_path)) == 13
