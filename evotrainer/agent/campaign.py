@@ -213,6 +213,6 @@ def rollback(cid: str, version: str, home: Path) -> None:
     graph = compile_graph(home)
     config = {"configurable": {"thread_id": camp.thread_id}}
     graph.update_state(config, {"mainline": pv.id, "harness_version": pv.harness_version,
-                                "rounds_without_promotion": 0})
+                                "rounds_without_promotion": 0, "best_accuracy": pv.eval_accuracy})
     store.set_campaign(cid, mainline_version=pv.id, status="stopped" if camp.status == "finished" else camp.status)
     store.log_event(cid, "rollback", {"to": pv.id, "harness_version": pv.harness_version})

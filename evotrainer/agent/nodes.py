@@ -362,10 +362,14 @@ def distill(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
             ctx.store.add_policy_version(pv)
             mainline = pv.id
             ctx.store.set_campaign(ctx.campaign_id, mainline_version=pv.id)
-    streak = 0 if best else state.get("rounds_without_promotion", 0) + 1
-    update = {"round": rnd + 1, "mainline": mainline, "harness_version": version, "rounds_without_promotion": streak,
-              "proposal_ids": [], "approved_ids": [], "backtest_id": None, "promoted": None, "segment_run": None}
     acc = ctx.store.get_policy_version(mainline).eval_accuracy
+    prev_best = state.get("best_accuracy")
+    improved = acc is not None and (prev_best is None or acc > prev_best + ctx.spec.backtest.min_effect)
+    streak = 0 if best or improved else state.get("rounds_without_promotion", 0) + 1
+    seen = [a for a in (acc, prev_best) if a is not None]
+    update = {"round": rnd + 1, "mainline": mainline, "harness_version": version, "rounds_without_promotion": streak,
+              "best_accuracy": max(seen) if seen else None,
+              "proposal_ids": [], "approved_ids": [], "backtest_id": None, "promoted": None, "segment_run": None}
     if ctx.mlflow_run_id:
         ctx.tracker.log_metrics(ctx.mlflow_run_id, rnd, {"campaign/mainline_accuracy": acc if acc is not None else float("nan"),
                                                          "campaign/budget_spent": ctx.store.ledger_total(ctx.campaign_id),
@@ -374,7 +378,8 @@ def distill(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
     if target is not None and acc is not None and acc >= target:
         return Command(goto="finish", update={**update, "stop_reason": f"target accuracy {target} reached ({acc:.3f})"})
     if streak >= ctx.spec.stop.plateau_rounds:
-        return Command(goto="finish", update={**update, "stop_reason": f"{streak} rounds without a promotion"})
+        return Command(goto="finish", update={**update, "stop_reason": f"{streak} rounds without a promotion or a new best "
+                                                                      f"held-out accuracy"})
     if _out_of_time(ctx):
         return Command(goto="finish", update={**update, "stop_reason": "wall-clock cap reached"})
     return Command(goto="train_segment", update=update)

@@ -63,7 +63,11 @@ class BrainSpec(_S):
 
 class StopSpec(_S):
     target_accuracy: float | None = Field(None, gt=0, le=1, description="Stop when held-out greedy accuracy reaches this.")
-    plateau_rounds: int = Field(3, ge=1, le=100, description="Stop after this many rounds in a row without a promotion.")
+    plateau_rounds: int = Field(
+        3, ge=1, le=100,
+        description="Stop after this many rounds in a row with neither a promotion nor a new best mainline held-out "
+                    "accuracy (by more than backtest.min_effect): a round that only trains the mainline is not stuck "
+                    "while the mainline still improves.")
 
 
 class RevisionSpec(_S):

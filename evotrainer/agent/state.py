@@ -24,7 +24,8 @@ class CampaignState(TypedDict, total=False):
     approved_ids: list[str]
     backtest_id: str | None
     promoted: str | None
-    rounds_without_promotion: int
+    rounds_without_promotion: int  # rounds in a row with neither a promotion nor a new best mainline accuracy
+    best_accuracy: float | None  # best mainline held-out accuracy so far
     stop_reason: str | None
 
 
