@@ -32,18 +32,8 @@ def difficulty_range(task: Task, harness: HarnessSpec) -> tuple[int, int]:
     return lo, hi
 
 
-_POOLS: dict[tuple, list[Problem]] = {}  # per process: a campaign's worker builds the same pool for every branch
-
-
 def build_pool(task: Task, harness: HarnessSpec, seed: int) -> list[Problem]:
-    """The job's training pool: deterministic in (task, options, size, difficulty, seed), so it is memoised."""
-    rng = difficulty_range(task, harness)
-    key = (type(task).__module__, type(task).__qualname__, repr(task.options), harness.data.pool_size, rng, seed)
-    if key not in _POOLS:
-        if len(_POOLS) >= 16:
-            _POOLS.clear()
-        _POOLS[key] = task.sample("train", harness.data.pool_size, seed=seed, difficulty_range=rng)
-    pool = list(_POOLS[key])
+    pool = task.sample("train", harness.data.pool_size, seed=seed, difficulty_range=difficulty_range(task, harness))
     if not pool:
         raise ConfigError(f"task '{task.name}' has no train problems at difficulty {list(difficulty_range(task, harness))}")
     return pool

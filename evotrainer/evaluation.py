@@ -27,18 +27,9 @@ class EvalSpec(BaseModel):
     batch_size: int = Field(256, ge=1, le=65_536, description="Prompts per generation batch.")
 
 
-_HELDOUT: dict[tuple, list[Problem]] = {}  # per process: every job of a campaign evaluates on the same set
-
-
 def heldout_problems(task: Task, spec: EvalSpec) -> list[Problem]:
-    """The held-out evaluation set: deterministic in (task, options, n, seed, difficulty), so memoised."""
-    rng = tuple(spec.difficulty or (task.default_difficulty, task.default_difficulty))
-    key = (type(task).__module__, type(task).__qualname__, repr(task.options), spec.n, spec.seed, rng)
-    if key not in _HELDOUT:
-        if len(_HELDOUT) >= 16:
-            _HELDOUT.clear()
-        _HELDOUT[key] = task.sample("heldout", spec.n, seed=spec.seed, difficulty_range=rng)
-    return list(_HELDOUT[key])
+    rng = spec.difficulty or (task.default_difficulty, task.default_difficulty)
+    return task.sample("heldout", spec.n, seed=spec.seed, difficulty_range=tuple(rng))
 
 
 @torch.no_grad()

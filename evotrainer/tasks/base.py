@@ -165,6 +165,9 @@ def _allowed(field: FieldInfo) -> str:
     return text
 
 
+_SAMPLES: dict[tuple, list[Problem]] = {}  # Task.sample results, per process (see Task.sample)
+
+
 class Task(ABC):
     """A family of verifiable problems. Subclass it, set the class attributes, implement the two methods.
 
@@ -264,6 +267,11 @@ class Task(ABC):
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise TaskError(f"task '{self.name}': number of problems must be an integer >= 0, not {n!r}")
         low, high = self._check_range(difficulty_range)
+        # Deterministic in these, so memoised per process: a campaign's worker asks for the same training pool
+        # and held-out set in every branch. Problems are frozen; callers get their own list.
+        memo = (type(self).__module__, type(self).__qualname__, repr(self.options), split, n, seed, low, high)
+        if memo in _SAMPLES:
+            return list(_SAMPLES[memo])
         key = f"{self.name}|{split}|{seed}|{low}|{high}"
         rng = random.Random(int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big"))
         problems: list[Problem] = []
@@ -279,7 +287,10 @@ class Task(ABC):
             misses = 0
             seen.add(problem.id)
             problems.append(problem)
-        return problems
+        if len(_SAMPLES) >= 32:
+            _SAMPLES.clear()
+        _SAMPLES[memo] = problems
+        return list(problems)
 
     def check_difficulty(self, difficulty: int) -> int:
         """``difficulty`` if it is a level of this task, else a :class:`TaskError` naming the levels."""
