@@ -51,7 +51,6 @@ class Tracker:
 
         self.home = home
         self._buffer: dict[str, list[Any]] = {}  # run id -> Metric rows not yet written (buffered=True)
-        self._buffered_steps: dict[str, set[int]] = {}
         self.uri = tracking_uri(home)
         self.client = MlflowClient(tracking_uri=self.uri)
         exp = self.client.get_experiment_by_name(EXPERIMENT)
@@ -88,10 +87,9 @@ class Tracker:
         if not buffered:
             self._write(run_id, batch)
             return
-        self._buffer.setdefault(run_id, []).extend(batch)
-        steps = self._buffered_steps.setdefault(run_id, set())
-        steps.add(int(step))
-        if len(steps) >= FLUSH_EVERY:
+        buf = self._buffer.setdefault(run_id, [])
+        buf.extend(batch)
+        if len({m.step for m in buf}) >= FLUSH_EVERY:
             self.flush(run_id)
 
     def _write(self, run_id: str, batch: list[Any]) -> None:
@@ -102,7 +100,6 @@ class Tracker:
         """Write the buffered metrics of ``run_id`` (of every run when None)."""
         for rid in [run_id] if run_id is not None else list(self._buffer):
             batch = self._buffer.pop(rid, [])
-            self._buffered_steps.pop(rid, None)
             if batch:
                 self._write(rid, batch)
 
