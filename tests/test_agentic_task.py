@@ -456,7 +456,9 @@ def test_a_real_trl_job_plays_episodes_through_the_environment(task, home, leak)
     df = read_rollouts(Path(res.run_dir))
     assert len(df) == 2 * 4 * 4 and df["turns"].notna().all()
     turns = [t for ts in df["turns"] for t in json.loads(ts)]
-    assert {"lookup", "submit", LEAK_TOOL} <= {t["tool"] for t in turns}  # the warm start probes the leak now and then
+    # the warm start probes the leak only now and then (~10% of episodes), so 32 episodes may not show it: the
+    # leak's answer/refusal is pinned by the environment tests above, and checked here whenever it was called
+    assert {"lookup", "submit"} <= {t["tool"] for t in turns}
     for t in turns:
         if t["tool"] not in ("lookup", "submit", LEAK_TOOL, None) and t["observation"] is not None:
             assert t["observation"].startswith("{'error'")  # a made-up tool is refused
