@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from evotrainer.errors import ConfigError
 from evotrainer.tasks import Task
@@ -76,6 +76,18 @@ class PolicySpec(BaseModel):
         None, ge=0, le=2**31 - 1,
         description="Seed of the built-in model's initialisation and warm start (null = the job's seed). Fix it to "
                     "compare runs or campaigns that differ in their own seed but start from the same policy.")
+    warm_start_difficulty: tuple[int, int] | None = Field(
+        None,
+        description="Difficulty levels [lo, hi] the warm start demonstrates (null = the harness's training range). "
+                    "Warm-start on easy levels and train RL on harder ones, as one would a real model; must lie "
+                    "within the task's levels. Part of the cached base's key through the resolved range.")
+
+    @field_validator("warm_start_difficulty")
+    @classmethod
+    def _ordered(cls, v: tuple[int, int] | None) -> tuple[int, int] | None:
+        if v is not None and v[0] > v[1]:
+            raise ValueError(f"warm_start_difficulty {list(v)} must be [lo, hi] with lo <= hi")
+        return v
 
 
 def _quiet_transformers() -> None:
@@ -153,7 +165,8 @@ def _cache_key(task: Task, spec: PolicySpec, seed: int, difficulty: tuple[int, i
             "task": task.name,
             "options": task.options.model_dump(mode="json"),
             "difficulty": list(difficulty),
-            "spec": spec.model_dump(mode="json", exclude={"path", "seed"}),  # the resolved seed is below
+            # the resolved seed and difficulty are keyed on their own, so naming them explicitly reuses the same base
+            "spec": spec.model_dump(mode="json", exclude={"path", "seed", "warm_start_difficulty"}),
             "seed": seed,
         },
         sort_keys=True,

@@ -318,7 +318,11 @@ def run_job(
         base_dir = Path(_read_meta(parent_dir)["base_policy"])
     else:
         policy_seed = spec.seed if spec.policy.seed is None else spec.policy.seed
-        base_dir = base_policy_dir(home, task, spec.policy, policy_seed, diff, log=say)
+        warm = spec.policy.warm_start_difficulty or diff
+        if warm[0] < task.min_difficulty or warm[1] > task.max_difficulty:
+            raise ConfigError(f"policy.warm_start_difficulty {list(warm)} is outside task '{task.name}' levels "
+                              f"{task.min_difficulty}..{task.max_difficulty}")
+        base_dir = base_policy_dir(home, task, spec.policy, policy_seed, tuple(warm), log=say)
     tracker = Tracker(home)
 
     # ---- create or reopen the run ----------------------------------------------------------------
