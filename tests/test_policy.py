@@ -86,3 +86,31 @@ def test_policy_seed_decouples_the_warm_start_from_the_job_seed(tmp_path):
 
     base = {json.loads((Path(r.run_dir) / "meta.json").read_text())["base_policy"] for r in (a, b)}
     assert len(base) == 1 and "__s3__" in base.pop()  # one warm start, keyed by the policy seed
+
+
+def test_warm_start_difficulty_picks_the_levels_the_base_is_built_on(tmp_path):
+    from pathlib import Path
+
+    from evotrainer.evaluation import EvalSpec
+    from evotrainer.jobs.runner import JobSpec, run_job
+    from evotrainer.policy import _cache_key
+
+    task = get_task("arith")
+    # naming the training range explicitly reuses the base built without it (caches keep their keys) ...
+    assert _cache_key(task, PolicySpec(seed=0), 0, (2, 2)) == _cache_key(task, PolicySpec(warm_start_difficulty=(2, 2)), 0, (2, 2))
+    with pytest.raises(ValueError, match=r"warm_start_difficulty \[3, 1\] must be \[lo, hi\]"):
+        PolicySpec(warm_start_difficulty=(3, 1))
+    harness = tmp_path / "h.yaml"
+    harness.write_text("grpo: {prompts_per_step: 2, num_generations: 2, max_completion_length: 8}\n"
+                       "data: {pool_size: 16, difficulty: [3, 3]}\n")
+    pol = {"size": "nano", "sft_steps": 2, "sft_target_accuracy": None, "seed": 0}
+    with pytest.raises(ConfigError, match=r"policy\.warm_start_difficulty \[1, 9\] is outside task 'arith' levels 1\.\.6"):
+        run_job(JobSpec(task="arith", harness=str(harness), steps=1, policy={**pol, "warm_start_difficulty": [1, 9]},
+                        eval=EvalSpec(every=0)), tmp_path)
+    # ... and a different range is a different base, trained on that range's problems
+    runs = [run_job(JobSpec(task="arith", harness=str(harness), steps=1, policy=p, eval=EvalSpec(every=0)), tmp_path)
+            for p in (pol, {**pol, "warm_start_difficulty": [1, 1]})]
+    bases = [json.loads((Path(r.run_dir) / "meta.json").read_text())["base_policy"] for r in runs]
+    assert bases[0] != bases[1]
+    assert Path(bases[0]).name == _cache_key(task, PolicySpec(**pol), 0, (3, 3))
+    assert Path(bases[1]).name == _cache_key(task, PolicySpec(**pol), 0, (1, 1))
