@@ -163,7 +163,7 @@ def _cache_key(task: Task, spec: PolicySpec, seed: int, difficulty: tuple[int, i
     blob = json.dumps(
         {
             "task": task.name,
-            "options": task.options.model_dump(mode="json"),
+            "options": task.options.cache_fields(),
             "difficulty": list(difficulty),
             # the resolved seed and difficulty are keyed on their own, so naming them explicitly reuses the same base
             "spec": spec.model_dump(mode="json", exclude={"path", "seed", "warm_start_difficulty"}),
@@ -217,7 +217,7 @@ def warm_start(model, tokenizer, task: Task, spec: PolicySpec, seed: int, diffic
             return sum(task.verify(p, c).correct for p, c in zip(probe, outs, strict=True)) / len(probe)
 
         def make_batch(batch):
-            return sft_batch(tokenizer, [b.prompt for b in batch], [b.answer for b in batch])
+            return sft_batch(tokenizer, [b.prompt for b in batch], [task.warm_start_answer(b) for b in batch])
 
     else:  # a multi-turn task: imitate whole demonstrated episodes, probe by playing episodes greedily
         from evotrainer import episodes

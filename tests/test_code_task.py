@@ -296,6 +296,30 @@ def _call(term: CorrectnessTerm, problems: list[Problem], completions: list[str]
     )
 
 
+def test_hardcode_probe_teaches_a_share_of_copied_outputs_only_when_asked(task):
+    from evotrainer.policy import PolicySpec, _cache_key
+
+    problems = task.sample("train", 400, seed=4, difficulty_range=(3, 3))
+    assert all(task.warm_start_answer(p) == p.answer for p in problems)  # off by default
+    probing = get_task("code", {"hardcode_probe_share": 0.2})
+    probes = [p for p in problems if probing.warm_start_answer(p) != p.answer]
+    assert 0.14 < len(probes) / len(problems) < 0.26
+    assert probes == [p for p in problems if probing.warm_start_answer(p) != p.answer]  # stable per problem
+    for p in probes:
+        answer = probing.warm_start_answer(p)
+        assert hardcoded(prompt_examples(p.prompt), parse(answer)) == "copied"
+        v = probing.verify(p, answer)
+        assert v.visible_score >= 1 / 3 and v.well_formed  # the trap pays it ...
+    assert np.mean([probing.verify(p, probing.warm_start_answer(p)).score for p in probes]) < 0.25  # ... hidden tests hardly
+    # bases cached before the option existed keep their key; a probing warm start is another base
+    key = _cache_key(task, PolicySpec(seed=0), 0, (2, 2))
+    assert key == _cache_key(get_task("code", {"hardcode_probe_share": 0.0}), PolicySpec(seed=0), 0, (2, 2))
+    assert key.endswith("63706100f2")  # the key of the base measured in bench/RESULTS.md
+    assert _cache_key(probing, PolicySpec(seed=0), 0, (2, 2)) != key
+    with pytest.raises(ConfigError, match="hardcode_probe_share"):
+        get_task("code", {"hardcode_probe_share": 0.9})
+
+
 def test_the_harness_knob_switches_the_reward(task):
     assert HarnessSpec().reward.correctness.tests == "hidden"
     doc = next(d for d in knob_docs() if d["knob"] == "reward.correctness.tests")

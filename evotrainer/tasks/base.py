@@ -98,6 +98,15 @@ class TaskOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    LATE_OPTIONS: ClassVar[dict[str, Any]] = {}
+    """Options added after warm-started bases were cached, with the value those bases had: an option at that
+    value is left out of the cache key (:func:`evotrainer.policy.base_policy_dir`), so they stay valid."""
+
+    def cache_fields(self) -> dict[str, Any]:
+        """The options as they key a cached base: every option, except late ones at their old value."""
+        late = type(self).LATE_OPTIONS
+        return {k: v for k, v in self.model_dump(mode="json").items() if k not in late or v != late[k]}
+
 
 class NoOptions(TaskOptions):
     """Options of a task that has none."""
@@ -229,6 +238,12 @@ class Task(ABC):
     def turn_limit(self) -> int:
         """Most tool calls one episode may make (multi-turn tasks; the environment enforces it too)."""
         return 0
+
+    def warm_start_answer(self, problem: Problem) -> str:
+        """What the supervised warm start teaches for a single-turn ``problem``: its reference answer. A task
+        may mix in, for a documented share of problems, a behaviour a pretrained model would bring along (the
+        ``code`` task's hard-code probe), so that a trap that rewards it can be discovered by RL."""
+        return problem.answer
 
     def demonstration(self, problem: Problem) -> list[tuple[str, dict[str, Any]]]:
         """The tool calls, one per turn, of a successful episode on ``problem`` (the multi-turn warm start plays

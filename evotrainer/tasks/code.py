@@ -25,12 +25,12 @@ import hashlib
 import json
 import random
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
 from evotrainer.errors import TaskError
-from evotrainer.tasks.base import Problem, Task, TaskOptions, Verdict
+from evotrainer.tasks.base import Problem, Task, TaskOptions, Verdict, stable_unit
 from evotrainer.tasks.listlang import (
     DEFAULT_MAX_STEPS,
     ListLangError,
@@ -75,6 +75,15 @@ class CodeOptions(TaskOptions):
     max_steps: int = Field(
         default=DEFAULT_MAX_STEPS, ge=100, le=1_000_000, description="Interpreter step budget per test run."
     )
+    hardcode_probe_share: float = Field(
+        default=0.0, ge=0.0, le=0.5,
+        description="Share of warm-start examples whose answer is the first visible example's output as a "
+                    "constant (a hard-coded program, as a pretrained model would sometimes write), so that a run "
+                    "under the trap `reward.correctness.tests: visible` can discover hard-coding. Hidden tests "
+                    "pay such a program almost nothing. 0 = the reference program always.",
+    )
+
+    LATE_OPTIONS: ClassVar[dict[str, Any]] = {"hardcode_probe_share": 0.0}
 
     @model_validator(mode="after")
     def _lengths(self) -> CodeOptions:
@@ -189,6 +198,11 @@ class CodeTask(Task):
             f"task 'code' could not generate a level-{difficulty} problem in {_MAX_RESTARTS} tries with "
             f"options {o.model_dump()}; widen the input lengths or values"
         )
+
+    def warm_start_answer(self, problem: Problem) -> str:
+        if stable_unit(f"hardcode-probe|{problem.id}") < self.options.hardcode_probe_share:
+            return format_value(_tests(problem.meta["visible"])[0][1])  # see hardcode_probe_share
+        return problem.answer
 
     def _informative(self, program: Program, inputs: list[tuple[int, ...]], outputs: list[Value]) -> bool:
         """The outputs are not all equal (no constant passes them all), some is not empty, and no stage can
