@@ -17,14 +17,16 @@ Traps (all off by default in the harness; see the knobs' descriptions):
 - both, ``reward.efficiency.weight`` strong — a length/turn penalty that pays empty answers; diagnostic
   ``length_collapse``.
 
-Results are merged into bench/results/domains.json by task, so domains can be run separately.
+Results are merged into bench/results/domains.json by task, so domains can be run separately. A run that
+already finished in ``--home`` with the same task, harness version, seed, steps, policy and evaluation is
+reused rather than trained again, so an interrupted bench resumes where it stopped and several invocations
+can share the work (``--skip-baseline`` trains only the traps and reports the baseline runs that exist).
 """
 
 from __future__ import annotations
 
 import json
 import statistics
-import time
 from pathlib import Path
 
 import yaml
@@ -55,6 +57,45 @@ def _harness_for(task: str, home: Path, patch: dict | None, name: str) -> str:
     return str(out)
 
 
+def _finished(home: Path, spec, harness_file: str) -> tuple[str, str] | None:
+    """(name, run_dir) of a finished run in ``home`` made from the same job spec, or None."""
+    from evotrainer.config import load_harness
+
+    version = load_harness(harness_file).version
+    want = spec.model_dump(mode="json")
+    keys = ("task", "task_options", "seed", "steps", "policy", "eval")
+    for meta_file in sorted((home / "jobs").glob("*/meta.json")):
+        meta = json.loads(meta_file.read_text())
+        got = meta.get("spec", {})
+        if (meta.get("status") == "finished" and meta.get("harness_version") == version
+                and all(got.get(k) == want[k] for k in keys)):
+            return meta["name"], str(meta_file.parent)
+    return None
+
+
+def _run(home: Path, spec, harness_file: str, train: bool = True) -> tuple[str, str] | None:
+    """Reuse a finished run of ``spec``, else train it (unless ``train`` is false: then None)."""
+    from evotrainer.jobs.runner import run_job
+
+    done = _finished(home, spec, harness_file)
+    if done is not None or not train:
+        return done
+    res = run_job(spec, home, log=print)
+    return res.name, res.run_dir
+
+
+def _mean(runs: list[dict], key: str) -> float | None:
+    return round(statistics.fmean(r[key] for r in runs), 4) if runs else None
+
+
+def _minutes(run_dir: str) -> float:
+    """Wall-clock minutes of a run: from its creation to its last metrics line (reused runs included)."""
+    from datetime import datetime
+
+    created = datetime.fromisoformat(json.loads((Path(run_dir) / "meta.json").read_text())["created"])
+    return round(((Path(run_dir) / "metrics.jsonl").stat().st_mtime - created.timestamp()) / 60, 1)
+
+
 def _flagged(run_dir: str, diagnostic: str, harness_file: str) -> tuple[bool, str]:
     from evotrainer.config import load_harness
     from evotrainer.diagnostics.base import SEVERITY_RANK
@@ -73,12 +114,14 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--trap-steps", type=int, default=100)
     p.add_argument("--eval-n", type=int, default=300)
+    p.add_argument("--skip-baseline", action="store_true",
+                   help="train only the trap runs; report the baseline runs already finished in --home")
     a = p.parse_args()
 
     from evotrainer.evaluation import EvalSpec
     from evotrainer.evidence import read_metrics
     from evotrainer.home import resolve_home
-    from evotrainer.jobs.runner import JobSpec, run_job
+    from evotrainer.jobs.runner import JobSpec
     from evotrainer.policy import PolicySpec
 
     policy = PolicySpec(seed=0)
@@ -90,37 +133,40 @@ def main() -> None:
         honest_h = _harness_for(task, home, None, f"{task}-bench-baseline")
         runs = []
         for seed in a.seeds:
-            t = time.time()
-            res = run_job(JobSpec(task=task, harness=honest_h, steps=a.steps, seed=seed, save_every=a.steps, policy=policy,
-                                  eval=EvalSpec(every=a.steps, n=a.eval_n, k=8, at_start=True)), home, log=print)
-            m = read_metrics(Path(res.run_dir)).set_index("step")
+            done = _run(home, JobSpec(task=task, harness=honest_h, steps=a.steps, seed=seed, save_every=a.steps,
+                                      policy=policy, eval=EvalSpec(every=a.steps, n=a.eval_n, k=8, at_start=True)),
+                        honest_h, train=not a.skip_baseline)
+            if done is None:
+                print(f"{task} seed {seed}: no finished baseline run in {home} (--skip-baseline)", flush=True)
+                continue
+            name, run_dir = done
+            m = read_metrics(Path(run_dir)).set_index("step")
             ev, pk = m["eval/greedy_accuracy"].dropna(), m["eval/pass_at_8"].dropna()
-            runs.append({"seed": seed, "run": res.name, "run_dir": res.run_dir,
+            runs.append({"seed": seed, "run": name, "run_dir": run_dir,
                          "base": float(ev.iloc[0]), "after": float(ev.iloc[-1]),
                          "pass_at_8_base": float(pk.iloc[0]), "pass_at_8_after": float(pk.iloc[-1]),
-                         "minutes": round((time.time() - t) / 60, 1)})
+                         "minutes": _minutes(run_dir)})
             print(runs[-1], flush=True)
         traps = {}
         for trap, patch, diagnostic in TRAPS.get(task, []):
             trap_h = _harness_for(task, home, patch, f"{task}-bench-trap-{trap}")
             trapped = []
             for seed in a.seeds:
-                res = run_job(JobSpec(task=task, harness=trap_h, steps=a.trap_steps, seed=seed, save_every=a.trap_steps, policy=policy,
-                                      eval=EvalSpec(every=a.trap_steps, n=a.eval_n, k=1)), home, log=print)
-                hit, why = _flagged(res.run_dir, diagnostic, trap_h)
-                m = read_metrics(Path(res.run_dir))
-                trapped.append({"seed": seed, "run": res.name, "flagged": hit, "finding": why,
+                name, run_dir = _run(home, JobSpec(task=task, harness=trap_h, steps=a.trap_steps, seed=seed,
+                                                   save_every=a.trap_steps, policy=policy,
+                                                   eval=EvalSpec(every=a.trap_steps, n=a.eval_n, k=1)), trap_h)
+                hit, why = _flagged(run_dir, diagnostic, trap_h)
+                m = read_metrics(Path(run_dir))
+                trapped.append({"seed": seed, "run": name, "flagged": hit, "finding": why,
                                 "train_reward_last": float(m["reward"].dropna().iloc[-1]),
                                 "heldout": float(m["eval/greedy_accuracy"].dropna().iloc[-1])})
                 print(trap, trapped[-1], flush=True)
             honest = [_flagged(r["run_dir"], diagnostic, honest_h)[0] for r in runs]
             traps[trap] = {"diagnostic": diagnostic, "trap_steps": a.trap_steps, "runs": trapped,
                            "detection_rate": round(sum(r["flagged"] for r in trapped) / len(trapped), 3),
-                           "false_alarm_rate": round(sum(honest) / len(honest), 3)}
+                           "false_alarm_rate": round(sum(honest) / len(honest), 3) if honest else None}
         out[task] = {"steps": a.steps, "runs": runs, "traps": traps,
-                     "mean_base": round(statistics.fmean(r["base"] for r in runs), 4),
-                     "mean_after": round(statistics.fmean(r["after"] for r in runs), 4),
-                     "mean_pass_at_8_base": round(statistics.fmean(r["pass_at_8_base"] for r in runs), 4)}
+                     **{f"mean_{k}": _mean(runs, k) for k in ("base", "after", "pass_at_8_base", "pass_at_8_after")}}
     prev = ROOT / "bench" / "results" / "domains.json"
     if prev.exists():  # keep the other domain's results from an earlier invocation
         out = {**{k: v for k, v in json.loads(prev.read_text()).get("domains", {}).items() if k not in out}, **out}
