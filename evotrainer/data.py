@@ -21,15 +21,20 @@ from evotrainer.errors import ConfigError
 from evotrainer.tasks import Problem, Task
 
 
-def difficulty_range(task: Task, harness: HarnessSpec) -> tuple[int, int]:
-    rng = harness.data.difficulty or (task.default_difficulty, task.default_difficulty)
+def check_range(task: Task, rng, field: str) -> tuple[int, int]:
+    """``rng`` as (lo, hi) if it is an ordered range of ``task``'s levels, else a ConfigError naming ``field``."""
     lo, hi = int(rng[0]), int(rng[1])
-    if lo < task.min_difficulty or hi > task.max_difficulty:
+    if lo > hi or lo < task.min_difficulty or hi > task.max_difficulty:
         raise ConfigError(
-            f"data.difficulty {[lo, hi]} is outside task '{task.name}' levels "
+            f"{field} {[lo, hi]} is outside task '{task.name}' levels "
             f"{task.min_difficulty}..{task.max_difficulty} ({task.difficulty_doc})"
         )
     return lo, hi
+
+
+def difficulty_range(task: Task, harness: HarnessSpec) -> tuple[int, int]:
+    return check_range(task, harness.data.difficulty or (task.default_difficulty, task.default_difficulty),
+                       "data.difficulty")
 
 
 def build_pool(task: Task, harness: HarnessSpec, seed: int) -> list[Problem]:

@@ -291,13 +291,11 @@ def run_job(
         meta = None
         target = spec.steps
     task = get_task(spec.task, spec.task_options)
-    from evotrainer.data import difficulty_range
+    from evotrainer.data import check_range, difficulty_range
 
     diff = difficulty_range(task, harness)
     if spec.eval.difficulty is not None:
-        lo, hi = spec.eval.difficulty
-        if lo > hi or lo < task.min_difficulty or hi > task.max_difficulty:
-            raise ConfigError(f"eval difficulty {[lo, hi]} is outside task '{task.name}' levels {task.min_difficulty}..{task.max_difficulty}")
+        check_range(task, spec.eval.difficulty, "eval difficulty")
     need = task.max_answer_chars(diff[1]) + 1
     if harness.grpo.max_completion_length < need and spec.policy.path is None:
         say(f"warning: grpo.max_completion_length={harness.grpo.max_completion_length} is below the {need} tokens the "
@@ -318,11 +316,8 @@ def run_job(
         base_dir = Path(_read_meta(parent_dir)["base_policy"])
     else:
         policy_seed = spec.seed if spec.policy.seed is None else spec.policy.seed
-        warm = spec.policy.warm_start_difficulty or diff
-        if warm[0] < task.min_difficulty or warm[1] > task.max_difficulty:
-            raise ConfigError(f"policy.warm_start_difficulty {list(warm)} is outside task '{task.name}' levels "
-                              f"{task.min_difficulty}..{task.max_difficulty}")
-        base_dir = base_policy_dir(home, task, spec.policy, policy_seed, tuple(warm), log=say)
+        warm = check_range(task, spec.policy.warm_start_difficulty or diff, "policy.warm_start_difficulty")
+        base_dir = base_policy_dir(home, task, spec.policy, policy_seed, warm, log=say)
     tracker = Tracker(home)
 
     # ---- create or reopen the run ----------------------------------------------------------------
