@@ -95,6 +95,61 @@ def test_heuristic_brain_prefers_recorded_winners_and_skips_refuted_without_new_
     assert good.knob in {d.knob for d in res.drafts}  # a new symptom is new evidence
 
 
+def test_a_blocked_trap_is_not_proposed_again_while_the_findings_of_its_round_persist(tmp_path):
+    """Round 1 sees the same critical findings as round 0: none of them is new evidence for the blocked trap."""
+    from datetime import datetime, timezone
+    from types import SimpleNamespace
+
+    from evotrainer.agent.nodes import _refuted
+    from evotrainer.agent.schemas import Decision, Hypothesis, Proposal
+    from evotrainer.store import Store
+
+    h = HarnessSpec()
+    round0 = [_finding("dead_groups", "critical"), _finding("too_hard", "critical"), _finding("truncation"),
+              _finding("plateau", "info")]
+    with Store(f"sqlite:///{tmp_path / 'state.db'}") as store:
+        store.create_campaign("c", "c", {}, "t")
+        store.add_findings("c", 0, "c__r00__segment", round0)
+        store.add_proposal(Proposal(
+            id="c:r00:p0", campaign_id="c", round=0, knob="data.drop_all_wrong", old=False, new=True,
+            hypothesis=Hypothesis(symptom="too_hard", cause="no signal", change="drop unsolved", expected_effect="held-out up"),
+            rationale="",
+            cited_skills=[], brain="heuristic", status="approved", harness_version=h.version,
+            created=datetime.now(timezone.utc)))
+        store.add_decision(Decision(proposal_id="c:r00:p0", outcome="blocked", reasons=["gate"],
+                                    gate_reasons=["answer_leak"], at=datetime.now(timezone.utc)))
+        (ref,) = _refuted(SimpleNamespace(store=store, campaign_id="c"))
+    # every serious symptom of its round, the cited one first; the info-level plateau is not evidence
+    assert ref.symptoms == ["too_hard", "dead_groups", "truncation"] and ref.outcome == "blocked"
+    cands = [c for c in resolve(h, round0) if c.knob == "data.drop_all_wrong"]
+    assert cands, "the seed library offers data.drop_all_wrong for dead groups"
+    for r in range(5):
+        res = HeuristicBrain().propose(_ctx(round0[:3], refuted=[ref], candidates=cands, round=r))
+        assert not res.drafts and any("no new symptom" in n for n in res.notes)
+    res = HeuristicBrain().propose(_ctx(round0[:3] + [_finding("repetition")], refuted=[ref], candidates=cands))
+    assert [d.knob for d in res.drafts] == ["data.drop_all_wrong"]  # a new symptom reopens it
+
+
+def test_truncation_remedies_are_as_urgent_as_the_dead_groups_truncation_may_explain(monkeypatch):
+    """Cut-off answers score as failures: a critical too_hard must not bury the budget fix beside it."""
+    from evotrainer.agent.brains import heuristic
+
+    h = HarnessSpec()
+    findings = [_finding("too_hard", "critical"), _finding("truncation", "warning")]
+    # equal, well-measured effects: the draws barely differ, so the findings' urgency decides the order
+    cands = [c.model_copy(update={"effects": [0.02] * 30}) for c in resolve(h, findings)]
+    cut = {c.knob for c in cands if "truncation" in c.symptoms and "too_hard" not in c.symptoms}
+    assert cut and any("too_hard" in c.symptoms for c in cands)
+
+    def firsts() -> int:
+        return sum(HeuristicBrain().propose(_ctx(findings, candidates=cands, max_proposals=1, round=r)).drafts[0].knob
+                   in cut for r in range(40))
+
+    assert 8 <= firsts() <= 40
+    monkeypatch.setattr(heuristic, "EXPLAINS", {})
+    assert firsts() == 0  # without the link the critical finding's remedies always come first
+
+
 def test_heuristic_brain_stops_exploring_when_the_record_says_changes_do_not_help():
     h = HarnessSpec()
     plateau = [_finding("plateau", "info")]

@@ -156,12 +156,23 @@ def diagnose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command
 def _refuted(ctx: CampaignContext) -> list[RefutedChange]:
     from evotrainer.agent.revise import accepted_false_positives
 
+    """Changes this campaign rejected or blocked, each with every symptom (warning or worse) of its round.
+
+    A brain reopens a refuted change only on new evidence: a serious symptom that was absent when it failed.
+    Recording just the symptom the proposal cited would count its round's other findings as new, and the
+    campaign would backtest a blocked trap again in the very next round.
+    """
     out = []
     reopened = accepted_false_positives(ctx.store, ctx.campaign_id)  # blocked by a gate that has since been fixed
+    seen: dict[int, list[str]] = {}
     for d in ctx.store.list_decisions(ctx.campaign_id):
         if d.outcome == "reject" or (d.outcome == "blocked" and d.proposal_id not in reopened):
             p = ctx.store.get_proposal(d.proposal_id)
-            out.append(RefutedChange(knob=p.knob, value=p.new, outcome=d.outcome, symptoms=[p.hypothesis.symptom]))
+            if p.round not in seen:
+                seen[p.round] = [f.symptom for f in ctx.store.list_findings(ctx.campaign_id, round=p.round)
+                                 if f.severity != "info"]
+            symptoms = list(dict.fromkeys([p.hypothesis.symptom, *seen[p.round]]))
+            out.append(RefutedChange(knob=p.knob, value=p.new, outcome=d.outcome, symptoms=symptoms))
     return out
 
 

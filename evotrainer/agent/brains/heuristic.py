@@ -54,6 +54,13 @@ CAUSES = {
 }
 
 
+# A symptom that can produce others: a cut-off answer is scored as a failure, so truncation makes groups look
+# all-wrong (too_hard) and reward-flat (dead_groups). While both are present, the remedies for the cause are
+# as urgent as those for the symptoms it may explain; otherwise a critical too_hard would bury the budget fix
+# under every curriculum change, none of which can help answers that do not fit.
+EXPLAINS: dict[str, tuple[str, ...]] = {"truncation": ("too_hard", "dead_groups")}
+
+
 class HeuristicBrain:
     name = "heuristic"
 
@@ -81,6 +88,9 @@ class HeuristicBrain:
             if f.symptom == "diagnostic_error" or (f.severity == "info" and f.symptom != "plateau"):
                 continue
             pressure[f.symptom] = max(pressure.get(f.symptom, 0.0), SEVERITY_RANK[f.severity] + f.confidence)
+        for cause, effects in EXPLAINS.items():
+            if cause in pressure:
+                pressure[cause] = max([pressure[cause]] + [pressure[e] for e in effects if e in pressure])
         present = set(pressure)
         notes: list[str] = []
         scored: list[tuple[float, Candidate, str, float]] = []
