@@ -154,14 +154,14 @@ def diagnose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command
 
 
 def _refuted(ctx: CampaignContext) -> list[RefutedChange]:
-    from evotrainer.agent.revise import accepted_false_positives
-
     """Changes this campaign rejected or blocked, each with every symptom (warning or worse) of its round.
 
     A brain reopens a refuted change only on new evidence: a serious symptom that was absent when it failed.
     Recording just the symptom the proposal cited would count its round's other findings as new, and the
     campaign would backtest a blocked trap again in the very next round.
     """
+    from evotrainer.agent.revise import accepted_false_positives
+
     out = []
     reopened = accepted_false_positives(ctx.store, ctx.campaign_id)  # blocked by a gate that has since been fixed
     seen: dict[int, list[str]] = {}
