@@ -112,9 +112,9 @@ def test_a_blocked_trap_is_not_proposed_again_while_the_findings_of_its_round_pe
         store.add_findings("c", 0, "c__r00__segment", round0)
         store.add_proposal(Proposal(
             id="c:r00:p0", campaign_id="c", round=0, knob="data.drop_all_wrong", old=False, new=True,
-            hypothesis=Hypothesis(symptom="too_hard", cause="no signal", change="drop unsolved", expected_effect="held-out up"),
-            rationale="",
-            cited_skills=[], brain="heuristic", status="approved", harness_version=h.version,
+            hypothesis=Hypothesis(symptom="too_hard", cause="no signal", change="drop unsolved",
+                                  expected_effect="held-out up"),
+            rationale="", cited_skills=[], brain="heuristic", status="approved", harness_version=h.version,
             created=datetime.now(timezone.utc)))
         store.add_decision(Decision(proposal_id="c:r00:p0", outcome="blocked", reasons=["gate"],
                                     gate_reasons=["answer_leak"], at=datetime.now(timezone.utc)))
