@@ -86,3 +86,19 @@ def decide(proposal_id: str, control: list[BranchResult], treatment: list[Branch
         reasons.append(f"the interval straddles the minimum effect {min_effect:+.3f}")
     return Decision(proposal_id=proposal_id, outcome=outcome, reasons=reasons, stats=st, gate_reasons=gate_reasons,
                     at=now)
+
+
+def regression_margin(best: float, current: float, n: int, confidence: float, min_effect: float) -> float:
+    """Drop in held-out accuracy below which a mainline's decline from its best version is evaluation noise.
+
+    Both accuracies are proportions over the same ``n`` held-out problems; the two-proportion standard error
+    ignores that pairing (it overstates the noise, so a rollback errs towards keeping the current policy).
+    The margin is z(confidence) such errors, and never less than ``min_effect``: a decline a backtest could
+    not call a gain is not a regression either.
+    """
+    from statistics import NormalDist
+
+    if n < 1:
+        raise ValueError(f"regression_margin needs n >= 1 held-out problems, got {n}")
+    se = math.sqrt((best * (1 - best) + current * (1 - current)) / n)
+    return max(min_effect, NormalDist().inv_cdf(confidence) * se)

@@ -433,6 +433,12 @@ def _print_status(home: Path, cid: str, as_json: bool) -> None:
     for pv in doc["lineage"]:
         out_console.print(f"  {pv['id']}  step {pv['step']}  harness {pv['harness_version']}  "
                           f"eval {pv['eval_accuracy']}  ← {pv['parent_id']}")
+    for r in doc["rollbacks"]:
+        if r["auto"]:
+            out_console.print(f"  [bold]rolled back[/] round {r['round']}: {r['from']} ({r['from_accuracy']:.3f}) fell "
+                              f"more than {r['margin']:.3f} below {r['to']} ({r['to_accuracy']:.3f})", highlight=False)
+        else:
+            out_console.print(f"  [bold]rolled back[/] by hand to {r['to']}", highlight=False)
     out_console.print("[bold]decisions[/]")
     for d in doc["decisions"]:
         out_console.print(f"  {d['proposal_id']}  {d['knob']}={d['new']!r}: [bold]{d['outcome']}[/] — {'; '.join(d['reasons'])}",

@@ -67,11 +67,13 @@ def campaign_summary(home: Path, cid: str, store: Store | None = None,
     lineage = store.policy_lineage(cid)
     decisions = store.list_decisions(cid)
     props = {p.id: p for p in store.list_proposals(cid)}
-    accs = [pv.eval_accuracy for pv in lineage if pv.eval_accuracy is not None]
+    # the end is the mainline the campaign hands over (after a rollback, not the last version it trained)
+    by_id = {pv.id: pv for pv in lineage}
+    end = by_id[camp.mainline_version].eval_accuracy if camp.mainline_version in by_id else None
     return {
         "campaign": camp.model_dump(mode="json"),
         "budget": {"spent": store.ledger_total(cid), "total": camp.spec["budget"]["total_steps"]},
-        "accuracy": {"start": start_accuracy(home, lineage, read), "end": accs[-1] if accs else None},
+        "accuracy": {"start": start_accuracy(home, lineage, read), "end": end},
         "lineage": [pv.model_dump(mode="json") for pv in lineage],
         "proposals": [p.model_dump(mode="json") for p in props.values()],
         "decisions": [{**d.model_dump(mode="json"), "knob": props[d.proposal_id].knob, "old": props[d.proposal_id].old,
@@ -79,6 +81,8 @@ def campaign_summary(home: Path, cid: str, store: Store | None = None,
         "promoted": [d.proposal_id for d in decisions if d.outcome == "promote"],
         "versions": harness_versions(store, lineage),
         "revisions": [e.message for e in store.events(cid, kind="diagnostic_revision")],
+        "rollbacks": [{**e.message, "auto": e.kind == "regression_rollback"} for e in store.events(cid)
+                      if e.kind in ("rollback", "regression_rollback")],
         "where": {"mlflow": tracking_uri(home), "state": make_url(store.url).render_as_string(hide_password=True),
                   "mlflow_run_id": camp.mlflow_run_id},
     }

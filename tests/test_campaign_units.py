@@ -222,3 +222,63 @@ def test_paired_interval_matches_a_t_interval():
     # diffs 0.1, 0.2, 0.3: mean 0.2, sd 0.1, t(0.95, 2) = 2.92 → half-width 0.1686
     assert st.effect == pytest.approx(0.2) and st.ci_low == pytest.approx(0.2 - 0.1686, abs=1e-3)
     assert st.method == "paired-t" and st.n_pairs == 3
+
+
+def test_regression_margin_is_eval_noise_with_the_backtest_floor():
+    from evotrainer.backtest import regression_margin
+
+    m = regression_margin(0.2, 0.14, 200, 0.9, 0.01)  # 1.2816 * sqrt((.16 + .1204) / 200)
+    assert m == pytest.approx(0.04799, abs=1e-4)
+    assert regression_margin(0.2, 0.14, 20_000, 0.9, 0.01) == 0.01  # many problems: the floor decides
+    assert regression_margin(0.2, 0.14, 200, 0.99, 0.0) > m
+    with pytest.raises(ValueError, match="n >= 1"):
+        regression_margin(0.2, 0.1, 0, 0.9, 0.0)
+
+
+def test_a_mainline_that_falls_below_its_best_version_goes_back_to_it_once(tmp_path):
+    """Noise keeps the current version; a real decline returns the best one, recorded once per declined version."""
+    from datetime import datetime, timedelta, timezone
+    from types import SimpleNamespace
+
+    from evotrainer.agent.nodes import _keep_best
+    from evotrainer.agent.schemas import PolicyVersion
+    from evotrainer.agent.spec import CampaignSpec
+    from evotrainer.reports import campaign_summary
+    from evotrainer.store import Store
+
+    h = HarnessSpec()
+    spec = CampaignSpec(name="c", eval={"every": 0, "n": 200, "k": 1}, backtest={"min_effect": 0.01},
+                        budget={"total_steps": 1000})
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    with Store(f"sqlite:///{tmp_path / 'state.db'}") as store:
+        store.create_campaign("c", "c", spec.model_dump(mode="json"), "t")
+        store.add_harness_version(h.version, None, h.model_dump(mode="json"), [])
+        ctx = SimpleNamespace(store=store, campaign_id="c", spec=spec, log=lambda _m: None)
+        versions = {}
+
+        def add(i, acc, parent):
+            pv = PolicyVersion(id=f"c:v{i}", campaign_id="c", parent_id=parent, harness_version=h.version,
+                               checkpoint=f"/ck/{i}", run_name=f"run{i}", mlflow_run_id=None, eval_accuracy=acc,
+                               step=20 * i, created=t0 + timedelta(minutes=i))
+            versions[i] = store.add_policy_version(pv)
+            return versions[i]
+
+        assert _keep_best(ctx, 0, add(1, 0.200, None)).id == "c:v1"  # nothing earlier
+        assert _keep_best(ctx, 0, add(2, 0.165, "c:v1")).id == "c:v2"  # 0.035 down: within noise (margin 0.049)
+        assert _keep_best(ctx, 1, add(3, None, "c:v2")).id == "c:v3"  # no held-out accuracy: nothing to compare
+        declined = add(4, 0.140, "c:v3")
+        for _ in range(2):  # a node re-run after kill -9 decides the same and writes no second event
+            assert _keep_best(ctx, 2, declined).id == "c:v1"
+        (ev,) = store.events("c", kind="regression_rollback")
+        assert ev.message["from"] == "c:v4" and ev.message["to"] == "c:v1" and ev.message["round"] == 2
+        assert ev.message["margin"] == pytest.approx(0.04799, abs=1e-4)
+
+        store.set_campaign("c", mainline_version="c:v1")
+        doc = campaign_summary(tmp_path, "c", store=store, read=lambda _p: __import__("pandas").DataFrame())
+        assert doc["accuracy"]["end"] == 0.2  # what the campaign hands over, not the last version trained
+        assert [(r["from"], r["to"], r["auto"]) for r in doc["rollbacks"]] == [("c:v4", "c:v1", True)]
+
+        off = SimpleNamespace(store=store, campaign_id="c", log=lambda _m: None,
+                              spec=spec.model_copy(update={"rollback": spec.rollback.model_copy(update={"enabled": False})}))
+        assert _keep_best(off, 3, add(5, 0.0, "c:v4")).id == "c:v5"
+        assert len(store.events("c", kind="regression_rollback")) == 1

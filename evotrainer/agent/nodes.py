@@ -21,7 +21,7 @@ from langgraph.types import Command, interrupt
 from evotrainer.agent.brains.base import BrainContext, RefutedChange
 from evotrainer.agent.schemas import BranchResult, PolicyVersion, Proposal, Review
 from evotrainer.agent.state import CampaignContext, CampaignState
-from evotrainer.backtest import decide
+from evotrainer.backtest import decide, regression_margin
 from evotrainer.config import HarnessSpec, diff, dump_harness, locked_knob
 from evotrainer.evaluation import EvalSpec
 from evotrainer.evidence import load_run_evidence, read_metrics
@@ -112,6 +112,36 @@ def _run(ctx: CampaignContext, name: str, harness: HarnessSpec, steps: int, seed
             "checkpoint": str(ckpts[max(ckpts)]) if ckpts else None, "step": max(ckpts) if ckpts else None}
 
 
+def _keep_best(ctx: CampaignContext, rnd: int, current: PolicyVersion) -> PolicyVersion:
+    """The version the mainline goes on from: ``current``, or the campaign's best earlier version when
+    ``current``'s held-out accuracy fell below it by more than :func:`regression_margin` (spec ``rollback``).
+
+    Only the checkpoint goes back: the harness stays the mainline's, since each of its changes won a backtest
+    (``campaign rollback`` by hand restores both). ``current`` stays in the lineage, so the decline is on
+    record, and the event is written once per declined version, so a re-run node after ``kill -9`` decides
+    the same way without a second line.
+    """
+    sp = ctx.spec
+    if not sp.rollback.enabled or current.eval_accuracy is None:
+        return current
+    earlier = [pv for pv in ctx.store.policy_lineage(ctx.campaign_id)
+               if pv.id != current.id and pv.eval_accuracy is not None and pv.checkpoint]
+    if not earlier:
+        return current
+    best = max(earlier, key=lambda pv: pv.eval_accuracy)
+    margin = regression_margin(best.eval_accuracy, current.eval_accuracy, sp.eval.n, sp.rollback.confidence,
+                               sp.backtest.min_effect)
+    if best.eval_accuracy - current.eval_accuracy <= margin:
+        return current
+    if not any(e.message.get("from") == current.id for e in ctx.store.events(ctx.campaign_id, kind="regression_rollback")):
+        ctx.store.log_event(ctx.campaign_id, "regression_rollback", {
+            "round": rnd, "from": current.id, "to": best.id, "from_accuracy": current.eval_accuracy,
+            "to_accuracy": best.eval_accuracy, "margin": round(margin, 6)})
+    ctx.log(f"round {rnd}: held-out {current.eval_accuracy:.3f} is below the best version {best.id} "
+            f"({best.eval_accuracy:.3f}) by more than {margin:.3f}; the mainline goes back to it")
+    return best
+
+
 def _finish(reason: str) -> Command:
     return Command(goto="finish", update={"stop_reason": reason})
 
@@ -137,9 +167,10 @@ def train_segment(state: CampaignState, runtime: Runtime[CampaignContext]) -> Co
                        run_name=name, mlflow_run_id=res["run_id"], eval_accuracy=res["eval_accuracy"], step=res["step"],
                        created=_now())
     ctx.store.add_policy_version(pv)
-    ctx.store.set_campaign(ctx.campaign_id, mainline_version=pv.id)
     ctx.log(f"round {rnd}: segment done, held-out accuracy {res['eval_accuracy']}")
-    return Command(goto="diagnose", update={"mainline": pv.id, "segment_run": name})
+    keep = _keep_best(ctx, rnd, pv)  # the backtest forks from here; the segment's evidence is still diagnosed
+    ctx.store.set_campaign(ctx.campaign_id, mainline_version=keep.id)
+    return Command(goto="diagnose", update={"mainline": keep.id, "segment_run": name})
 
 
 def diagnose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[Literal["propose"]]:
@@ -371,8 +402,8 @@ def distill(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
                                checkpoint=str(ck[max(ck)]), run_name=br.run_name, mlflow_run_id=meta.get("run_id"),
                                eval_accuracy=br.eval_accuracy, step=max(ck), created=_now())
             ctx.store.add_policy_version(pv)
-            mainline = pv.id
-            ctx.store.set_campaign(ctx.campaign_id, mainline_version=pv.id)
+            mainline = _keep_best(ctx, rnd, pv).id
+            ctx.store.set_campaign(ctx.campaign_id, mainline_version=mainline)
     acc = ctx.store.get_policy_version(mainline).eval_accuracy
     prev_best = state.get("best_accuracy")
     improved = acc is not None and (prev_best is None or acc > prev_best + ctx.spec.backtest.min_effect)

@@ -70,6 +70,18 @@ class StopSpec(_S):
                     "while the mainline still improves.")
 
 
+class RollbackSpec(_S):
+    enabled: bool = Field(
+        True, description="Move the mainline back to the campaign's best policy version when its held-out accuracy "
+                          "falls below it by more than evaluation noise (a recipe that wears the policy down keeps "
+                          "its best checkpoint); false keeps every decline, for a person to roll back by hand.")
+    confidence: float = Field(
+        0.9, gt=0.5, lt=1.0,
+        description="One-sided confidence that a drop is real: the mainline rolls back when the best version's "
+                    "accuracy minus its own exceeds z(confidence) standard errors of the two held-out proportions "
+                    "(eval.n problems each) and backtest.min_effect.")
+
+
 class RevisionSpec(_S):
     enabled: bool = Field(True, description="Revise a diagnostic when the campaign catches it misfiring (see agent/revise.py).")
     regression_tolerance: float = Field(
@@ -93,6 +105,7 @@ class CampaignSpec(_S):
     brain: BrainSpec = Field(default_factory=BrainSpec, description="Who proposes interventions.")
     eval: EvalSpec = Field(default_factory=lambda: EvalSpec(every=0, n=300), description="Held-out evaluation protocol.")
     stop: StopSpec = Field(default_factory=StopSpec, description="Stop rules.")
+    rollback: RollbackSpec = Field(default_factory=RollbackSpec, description="Automatic return to the best policy version after a regression.")
     revision: RevisionSpec = Field(default_factory=RevisionSpec, description="Diagnostic revision when a gate misfires.")
     library: str | None = Field(
         None, description="Skill library folder to start from (default: $EVOTRAINER_LIBRARY, else the seed library "
