@@ -89,6 +89,27 @@ class PolicySpec(BaseModel):
             raise ValueError(f"warm_start_difficulty {list(v)} must be [lo, hi] with lo <= hi")
         return v
 
+    def context_length(self) -> int | None:
+        """Positions the policy can attend over: the built-in model's ``max_position_embeddings``, or the
+        ``max_position_embeddings`` of ``path``'s config.json (None when that file does not say)."""
+        if self.path is None:
+            return self.max_position_embeddings
+        try:
+            cfg = json.loads((Path(self.path) / "config.json").read_text())
+        except (OSError, ValueError):
+            return None
+        n = cfg.get("max_position_embeddings") if isinstance(cfg, dict) else None
+        return n if isinstance(n, int) and n > 0 else None
+
+
+def budget_overflow(max_completion_length: int, context: int | None) -> str | None:
+    """Why a completion budget cannot run on a policy with ``context`` positions, or None when it can."""
+    if context is None or max_completion_length < context:
+        return None
+    return (f"grpo.max_completion_length={max_completion_length} leaves no room for the prompt in the policy's "
+            f"context of {context} positions (policy.max_position_embeddings); use at most {context - 1}, or a "
+            f"policy with a longer context")
+
 
 def _quiet_transformers() -> None:
     from transformers.utils import logging as hf_logging

@@ -282,3 +282,27 @@ def test_a_mainline_that_falls_below_its_best_version_goes_back_to_it_once(tmp_p
                               spec=spec.model_copy(update={"rollback": spec.rollback.model_copy(update={"enabled": False})}))
         assert _keep_best(off, 3, add(5, 0.0, "c:v4")).id == "c:v5"
         assert len(store.events("c", kind="regression_rollback")) == 1
+
+
+def test_a_completion_budget_that_fills_the_policy_context_is_no_candidate(tmp_path):
+    """longer-completions doubles 192 to 384; a 256-position policy cannot run that, so it is not proposed."""
+    from evotrainer.agent.lessons import overflows_context
+    from evotrainer.policy import PolicySpec
+
+    h = HarnessSpec().with_knob("grpo.max_completion_length", 192)
+    trunc = [_finding("truncation")]
+    doubled = [c for c in brain_inputs(SEED_LIBRARY, h, trunc, "arith")[0] if c.knob == "grpo.max_completion_length"]
+    assert doubled and doubled[0].value == 384  # without a context the library's doubling stands
+    fits = [c for c in brain_inputs(SEED_LIBRARY, h, trunc, "arith", context=512)[0] if c.knob == "grpo.max_completion_length"]
+    assert [c.value for c in fits] == [384]
+    assert not [c for c in brain_inputs(SEED_LIBRARY, h, trunc, "arith", context=256)[0]
+                if c.knob == "grpo.max_completion_length"]
+    assert "at most 255" in overflows_context("grpo.max_completion_length", 384, 256)
+    assert overflows_context("grpo.max_completion_length", 255, 256) is None
+    assert overflows_context("optim.learning_rate", 1e9, 256) is None
+
+    assert PolicySpec().context_length() == 256
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 1024}')
+    assert PolicySpec(path=str(tmp_path)).context_length() == 1024
+    (tmp_path / "config.json").write_text("not json")
+    assert PolicySpec(path=str(tmp_path)).context_length() is None

@@ -164,6 +164,10 @@ def test_unknown_task_and_bad_difficulty_fail_before_writing(tmp_path, tiny_harn
     bad.write_text(TINY_HARNESS.replace("difficulty: [1, 1]", "difficulty: [1, 9]"))
     with pytest.raises(ConfigError, match=r"outside task 'arith' levels 1\.\.6"):
         run_job(_spec(bad, 1), home)
+    long = tmp_path / "long.yaml"  # NANO has 256 positions: a 256-token completion leaves the prompt none
+    long.write_text(TINY_HARNESS.replace("max_completion_length: 6", "max_completion_length: 256"))
+    with pytest.raises(ConfigError, match=r"long\.yaml: grpo\.max_completion_length=256 .* 256 positions .* at most 255"):
+        run_job(_spec(long, 1), home)
     assert not (home / "jobs").exists()
 
 

@@ -71,9 +71,22 @@ def repeats_mistake(note: Any, direction: str, value: Any) -> bool:
     return True  # on/off/to-<name>/ranges: the same move
 
 
+def overflows_context(knob: str, value: Any, context: int | None) -> str | None:
+    """Why ``knob=value`` cannot run on a policy with ``context`` positions, or None when it can."""
+    from evotrainer.policy import budget_overflow
+
+    if knob == "grpo.max_completion_length" and isinstance(value, int):
+        return budget_overflow(value, context)
+    return None
+
+
 def brain_inputs(library_dir: Path, harness: HarnessSpec, findings: list[Finding], task: str, k: int = 8,
-                 store: Any = None) -> tuple[list[Candidate], list[KnownMistake], list[RefutedChange]]:
-    """Candidates (retrieval order), retrieved mistake notes, and known mistakes as refuted changes."""
+                 store: Any = None, context: int | None = None) -> tuple[list[Candidate], list[KnownMistake], list[RefutedChange]]:
+    """Candidates (retrieval order), retrieved mistake notes, and known mistakes as refuted changes.
+
+    ``context`` is the policy's context length: a completion budget that would fill it (a relative skill
+    doubles 192 to 384 for a 256-position model) is no candidate, since the job would refuse it.
+    """
     from evotrainer.library.candidates import to_candidates
     from evotrainer.library.loader import Library
     from evotrainer.library.retrieve import domain_of, retrieve
@@ -86,7 +99,8 @@ def brain_inputs(library_dir: Path, harness: HarnessSpec, findings: list[Finding
     # nothing on arith); retrieval merely ranks a partial mismatch lower
     ranked = [s for s in ranked if not s.triggers or any(not t.domains or domain in t.domains for t in s.triggers)]
     inert = harness.inert_knobs()
-    candidates = [c for c in to_candidates(ranked, harness) if c.knob not in inert]
+    candidates = [c for c in to_candidates(ranked, harness) if c.knob not in inert
+                  and overflows_context(c.knob, c.value, context) is None]
     refuted: list[RefutedChange] = []
     for c in candidates:
         for symptom in c.symptoms:

@@ -211,12 +211,14 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
     ctx, rnd = runtime.context, state["round"]
     existing = ctx.store.list_proposals(ctx.campaign_id, round=rnd)
     if not existing:
-        from evotrainer.agent.lessons import brain_inputs, repeated_mistake
+        from evotrainer.agent.lessons import brain_inputs, overflows_context, repeated_mistake
 
         harness = _harness(ctx, state["harness_version"])
         findings = ctx.store.list_findings(ctx.campaign_id, round=rnd)
         # the library's skills are the candidates (their evidence is the prior); its mistakes count as refuted
-        candidates, mistakes, known = brain_inputs(ctx.library, harness, findings, ctx.spec.task, store=ctx.store)
+        context = ctx.spec.policy.context_length()
+        candidates, mistakes, known = brain_inputs(ctx.library, harness, findings, ctx.spec.task, store=ctx.store,
+                                                   context=context)
         bctx = BrainContext(harness=harness, findings=findings, candidates=candidates, mistakes=mistakes,
                             refuted=_refuted(ctx) + known, max_proposals=ctx.spec.backtest.max_proposals,
                             min_effect=ctx.spec.backtest.min_effect,
@@ -235,6 +237,8 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
                     raise ConfigError(f"{d.knob} is locked: diagnostics and gates judge proposals")
                 if d.knob in inert:
                     raise ConfigError(f"{d.knob} changes nothing in this harness: {inert[d.knob]}")
+                if (why := overflows_context(d.knob, d.value, context)) is not None:
+                    raise ConfigError(why)
                 mistake = repeated_mistake(ctx.library, harness, d.knob, d.value, d.hypothesis.symptom)
                 if mistake:
                     raise ConfigError(f"{d.knob}={d.value!r} repeats the known mistake {mistake} with no new symptom")

@@ -39,7 +39,7 @@ from evotrainer.config import HarnessSpec, dump_harness, load_harness
 from evotrainer.errors import ConfigError, JobFailed, RunNotFound
 from evotrainer.evaluation import EvalSpec
 from evotrainer.home import jobs_dir
-from evotrainer.policy import PolicySpec
+from evotrainer.policy import PolicySpec, budget_overflow
 
 CKPT = "checkpoint-"
 
@@ -296,6 +296,8 @@ def run_job(
     diff = difficulty_range(task, harness)
     if spec.eval.difficulty is not None:
         check_range(task, spec.eval.difficulty, "eval difficulty")
+    if (why := budget_overflow(harness.grpo.max_completion_length, spec.policy.context_length())) is not None:
+        raise ConfigError(f"{spec.harness}: {why}")
     need = task.max_answer_chars(diff[1]) + 1
     if harness.grpo.max_completion_length < need and spec.policy.path is None:
         say(f"warning: grpo.max_completion_length={harness.grpo.max_completion_length} is below the {need} tokens the "
