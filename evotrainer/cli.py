@@ -407,6 +407,23 @@ def campaign_stop(cid: str, home: Optional[Path] = HomeOpt) -> None:
     _guard(lambda: (stop_campaign(cid, resolve_home(home)), out_console.print(f"campaign {cid}: stop requested")))
 
 
+@campaign_app.command("confirm")
+def campaign_confirm(cid: str, seed: Optional[int] = typer.Option(None, help="Seed of the fresh problems (default eval.seed + 1)."),
+                     home: Optional[Path] = HomeOpt, as_json: bool = JsonOpt) -> None:
+    """Evaluate the base policy and the mainline on fresh held-out problems (none the campaign decided on)."""
+    from evotrainer.agent.confirm import confirm
+    from evotrainer.home import resolve_home
+
+    def body() -> None:
+        c = confirm(resolve_home(home), cid, seed)
+        if as_json:
+            _emit_json(c.model_dump(mode="json"))
+            return
+        out_console.print(f"{cid}: {c.describe()}", highlight=False)
+
+    _guard(body)
+
+
 @campaign_app.command("rollback")
 def campaign_rollback(cid: str, version: str = typer.Argument(..., help="Policy version id (see campaign status)."),
                       home: Optional[Path] = HomeOpt) -> None:
@@ -429,6 +446,10 @@ def _print_status(home: Path, cid: str, as_json: bool) -> None:
     c = doc["campaign"]
     out_console.print(f"[bold]{c['id']}[/] {c['status']}  budget {doc['budget']['spent']}/{doc['budget']['total']} steps"
                       f"  held-out accuracy {doc['accuracy']['start']} → {doc['accuracy']['end']}")
+    if doc["confirmation"] is not None:
+        from evotrainer.agent.confirm import Confirmation
+
+        out_console.print("confirmed on " + Confirmation.model_validate(doc["confirmation"]).describe(), highlight=False)
     out_console.print("[bold]lineage[/]")
     for pv in doc["lineage"]:
         out_console.print(f"  {pv['id']}  step {pv['step']}  harness {pv['harness_version']}  "

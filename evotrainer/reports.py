@@ -81,6 +81,7 @@ def campaign_summary(home: Path, cid: str, store: Store | None = None,
         "promoted": [d.proposal_id for d in decisions if d.outcome == "promote"],
         "versions": harness_versions(store, lineage),
         "revisions": [e.message for e in store.events(cid, kind="diagnostic_revision")],
+        "confirmation": next((e.message for e in reversed(store.events(cid, kind="confirmation"))), None),
         "rollbacks": [{**e.message, "auto": e.kind == "regression_rollback"} for e in store.events(cid)
                       if e.kind in ("rollback", "regression_rollback")],
         "where": {"mlflow": tracking_uri(home), "state": make_url(store.url).render_as_string(hide_password=True),

@@ -99,6 +99,17 @@ def test_auto_campaign_runs_end_to_end_within_budget(tmp_path):
 
     doc = json.loads(CliRunner().invoke(app, ["campaign", "status", cid, "--json", "--home", str(home)]).stdout)
     assert doc["budget"]["spent"] == spent and doc["decisions"][0]["reasons"]
+    # finishing confirmed start and end once on fresh held-out problems; a second confirmation (CLI) agrees
+    (ev,) = store.events(cid, kind="confirmation")
+    c = ev.message
+    assert c["n"] == 16 and c["seed"] == 1235 and c["mainline"] == camp.mainline_version == doc["campaign"]["mainline_version"]
+    assert 0.0 <= c["start"] <= 1.0 and 0.0 <= c["end"] <= 1.0
+    assert (c["start_at_end_budget"] is None) == (c["budgets"][0] == c["budgets"][1])
+    assert doc["confirmation"] == c
+    again = CliRunner().invoke(app, ["campaign", "confirm", cid, "--json", "--home", str(home)])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout) == c  # greedy decoding of the same checkpoints on the same problems
+    assert len(store.events(cid, kind="confirmation")) == 2
     # the skill library: proposals cite library skills; distill recorded the decision in the campaign's copy
     from evotrainer.library.curation import read_log
     from evotrainer.library.loader import Library

@@ -306,3 +306,21 @@ def test_a_completion_budget_that_fills_the_policy_context_is_no_candidate(tmp_p
     assert PolicySpec(path=str(tmp_path)).context_length() == 1024
     (tmp_path / "config.json").write_text("not json")
     assert PolicySpec(path=str(tmp_path)).context_length() is None
+
+
+def test_fresh_confirmation_problems_avoid_the_campaigns_own_held_out_set():
+    from evotrainer.agent.confirm import fresh_problems
+    from evotrainer.evaluation import EvalSpec, heldout_problems
+    from evotrainer.tasks import get_task
+
+    task = get_task("arith")
+    ev = EvalSpec(n=50, k=1, difficulty=(2, 2), seed=7)
+    own = {p.id for p in heldout_problems(task, ev)}
+    fresh = fresh_problems(task, ev, 8)
+    assert len(fresh) == 50 and not own & {p.id for p in fresh}
+    assert len({p.id for p in fresh}) == 50
+    assert all(p.difficulty == 2 for p in fresh)
+    with pytest.raises(ConfigError, match="eval.seed"):
+        fresh_problems(task, ev, 7)
+    with pytest.raises(ConfigError, match="lower eval.n"):  # one-digit sums: far fewer than 2000 held-out problems
+        fresh_problems(task, EvalSpec(n=2000, k=1, difficulty=(1, 1), seed=7), 8)

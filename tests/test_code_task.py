@@ -363,6 +363,10 @@ def test_hardcoded_names_the_way_a_program_special_cases_the_examples():
     assert hardcoded([((1, 2), 3), ((4, 4), 0), ((0, 5), 5)], parse("map*0|sum")) == "constant"
     for honest in ("sort|take2", "sort", "rev|take2", "keep>99", "max", "map*0|sum"):
         assert hardcoded(examples, parse(honest)) is None, honest
+    # empty on every example and on short probes, yet it computes: only long, large-valued probes show it
+    empty_examples = [((1, 5, 7, 2, 0, 9), (16, 18)), ((9, 8, 2), ()), ((6, 5, 6, 3, 7), (16,))]
+    assert hardcoded(empty_examples, parse("keep>7|map*2|drop2")) is None
+    assert hardcoded(empty_examples, parse("[]")) == "copied"
     assert prompt_examples("37+58=") is None and prompt_examples("[1,2]>3;x:") is None
 
 

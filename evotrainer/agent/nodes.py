@@ -433,6 +433,12 @@ def distill(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
 
 def finish(state: CampaignState, runtime: Runtime[CampaignContext]) -> dict:
     ctx = runtime.context
+    if ctx.spec.confirm and not ctx.store.events(ctx.campaign_id, kind="confirmation"):
+        from evotrainer.agent.confirm import confirm
+
+        c = _guarded(ctx, "confirmation", state.get("round", 0), lambda: confirm(ctx.home, ctx.campaign_id, store=ctx.store), None)
+        if c is not None:
+            ctx.log(f"confirmed on {c.describe()}")
     ctx.store.set_campaign(ctx.campaign_id, status="finished")
     ctx.store.log_event(ctx.campaign_id, "finish", {"reason": state.get("stop_reason")})
     if ctx.mlflow_run_id:

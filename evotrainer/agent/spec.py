@@ -112,6 +112,10 @@ class CampaignSpec(_S):
                           "skills/); an earlier campaign's HOME/campaigns/ID/library carries over what it learned.")
     library_in_place: bool = Field(
         False, description="Curate the library folder itself (review with git diff) instead of a copy under the campaign.")
+    confirm: bool = Field(
+        True, description="When the campaign finishes, evaluate the base policy and the final mainline once on "
+                          "eval.n fresh held-out problems (seed eval.seed + 1, none of the campaign's own): the "
+                          "campaign's decisions all selected on its own held-out set (agent/confirm.py).")
     trace: bool = Field(False, description="Trace every graph node into MLflow (mlflow.langchain.autolog): inputs, outputs, timings.")
     source_dir: str | None = Field(None, exclude=True, description="Directory of the spec file.")
 

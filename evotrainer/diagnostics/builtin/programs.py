@@ -29,8 +29,13 @@ from evotrainer.evidence import Evidence
 from evotrainer.tasks.code import prompt_examples
 from evotrainer.tasks.listlang import ListLangError, Program, Value, parse, run
 
-PROBES: tuple[tuple[int, ...], ...] = ((0,), (1, 2, 3, 4, 5), (9, 7, 5, 3, 1), (2, 2, 8, 8))
-"""Inputs besides the examples' on which a constant program is recognised (none is empty, so max/min run)."""
+PROBES: tuple[tuple[int, ...], ...] = ((0,), (1, 2, 3, 4, 5), (9, 7, 5, 3, 1), (2, 2, 8, 8), (8, 9, 8, 9, 8, 9, 8, 9),
+                                       (3, 1, 4, 1, 5, 9, 2, 6, 5, 3))
+"""Inputs besides the examples' on which a constant program is recognised (none is empty, so max/min run).
+
+v2 added the last two, long and heavy in large values: a real pipeline such as ``keep>7|map*2|drop2`` is
+empty on every short probe and on examples whose outputs include ``[]``, and v1 counted it as ignoring its
+input (on a warm-started code policy, about a tenth of v1's flags were such programs)."""
 PROBE_STEPS = 10_000
 """Step budget of each probe run."""
 
@@ -64,7 +69,7 @@ def hardcoded(examples: list[tuple[Value, Value]], program: Program) -> str | No
 
 class Hardcoding(ShareDiagnostic):
     name = "hardcoding"
-    version = "1"
+    version = "2"
     symptom = "hardcoding"
     share_metric = "hardcoded_share"
     signal = ("Among recent-window completions on `code` prompts that parse as programs (examples read back from "
