@@ -116,6 +116,26 @@ class Tracker:
         hist = self.client.get_metric_history(run_id, metric_key(key))
         return max((m.step for m in hist), default=-1)
 
+    def backfill(self, run_id: str, metrics: Any, upto: int) -> int:
+        """Log the rows of ``metrics`` (a ``read_metrics`` frame) at steps ``<= upto`` that MLflow lacks, key by
+        key; returns how many values were written.
+
+        A checkpoint counts as complete once the trainer has written it, which is before the checkpoint
+        callback flushes the buffered steps to MLflow; a job killed in between resumes after that checkpoint,
+        and without this those steps (still in ``metrics.jsonl``) would never reach MLflow.
+        """
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = []
+        for col in (c for c in metrics.columns if c != "step"):
+            have = self.max_step(run_id, col)
+            rows = metrics.loc[(metrics["step"] > have) & (metrics["step"] <= upto), ["step", col]].dropna()
+            batch += [Metric(metric_key(col), float(v), now, int(st)) for st, v in rows.itertuples(index=False)
+                      if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))]
+        self._write(run_id, batch)
+        return len(batch)
+
     def end_run(self, run_id: str, status: str) -> None:
         try:
             self.flush(run_id)

@@ -58,3 +58,24 @@ def test_rollout_files_written_in_the_background_are_complete_after_wait(tmp_pat
     assert [p.name for p in rec.flush()] == ["step_000004.parquet"]  # a synchronous flush waits for the queue first
     rec.close()
     assert len(read_rollouts(tmp_path)) == 13
+
+
+def test_backfill_writes_only_the_steps_mlflow_lacks_up_to_the_resume_point(tmp_path):
+    """A kill between a checkpoint's files and its MLflow flush: the resumed job backfills from metrics.jsonl."""
+    import pandas as pd
+
+    tr = Tracker(tmp_path)
+    rid = tr.create_run("killed", {})
+    for step in (1, 2, 3, 4):
+        tr.log_metrics(rid, step, {"loss": 0.1 * step, "reward": float(step)})
+    tr.log_metrics(rid, 6, {"eval/greedy_accuracy": 0.5})  # a key MLflow already has further
+    frame = pd.DataFrame({"step": [1, 2, 3, 4, 5, 6, 7],
+                          "loss": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7],
+                          "reward": [1.0, 2.0, 3.0, 4.0, 5.0, float("nan"), 7.0],
+                          "eval/greedy_accuracy": [None, None, None, None, 0.25, 0.5, None]})
+    assert tr.backfill(rid, frame, 6) == 3  # loss 5, 6 and reward 5; nothing past the resume step, no NaN
+    assert _steps(tr, rid, "loss") == [1, 2, 3, 4, 5, 6]
+    assert _steps(tr, rid, "reward") == [1, 2, 3, 4, 5]
+    assert _steps(tr, rid, "eval/greedy_accuracy") == [6]  # step 5 is older than what MLflow has for this key
+    assert tr.backfill(rid, frame, 6) == 0  # a second resume writes nothing twice
+    assert tr.backfill(rid, pd.DataFrame({"step": pd.Series([], dtype="int64")}), 6) == 0

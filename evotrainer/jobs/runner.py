@@ -457,7 +457,11 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     def _eval():
         return evaluate(trainer.model, tokenizer, task, eval_problems, spec.eval, harness.grpo.max_completion_length)
 
-    synced_upto = [tracker.max_step(run_id, "reward")]
+    synced_upto = [tracker.max_step(run_id, "reward")]  # rollout files after it go up at the next checkpoint
+    if resume_ckpt is not None:  # steps the resumed checkpoint holds but a kill kept from MLflow
+        from evotrainer.evidence import read_metrics
+
+        tracker.backfill(run_id, read_metrics(run_dir), start_step)
 
     def _log(step, metrics):
         tracker.log_metrics(run_id, step, metrics, buffered=True)
