@@ -92,9 +92,11 @@ def regression_margin(best: float, current: float, n: int, confidence: float, mi
     """Drop in held-out accuracy below which a mainline's decline from its best version is evaluation noise.
 
     Both accuracies are proportions over the same ``n`` held-out problems; the two-proportion standard error
-    ignores that pairing (it overstates the noise, so a rollback errs towards keeping the current policy).
-    The margin is z(confidence) such errors, and never less than ``min_effect``: a decline a backtest could
-    not call a gain is not a regression either.
+    ignores that pairing, which overstates the noise. It does not cover the other bias: ``best`` is the
+    largest of several noisy accuracies, so it sits above that version's true accuracy, and the check runs
+    after every segment and round; a higher ``confidence`` pays for both. The margin is z(confidence) such
+    errors, and never less than ``min_effect``: a decline a backtest could not call a gain is not a
+    regression either.
     """
     from statistics import NormalDist
 

@@ -107,8 +107,8 @@ def budget_overflow(max_completion_length: int, context: int | None) -> str | No
     if context is None or max_completion_length < context:
         return None
     return (f"grpo.max_completion_length={max_completion_length} leaves no room for the prompt in the policy's "
-            f"context of {context} positions (policy.max_position_embeddings); use at most {context - 1}, or a "
-            f"policy with a longer context")
+            f"context of {context} positions (max_position_embeddings of the model trained); use at most "
+            f"{context - 1}, or a policy with a longer context")
 
 
 def _quiet_transformers() -> None:

@@ -46,6 +46,14 @@ def test_demo_spec_is_valid_and_errors_name_file_and_field(tmp_path):
     bad.write_text("name: x\nbudget: {total_steps: 1000}\nbrain: {kind: llm}\n")
     with pytest.raises(ConfigError, match="brain.llm"):
         load_campaign_spec(bad)
+    # a start harness whose completion budget fills the policy's context is refused before anything is made
+    from evotrainer.agent.campaign import start_campaign
+
+    (tmp_path / "long.yaml").write_text("grpo: {max_completion_length: 256}\n")
+    bad.write_text("name: x\nbudget: {total_steps: 1000}\nharness: long.yaml\n")
+    with pytest.raises(ConfigError, match=r"long\.yaml: grpo\.max_completion_length=256 .* at most 255"):
+        start_campaign(bad, tmp_path / "home")
+    assert not (tmp_path / "home" / "campaigns").exists() and not (tmp_path / "home" / "state.db").exists()
 
 
 def test_library_candidates_resolve_against_the_harness_and_drop_no_ops_and_inert_knobs():
@@ -282,6 +290,17 @@ def test_a_mainline_that_falls_below_its_best_version_goes_back_to_it_once(tmp_p
                               spec=spec.model_copy(update={"rollback": spec.rollback.model_copy(update={"enabled": False})}))
         assert _keep_best(off, 3, add(5, 0.0, "c:v4")).id == "c:v5"
         assert len(store.events("c", kind="regression_rollback")) == 1
+
+        # only ancestors: a better version off the current line (one a person rolled back from) is no target
+        add(6, 0.9, None)
+        assert _keep_best(ctx, 4, add(7, 0.1, "c:v1")).id == "c:v1"
+        # only the same completion budget: each accuracy was played within its own harness's budget
+        short = h.with_knob("grpo.max_completion_length", h.grpo.max_completion_length // 2)
+        store.add_harness_version(short.version, h.version, short.model_dump(mode="json"), [])
+        pv = PolicyVersion(id="c:v8", campaign_id="c", parent_id="c:v7", harness_version=short.version,
+                           checkpoint="/ck/8", run_name="run8", mlflow_run_id=None, eval_accuracy=0.0, step=160,
+                           created=t0 + timedelta(minutes=8))
+        assert _keep_best(ctx, 5, store.add_policy_version(pv)).id == "c:v8"
 
 
 def test_a_completion_budget_that_fills_the_policy_context_is_no_candidate(tmp_path):

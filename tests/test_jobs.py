@@ -146,8 +146,15 @@ def test_fork_records_lineage_starts_from_parent_weights_and_applies_new_lr(firs
     assert read_rollouts(run_dir)["step"].min() == 3
 
 
-def test_fork_and_resume_errors_name_the_run(first_run, shared_home, tiny_harness):
+def test_fork_and_resume_errors_name_the_run(first_run, shared_home, tiny_harness, tmp_path):
     parent, _ = first_run
+    # a fork trains its parent's base (256 positions), whatever context the fork's own policy spec names
+    long = tmp_path / "long.yaml"
+    long.write_text(TINY_HARNESS.replace("max_completion_length: 6", "max_completion_length: 300"))
+    wide = JobSpec(task="arith", harness=str(long), steps=1, eval=EvalSpec(every=0),
+                   policy=NANO.model_copy(update={"max_position_embeddings": 1024}))
+    with pytest.raises(ConfigError, match=r"max_completion_length=300 .* 256 positions"):
+        run_job(wide, shared_home, fork=f"{parent.name}@2")
     with pytest.raises(RunNotFound, match=r"no checkpoint at step 1; available steps: \[2, 3\]"):
         run_job(_spec(tiny_harness, 1), shared_home, fork=f"{parent.name}@1")
     with pytest.raises(RunNotFound, match="no run 'ghost'"):

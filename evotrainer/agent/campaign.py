@@ -54,6 +54,10 @@ def start_campaign(spec_path: Path, home: Path, log: Callable[[str], None] = pri
     Registry(harness)
     get_task(spec.task, spec.task_options)
     _check_paths(spec, spec_path)
+    from evotrainer.policy import budget_overflow
+
+    if (why := budget_overflow(harness.grpo.max_completion_length, spec.policy.context_length())) is not None:
+        raise ConfigError(f"{spec.harness_path()}: {why}")  # refused now, not at the first segment
     from evotrainer.jobs.pool import BranchPool
 
     pool = BranchPool(workers=1)

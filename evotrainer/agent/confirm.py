@@ -89,8 +89,17 @@ def confirm(home: Path, cid: str, seed: int | None = None, store: Any = None) ->
     seed = spec.eval.seed + 1 if seed is None else seed
     problems = fresh_problems(task, ev, seed)
 
+    loaded: dict[str, tuple[Any, Any]] = {}
+
     def acc(path: str, budget: int) -> float:
-        model, tokenizer = load_policy(path)
+        if path not in loaded:
+            model, tokenizer = load_policy(path)
+            if task.environment() is not None:  # episodes are played through the chat template, as in training
+                from evotrainer.episodes import ensure_chat_template
+
+                ensure_chat_template(tokenizer)
+            loaded[path] = (model, tokenizer)
+        model, tokenizer = loaded[path]
         return evaluate(model, tokenizer, task, problems, ev, budget)["eval/greedy_accuracy"]
 
     lo, hi = ev.difficulty or (task.default_difficulty, task.default_difficulty)

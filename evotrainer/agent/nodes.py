@@ -113,19 +113,29 @@ def _run(ctx: CampaignContext, name: str, harness: HarnessSpec, steps: int, seed
 
 
 def _keep_best(ctx: CampaignContext, rnd: int, current: PolicyVersion) -> PolicyVersion:
-    """The version the mainline goes on from: ``current``, or the campaign's best earlier version when
-    ``current``'s held-out accuracy fell below it by more than :func:`regression_margin` (spec ``rollback``).
+    """The version the mainline goes on from: ``current``, or its best ancestor when ``current``'s held-out
+    accuracy fell below it by more than :func:`regression_margin` (spec ``rollback``).
 
-    Only the checkpoint goes back: the harness stays the mainline's, since each of its changes won a backtest
-    (``campaign rollback`` by hand restores both). ``current`` stays in the lineage, so the decline is on
-    record, and the event is written once per declined version, so a re-run node after ``kill -9`` decides
-    the same way without a second line.
+    Only ancestors count (a version a person rolled back from is not one), and only those measured within the
+    same completion budget as ``current``: each version's held-out accuracy is played within its own
+    harness's budget, and a promoted shorter budget must not read as a regression. Only the checkpoint goes
+    back: the harness stays the mainline's, since each of its changes won a backtest (``campaign rollback``
+    by hand restores both). ``current`` stays in the lineage, so the decline is on record, and the event is
+    written once per declined version, so a re-run node after ``kill -9`` decides the same way without a
+    second line.
     """
     sp = ctx.spec
     if not sp.rollback.enabled or current.eval_accuracy is None:
         return current
-    earlier = [pv for pv in ctx.store.policy_lineage(ctx.campaign_id)
-               if pv.id != current.id and pv.eval_accuracy is not None and pv.checkpoint]
+    by_id = {pv.id: pv for pv in ctx.store.policy_lineage(ctx.campaign_id)}
+    budget = _harness(ctx, current.harness_version).grpo.max_completion_length
+    earlier, parent = [], current.parent_id
+    while parent is not None and parent in by_id:
+        pv = by_id[parent]
+        if pv.eval_accuracy is not None and pv.checkpoint and \
+                _harness(ctx, pv.harness_version).grpo.max_completion_length == budget:
+            earlier.append(pv)
+        parent = pv.parent_id
     if not earlier:
         return current
     best = max(earlier, key=lambda pv: pv.eval_accuracy)
@@ -433,7 +443,9 @@ def distill(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
 
 def finish(state: CampaignState, runtime: Runtime[CampaignContext]) -> dict:
     ctx = runtime.context
-    if ctx.spec.confirm and not ctx.store.events(ctx.campaign_id, kind="confirmation"):
+    mainline = ctx.store.get_campaign(ctx.campaign_id).mainline_version
+    done = {e.message.get("mainline") for e in ctx.store.events(ctx.campaign_id, kind="confirmation")}
+    if ctx.spec.confirm and mainline is not None and mainline not in done:  # once per mainline handed over
         from evotrainer.agent.confirm import confirm
 
         c = _guarded(ctx, "confirmation", state.get("round", 0), lambda: confirm(ctx.home, ctx.campaign_id, store=ctx.store), None)

@@ -296,8 +296,6 @@ def run_job(
     diff = difficulty_range(task, harness)
     if spec.eval.difficulty is not None:
         check_range(task, spec.eval.difficulty, "eval difficulty")
-    if (why := budget_overflow(harness.grpo.max_completion_length, spec.policy.context_length())) is not None:
-        raise ConfigError(f"{spec.harness}: {why}")
     need = task.max_answer_chars(diff[1]) + 1
     if harness.grpo.max_completion_length < need and spec.policy.path is None:
         say(f"warning: grpo.max_completion_length={harness.grpo.max_completion_length} is below the {need} tokens the "
@@ -317,6 +315,12 @@ def run_job(
     elif parent_dir is not None:
         base_dir = Path(_read_meta(parent_dir)["base_policy"])
     else:
+        base_dir = None
+    # a fork or resume trains its parent's base; a new run the policy its spec names (checked before warm-starting)
+    context = spec.policy.context_length() if base_dir is None else PolicySpec(path=str(base_dir)).context_length()
+    if (why := budget_overflow(harness.grpo.max_completion_length, context)) is not None:
+        raise ConfigError(f"{spec.harness}: {why}")
+    if base_dir is None:
         policy_seed = spec.seed if spec.policy.seed is None else spec.policy.seed
         warm = check_range(task, spec.policy.warm_start_difficulty or diff, "policy.warm_start_difficulty")
         base_dir = base_policy_dir(home, task, spec.policy, policy_seed, warm, log=say)
@@ -458,10 +462,10 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
         return evaluate(trainer.model, tokenizer, task, eval_problems, spec.eval, harness.grpo.max_completion_length)
 
     synced_upto = [tracker.max_step(run_id, "reward")]  # rollout files after it go up at the next checkpoint
-    if resume_ckpt is not None:  # steps the resumed checkpoint holds but a kill kept from MLflow
-        from evotrainer.evidence import read_metrics
+    from evotrainer.evidence import read_metrics
 
-        tracker.backfill(run_id, read_metrics(run_dir), start_step)
+    # steps (or a step-0 evaluation) that a resume keeps but a kill kept from MLflow; nothing on a new run
+    tracker.backfill(run_id, read_metrics(run_dir), start_step)
 
     def _log(step, metrics):
         tracker.log_metrics(run_id, step, metrics, buffered=True)

@@ -162,11 +162,11 @@ class Views:
         rows = []
         for c in reversed(self.store.list_campaigns()):
             lineage = self.store.policy_lineage(c.id)
-            accs = [pv.eval_accuracy for pv in lineage if pv.eval_accuracy is not None]
+            now = next((pv.eval_accuracy for pv in lineage if pv.id == c.mainline_version), None)  # after a rollback too
             n = counts.get(c.id, {})
             rows.append({"campaign": c, "task": c.spec.get("task", "?"), "spent": spent.get(c.id, 0),
                          "total": (c.spec.get("budget") or {}).get("total_steps"),
-                         "start": start_accuracy(self.home, lineage, self.metrics), "now": accs[-1] if accs else None,
+                         "start": start_accuracy(self.home, lineage, self.metrics), "now": now,
                          "pending": n.get("pending_review", 0), "proposals": sum(n.values()),
                          "promoted": n.get("promoted", 0), "autonomy": c.spec.get("autonomy", "?")})
         return rows
