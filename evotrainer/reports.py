@@ -55,6 +55,11 @@ def start_accuracy(home: Path, lineage: list[PolicyVersion],
     return start
 
 
+def mainline_accuracy(camp: Any, lineage: list[PolicyVersion]) -> float | None:
+    """Held-out accuracy of the mainline the campaign hands over (after a rollback, not the last version trained)."""
+    return next((pv.eval_accuracy for pv in lineage if pv.id == camp.mainline_version), None)
+
+
 def campaign_summary(home: Path, cid: str, store: Store | None = None,
                      read: Callable[[Path], pd.DataFrame] | None = None) -> dict[str, Any]:
     """Status, budget, held-out accuracy start → end, lineage, proposals, decisions, harness versions, where to look."""
@@ -67,13 +72,10 @@ def campaign_summary(home: Path, cid: str, store: Store | None = None,
     lineage = store.policy_lineage(cid)
     decisions = store.list_decisions(cid)
     props = {p.id: p for p in store.list_proposals(cid)}
-    # the end is the mainline the campaign hands over (after a rollback, not the last version it trained)
-    by_id = {pv.id: pv for pv in lineage}
-    end = by_id[camp.mainline_version].eval_accuracy if camp.mainline_version in by_id else None
     return {
         "campaign": camp.model_dump(mode="json"),
         "budget": {"spent": store.ledger_total(cid), "total": camp.spec["budget"]["total_steps"]},
-        "accuracy": {"start": start_accuracy(home, lineage, read), "end": end},
+        "accuracy": {"start": start_accuracy(home, lineage, read), "end": mainline_accuracy(camp, lineage)},
         "lineage": [pv.model_dump(mode="json") for pv in lineage],
         "proposals": [p.model_dump(mode="json") for p in props.values()],
         "decisions": [{**d.model_dump(mode="json"), "knob": props[d.proposal_id].knob, "old": props[d.proposal_id].old,

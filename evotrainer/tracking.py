@@ -37,6 +37,16 @@ def metric_key(name: str) -> str:
     return _BAD_KEY.sub("_", name.replace("@", "_at_"))
 
 
+def _points(step: int, items) -> list[Any]:
+    """MLflow metric points at ``step`` for the finite numbers among (name, value) ``items`` (names mapped by
+    ``metric_key``); a bool, a None or a NaN is never sent."""
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    return [Metric(metric_key(k), float(v), now, int(step)) for k, v in items
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))]
+
+
 class Tracker:
     """A thin, explicit wrapper over ``MlflowClient`` bound to one home."""
 
@@ -76,14 +86,7 @@ class Tracker:
     def log_metrics(self, run_id: str, step: int, metrics: dict[str, float], buffered: bool = False) -> None:
         """Log one step's metrics; ``buffered=True`` holds them until ``FLUSH_EVERY`` steps are waiting or
         ``flush`` is called (at checkpoints and when the run ends)."""
-        from mlflow.entities import Metric
-
-        now = int(time.time() * 1000)
-        batch = [
-            Metric(metric_key(k), float(v), now, int(step))
-            for k, v in metrics.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
-        ]
+        batch = _points(step, metrics.items())
         if not buffered:
             self._write(run_id, batch)
             return
@@ -124,15 +127,12 @@ class Tracker:
         callback flushes the buffered steps to MLflow; a job killed in between resumes after that checkpoint,
         and without this those steps (still in ``metrics.jsonl``) would never reach MLflow.
         """
-        from mlflow.entities import Metric
-
-        now = int(time.time() * 1000)
         batch = []
         for col in (c for c in metrics.columns if c != "step"):
             have = self.max_step(run_id, col)
             rows = metrics.loc[(metrics["step"] > have) & (metrics["step"] <= upto), ["step", col]].dropna()
-            batch += [Metric(metric_key(col), float(v), now, int(st)) for st, v in rows.itertuples(index=False)
-                      if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))]
+            for st, v in rows.itertuples(index=False):
+                batch += _points(st, [(col, v)])
         self._write(run_id, batch)
         return len(batch)
 

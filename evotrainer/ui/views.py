@@ -26,7 +26,7 @@ from evotrainer.diagnostics.base import SEVERITY_RANK, Finding
 from evotrainer.errors import ConfigError, EvoError
 from evotrainer.evidence import read_metrics
 from evotrainer.library.loader import Library, resolve_library
-from evotrainer.reports import campaign_summary, skill_history, start_accuracy
+from evotrainer.reports import campaign_summary, mainline_accuracy, skill_history, start_accuracy
 from evotrainer.store import NotFound, Store
 from evotrainer.ui.charts import Series, interval_chart, line_chart
 
@@ -162,11 +162,10 @@ class Views:
         rows = []
         for c in reversed(self.store.list_campaigns()):
             lineage = self.store.policy_lineage(c.id)
-            now = next((pv.eval_accuracy for pv in lineage if pv.id == c.mainline_version), None)  # after a rollback too
             n = counts.get(c.id, {})
             rows.append({"campaign": c, "task": c.spec.get("task", "?"), "spent": spent.get(c.id, 0),
                          "total": (c.spec.get("budget") or {}).get("total_steps"),
-                         "start": start_accuracy(self.home, lineage, self.metrics), "now": now,
+                         "start": start_accuracy(self.home, lineage, self.metrics), "now": mainline_accuracy(c, lineage),
                          "pending": n.get("pending_review", 0), "proposals": sum(n.values()),
                          "promoted": n.get("promoted", 0), "autonomy": c.spec.get("autonomy", "?")})
         return rows
