@@ -451,7 +451,10 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     anc = _ancestor_rollouts(home, meta)
     stats = prompt_pass_stats(anc) if anc is not None else None
     w, data_report = selection_weights(pool, harness, stats)
-    seg_seed = int(hashlib.sha256(f"{spec.seed}:{meta['start_step']}:{run_id}".encode()).hexdigest()[:8], 16)
+    # The data order depends on the seed and the fork point only, never on the (random) MLflow run id: the same
+    # spec and seed give the same run, and paired backtest arms (same parent, same seed) see the same prompts in
+    # the same order (common random numbers), so their difference measures the change rather than the data.
+    seg_seed = int(hashlib.sha256(f"{spec.seed}:{meta['start_step']}".encode()).hexdigest()[:8], 16)
     n_needed = (target - meta["start_step"]) * harness.grpo.prompts_per_step
     dataset = to_dataset(segment_problems(pool, w, n_needed, seg_seed), conversational=env_factory is not None)
     (run_dir / "data_report.json").write_text(json.dumps(data_report, indent=2))
