@@ -5,39 +5,127 @@ imports torch/TRL once and runs many branches, which keeps the per-branch overhe
 set-up. A Python exception in a branch comes back as a failed result with its message; a hard crash (a
 segfault, the OOM killer) breaks the pool, which is then rebuilt while the failed branch is recorded as
 failed and the others go on. On a Ray cluster the same ``run_branch`` function is what a Ray task calls.
+
+Workers die with their owner. Each worker arms the kernel's parent-death signal and a parent-pid watchdog
+(``evotrainer.procs.die_with_parent``) before it does anything else, so ``kill -9`` of the campaign (or the
+OOM killer choosing it) ends its workers within a second instead of leaving them training on, re-parented
+to init. The parent-death signal fires when the *thread* that started a worker ends, so workers are
+started from a thread of the pool's own that lives exactly as long as they do. Workers ignore SIGINT (a
+Ctrl-C reaches the whole terminal group; the owner decides what to do) and print to stderr, so that a
+``--json`` document on the owner's stdout stays the only thing there.
+
+A job that runs past the per-job timeout (``timeout_s``, or ``$EVOTRAINER_JOB_TIMEOUT_S``) is ended with
+its worker and comes back as a failed result that says so; ``stop()`` abandons the job in flight (the
+owner was asked to stop) and makes ``run`` raise ``PoolStopped`` instead of reporting a failure.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import signal
+import threading
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
+
+TIMEOUT_ENV = "EVOTRAINER_JOB_TIMEOUT_S"
+_UNSET: Any = object()
+
+
+class PoolStopped(Exception):
+    """``run`` was called or was running when the pool's owner asked it to stop: the job was abandoned,
+    not failed (a campaign resumes it later)."""
+
+
+def job_timeout_from_env() -> float | None:
+    """``$EVOTRAINER_JOB_TIMEOUT_S``: seconds a job may run before it is ended and recorded failed (unset: none)."""
+    from evotrainer.errors import ConfigError
+
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ConfigError(f"${TIMEOUT_ENV}={raw!r}: give a number of seconds greater than 0, or unset it for no limit")
+    return value
+
+
+def _worker_init(parent_pid: int) -> None:
+    """First thing in every worker: die with the owner, leave Ctrl-C to the owner, keep stdout for the owner."""
+    from evotrainer.procs import die_with_parent
+
+    die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.dup2(2, 1)  # anything a library prints goes to stderr
+
+
+def _cap_address_space(headroom_mb: int) -> tuple[int, int]:
+    """Lower this process's soft RLIMIT_AS to its current size + ``headroom_mb``; returns the limits to restore."""
+    import re
+    import resource
+
+    old = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/status") as fh:
+        m = re.search(r"VmSize:\s+(\d+) kB", fh.read())
+    cap = (int(m.group(1)) * 1024 if m else 0) + headroom_mb * 1024 * 1024
+    if old[1] != resource.RLIM_INFINITY:
+        cap = min(cap, old[1])
+    resource.setrlimit(resource.RLIMIT_AS, (cap, old[1]))
+    return old
 
 
 def run_branch(job: dict[str, Any], home: str, fork: str | None, resume: str | None) -> dict[str, Any]:
     """Worker entry point: run one job; never raises (the error is the result).
 
-    ``EVOTRAINER_FAIL_RUNS`` (a regular expression over run names) makes matching jobs crash hard
-    (``os._exit``) at start: the fault injection the tests use to show that one dead branch does not stop a
-    campaign. It is unset in normal use.
+    Fault injection, for the tests that show one bad branch does not stop a campaign (all unset in normal
+    use; each is a regular expression over run names):
+
+    - ``EVOTRAINER_FAIL_RUNS``: matching jobs crash hard (``os._exit``) at start;
+    - ``EVOTRAINER_HANG_RUNS``: matching jobs hang at start (a stuck collective, a dead file system): only the
+      per-job timeout ends them;
+    - ``EVOTRAINER_OOM_RUNS``: matching jobs run with their worker's address space capped (``RLIMIT_AS``) at
+      its current size + 64 MB and ask for 256 MB more: a branch that exhausts its memory.
     """
-    import os
     import re
+    import time
     import traceback
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    fail = os.environ.get("EVOTRAINER_FAIL_RUNS")
-    if fail and job.get("name") and re.search(fail, job["name"]):
-        os._exit(17)  # a hard crash, not an exception: the pool must survive it
-    try:
-        from evotrainer.jobs.runner import JobSpec, run_job
+    name = job.get("name") or ""
 
-        res = run_job(JobSpec.model_validate(job), Path(home), resume=resume, fork=fork)
+    def matches(env: str) -> bool:
+        pattern = os.environ.get(env)
+        return bool(pattern and name and re.search(pattern, name))
+
+    if matches("EVOTRAINER_FAIL_RUNS"):
+        os._exit(17)  # a hard crash, not an exception: the pool must survive it
+    while matches("EVOTRAINER_HANG_RUNS"):
+        time.sleep(3600)
+    try:
+        restore = _cap_address_space(64) if matches("EVOTRAINER_OOM_RUNS") else None
+        try:
+            if restore is not None:
+                bytearray(256 << 20)
+            from evotrainer.jobs.runner import JobSpec, run_job
+
+            res = run_job(JobSpec.model_validate(job), Path(home), resume=resume, fork=fork)
+        finally:
+            if restore is not None:  # before the error is formatted: that needs memory too
+                import resource
+
+                resource.setrlimit(resource.RLIMIT_AS, restore)
         return {"ok": True, "result": res.model_dump(mode="json")}
     except BaseException as err:  # noqa: BLE001 - the branch's failure is data for the decision
-        return {"ok": False, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-4000:]}
+        memory = isinstance(err, MemoryError) or "allocate memory" in str(err).lower()
+        return {"ok": False, "error": f"{'out of memory: ' if memory else ''}{type(err).__name__}: {err}",
+                "traceback": traceback.format_exc()[-4000:], "out_of_memory": memory}
 
 
 def _preload() -> bool:
@@ -55,41 +143,150 @@ def _preload() -> bool:
     return True
 
 
-class BranchPool:
-    """A one-worker-per-core process pool that survives worker crashes."""
+class _Workers:
+    """One executor and the thread that started its workers, which lives until they are gone.
 
-    def __init__(self, workers: int = 1):
+    Linux delivers the parent-death signal when the thread that forked a worker exits, so the workers must
+    not be started by a short-lived thread (a LangGraph executor thread, a request handler): this thread
+    spawns them all at once (one ``_preload`` each, so the executor has nothing left to spawn later) and
+    then waits for ``close``.
+    """
+
+    def __init__(self, workers: int):
+        self.executor: ProcessPoolExecutor | None = None
+        self.error: BaseException | None = None
+        self._ready, self._done = threading.Event(), threading.Event()
+        self._n = workers
+        threading.Thread(target=self._body, name="evotrainer-pool-spawner", daemon=True).start()
+        self._ready.wait()
+        if self.error is not None:
+            raise self.error
+
+    def _body(self) -> None:
+        try:
+            ex = ProcessPoolExecutor(max_workers=self._n, mp_context=mp.get_context("spawn"), initializer=_worker_init,
+                                     initargs=(os.getpid(),))
+            for _ in range(self._n):
+                ex.submit(_preload)
+            self.executor = ex
+        except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
+            self.error = err
+        self._ready.set()
+        self._done.wait()
+
+    def pids(self) -> list[int]:
+        procs = getattr(self.executor, "_processes", None) or {}
+        try:
+            return sorted(procs)
+        except RuntimeError:  # changed size while read (a worker being replaced)
+            return []
+
+    def kill(self) -> None:
+        """SIGKILL every worker now (safe in a signal handler: no lock is taken)."""
+        for pid in self.pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def close(self, grace_s: float) -> None:
+        ex = self.executor
+        procs = list((getattr(ex, "_processes", None) or {}).values()) if ex is not None else []
+        if ex is not None:
+            ex.shutdown(wait=False, cancel_futures=True)
+        for p in procs:  # idle workers exit at once; a busy or stuck one is ended after the grace period
+            p.join(timeout=grace_s)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+        self._done.set()
+
+
+class BranchPool:
+    """A one-worker-per-core process pool that survives worker crashes, hung jobs and its owner's death.
+
+    ``timeout_s``: seconds a job may run before it is ended and returned as failed (default
+    ``$EVOTRAINER_JOB_TIMEOUT_S``, unset: no limit). ``on_spawn``: called with the pids of newly started
+    workers (the campaign records them in the store, so a resume can end any that outlived their owner).
+    """
+
+    def __init__(self, workers: int = 1, timeout_s: float | None = _UNSET,
+                 on_spawn: Callable[[list[int]], None] | None = None):
         self.workers = workers
-        self._pool: ProcessPoolExecutor | None = None
+        self.timeout_s = job_timeout_from_env() if timeout_s is _UNSET else timeout_s
+        self.on_spawn = on_spawn
+        self._w: _Workers | None = None
+        self._stopping = False
 
     def _get(self) -> ProcessPoolExecutor:
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn"))
-        return self._pool
+        if self._w is None:
+            self._w = _Workers(self.workers)
+            if self.on_spawn is not None:
+                self.on_spawn(self._w.pids())
+        return self._w.executor
+
+    def pids(self) -> list[int]:
+        """Pids of the workers running now."""
+        return self._w.pids() if self._w is not None else []
 
     def warm(self) -> None:
         """Start the workers and their imports now, so they overlap the caller's own set-up.
 
         Fire and forget: a worker that dies here breaks the pool, which ``run`` reports and rebuilds.
         """
-        pool = self._get()
-        for _ in range(self.workers):
-            pool.submit(_preload)
+        self._get()
 
-    def run(self, job: dict[str, Any], home: Path, fork: str | None = None, resume: str | None = None) -> dict[str, Any]:
+    def run(self, job: dict[str, Any], home: Path, fork: str | None = None, resume: str | None = None,
+            timeout_s: float | None = _UNSET) -> dict[str, Any]:
+        """Run one job in a worker; ``{"ok": True, "result": ...}`` or ``{"ok": False, "error": ...}``.
+
+        ``timeout_s`` overrides the pool's per-job timeout for this job. Raises ``PoolStopped`` after ``stop()``.
+        """
+        if self._stopping:
+            raise PoolStopped("the pool was asked to stop; the job was not started")
+        limit = self.timeout_s if timeout_s is _UNSET else timeout_s
         try:
-            return self._get().submit(run_branch, job, str(home), fork, resume).result()
+            out = self._get().submit(run_branch, job, str(home), fork, resume).result(timeout=limit)
+        except FutureTimeout:
+            self.kill()
+            return {"ok": False, "error": f"timed out: the job ran longer than its {limit:g} s per-job timeout "
+                                          f"(${TIMEOUT_ENV}) and was ended with its worker"}
         except BrokenProcessPool as err:
             self.close()
+            if self._stopping:
+                raise PoolStopped("the job in flight was abandoned: its owner was asked to stop") from None
             return {"ok": False, "error": f"worker process died: {err}"}
+        except Exception as err:  # noqa: BLE001 - run_branch raised after all (e.g. its result did not pickle)
+            self.close()
+            return {"ok": False, "error": f"the worker could not report the job's result: {type(err).__name__}: {err}"}
+        if not out["ok"] and self._stopping:
+            raise PoolStopped("the job in flight was abandoned: its owner was asked to stop")
+        if out.get("out_of_memory"):
+            self.close()  # a worker that ran out of memory may be left in a bad state: the next job gets a new one
+        return out
 
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+    def stop(self) -> None:
+        """Abandon the job in flight (its worker is killed) and refuse new ones; safe in a signal handler."""
+        self._stopping = True
+        if self._w is not None:
+            self._w.kill()
+
+    def kill(self) -> None:
+        """End every worker at once and drop the executor (the next job starts new workers)."""
+        if self._w is not None:
+            self._w.kill()
+            self.close()
+
+    def close(self, grace_s: float = 10.0) -> None:
+        if self._w is not None:
+            w, self._w = self._w, None
+            w.close(grace_s)
 
     def __enter__(self) -> BranchPool:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is not None:
+            self.kill()  # leaving on an error: a job may still be running, and nobody will read its result
+        else:
+            self.close()
