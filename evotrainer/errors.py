@@ -30,6 +30,24 @@ class RunNotFound(EvoError):
     exit_code = 2
 
 
+class CampaignBusy(EvoError):
+    """Another live process owns the campaign (its lease); the message names it and how to stop it."""
+
+    exit_code = 2
+
+
+class JobBusy(EvoError):
+    """Another process is writing the job directory (it holds the job's lock), or the job is finished."""
+
+    exit_code = 2
+
+
+class UnreadableEvidence(EvoError):
+    """Files were there, but no metric step and no rollout could be read from any of them (the message lists them)."""
+
+    exit_code = 2
+
+
 class JobFailed(EvoError):
     """A training job crashed or produced non-finite values; its records are kept."""
 

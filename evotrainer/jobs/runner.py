@@ -16,6 +16,11 @@ lives in ``HOME/jobs/<name>/`` (``meta.json``, ``harness.yaml``, ``metrics.jsonl
   run, step, harness versions) is recorded in ``meta.json`` and as MLflow tags. Forks continue the
   parent's step numbering, so a campaign's segments line up on one step axis.
 
+A job directory is complete or absent, and has one writer (``jobs/jobdir.py``): a new job is assembled under
+a hidden name and renamed into place once its ``meta.json`` is written, and the process that trains it
+holds the directory's lock, so a second writer is refused (``JobBusy``) and a finished job is never resumed
+or rewritten.
+
 Changing the harness between segments is therefore: stop → fork with the new harness → train. The cost
 is one trainer construction (see ``bench/segments.py``).
 """
@@ -36,9 +41,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from evotrainer.config import HarnessSpec, dump_harness, load_harness
-from evotrainer.errors import ConfigError, JobFailed, RunNotFound
+from evotrainer.errors import ConfigError, JobBusy, JobFailed, RunNotFound
 from evotrainer.evaluation import EvalSpec
 from evotrainer.home import jobs_dir
+from evotrainer.jobs.jobdir import JobLock, is_locked, publish, staging_dir
 from evotrainer.policy import PolicySpec, budget_overflow
 
 CKPT = "checkpoint-"
@@ -95,7 +101,7 @@ def resolve_run(home: Path, ref: str) -> Path:
         return p.resolve()
     root = jobs_dir(home)
     if ref == "latest" and root.is_dir():
-        runs = [d for d in root.iterdir() if (d / "meta.json").is_file()]
+        runs = [d for d in root.iterdir() if (d / "meta.json").is_file() and not d.name.startswith(".")]
         if runs:
             return max(runs, key=lambda d: (d / "meta.json").stat().st_mtime)
     if (root / ref / "meta.json").is_file():
@@ -326,67 +332,87 @@ def run_job(
         base_dir = base_policy_dir(home, task, spec.policy, policy_seed, warm, log=say)
     tracker = Tracker(home)
 
-    # ---- create or reopen the run ----------------------------------------------------------------
+    # ---- create or reopen the run (see jobs/jobdir.py: complete or absent, one writer) ----------------
     if meta is None:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
         hname = Path(spec.harness).stem
         name = spec.name or f"{spec.task.replace(':', '.')}__{hname}__s{spec.seed}__{stamp}"
         run_dir = jobs_dir(home) / name
-        if run_dir.exists() and not (run_dir / "meta.json").exists():
-            shutil.rmtree(run_dir)  # debris of a creation killed before its meta.json was written
+        if run_dir.exists() and not (run_dir / "meta.json").exists() and not is_locked(run_dir):
+            shutil.rmtree(run_dir)  # debris of a creation (by an older release) killed before its meta.json
         if run_dir.exists():
             raise ConfigError(f"a run named '{name}' already exists under {jobs_dir(home)}; pick another --name")
-        run_dir.mkdir(parents=True)
-        tags = {
-            "evotrainer.task": spec.task,
-            "evotrainer.harness_version": harness.version,
-            "evotrainer.harness_name": harness.name,
-            "evotrainer.seed": str(spec.seed),
-            "evotrainer.role": spec.tags.get("evotrainer.role", "job"),
-            **spec.tags,
-        }
-        parent_meta = None
-        if parent_dir is not None:
-            parent_meta = _read_meta(parent_dir)
-            tags.update(
-                {
-                    "evotrainer.parent_run_id": parent_meta["run_id"],
-                    "evotrainer.parent_run": parent_meta["name"],
-                    "evotrainer.parent_step": str(parent_step),
-                    "evotrainer.parent_harness_version": parent_meta["harness_version"],
-                }
-            )
-        params = {f"harness.{k}": v for k, v in harness.knobs().items()}
-        params.update({"task": spec.task, "seed": spec.seed, "policy.size": spec.policy.size, "steps": spec.steps})
-        run_id = tracker.create_run(name, tags, params)
-        meta = {
-            "name": name,
-            "run_id": run_id,
-            "spec": spec.model_dump(mode="json"),
-            "harness": harness.model_dump(mode="json"),
-            "harness_version": harness.version,
-            "target_step": target,
-            "start_step": parent_step or 0,
-            "parent_run": parent_meta["name"] if parent_meta else None,
-            "parent_run_id": parent_meta["run_id"] if parent_meta else None,
-            "parent_step": parent_step,
-            "parent_harness_version": parent_meta["harness_version"] if parent_meta else None,
-            "base_policy": str(base_dir),
-            "status": "running",
-            "created": datetime.now(timezone.utc).isoformat(),
-        }
-        (run_dir / "harness.yaml").write_text(dump_harness(harness))
-        if fork_src is not None:
-            (run_dir / "trainer").mkdir(parents=True, exist_ok=True)
-            parent_harness = HarnessSpec.model_validate(parent_meta["harness"])
-            _prepare_fork_checkpoint(fork_src, run_dir / "trainer" / f"{CKPT}{parent_step}", harness, parent_harness)
-        _write_meta(run_dir, meta)  # last: a run with meta.json is complete enough to resume
+        final_dir, (run_dir, lock) = run_dir, staging_dir(jobs_dir(home), name)
+        try:
+            tags = {
+                "evotrainer.task": spec.task,
+                "evotrainer.harness_version": harness.version,
+                "evotrainer.harness_name": harness.name,
+                "evotrainer.seed": str(spec.seed),
+                "evotrainer.role": spec.tags.get("evotrainer.role", "job"),
+                **spec.tags,
+            }
+            parent_meta = None
+            if parent_dir is not None:
+                parent_meta = _read_meta(parent_dir)
+                tags.update(
+                    {
+                        "evotrainer.parent_run_id": parent_meta["run_id"],
+                        "evotrainer.parent_run": parent_meta["name"],
+                        "evotrainer.parent_step": str(parent_step),
+                        "evotrainer.parent_harness_version": parent_meta["harness_version"],
+                    }
+                )
+            params = {f"harness.{k}": v for k, v in harness.knobs().items()}
+            params.update({"task": spec.task, "seed": spec.seed, "policy.size": spec.policy.size, "steps": spec.steps})
+            run_id = tracker.create_run(name, tags, params)
+            meta = {
+                "name": name,
+                "run_id": run_id,
+                "spec": spec.model_dump(mode="json"),
+                "harness": harness.model_dump(mode="json"),
+                "harness_version": harness.version,
+                "target_step": target,
+                "start_step": parent_step or 0,
+                "parent_run": parent_meta["name"] if parent_meta else None,
+                "parent_run_id": parent_meta["run_id"] if parent_meta else None,
+                "parent_step": parent_step,
+                "parent_harness_version": parent_meta["harness_version"] if parent_meta else None,
+                "base_policy": str(base_dir),
+                "status": "running",
+                "created": datetime.now(timezone.utc).isoformat(),
+            }
+            (run_dir / "harness.yaml").write_text(dump_harness(harness))
+            if fork_src is not None:
+                (run_dir / "trainer").mkdir(parents=True, exist_ok=True)
+                parent_harness = HarnessSpec.model_validate(parent_meta["harness"])
+                _prepare_fork_checkpoint(fork_src, run_dir / "trainer" / f"{CKPT}{parent_step}", harness, parent_harness)
+            _write_meta(run_dir, meta)  # last: a run with meta.json is complete enough to resume
+            publish(run_dir, final_dir)  # the whole directory appears under its name at once
+        except BaseException as err:
+            lock.release()
+            shutil.rmtree(run_dir, ignore_errors=True)
+            if isinstance(err, FileExistsError):
+                raise ConfigError(f"a run named '{name}' was created under {jobs_dir(home)} by another process "
+                                  "meanwhile; pick another --name") from None
+            raise
+        run_dir = final_dir
         tracker.log_artifact(run_id, run_dir / "harness.yaml")
     else:
         name, run_id = meta["name"], meta["run_id"]
-        tracker.reopen(run_id)
-        meta["status"] = "running"
-        _write_meta(run_dir, meta)
+        lock = JobLock.take(run_dir, name)  # a second writer of this run is refused here
+        try:
+            meta = _read_meta(run_dir)  # as it is now, under the lock
+            if meta.get("status") == "finished":
+                raise JobBusy(f"run {name} is finished (step {meta.get('steps_done', meta['target_step'])}): there is "
+                              f"nothing to resume, and a finished run is never rewritten; fork it to train on "
+                              f"(--fork {name})")
+            tracker.reopen(run_id)
+            meta["status"] = "running"
+            _write_meta(run_dir, meta)
+        except BaseException:
+            lock.release()
+            raise
 
     ckpts = complete_checkpoints(run_dir)
     resume_ckpt = ckpts[max(ckpts)] if ckpts else None
@@ -415,6 +441,8 @@ def run_job(
             raise
         raise JobFailed(f"run {name} failed at step ≥{start_step}: {meta['error']} (traceback in {run_dir / 'error.txt'}; "
                         f"resume with --resume {name})") from err
+    finally:
+        lock.release()  # the next writer (a resume) may take the run now
     return result
 
 

@@ -426,7 +426,7 @@ class Views:
         if self.jobs.is_dir():
             with os.scandir(self.jobs) as it:
                 for e in it:
-                    if e.is_dir() and (not q or q.lower() in e.name.lower()):
+                    if e.is_dir() and not e.name.startswith(".") and (not q or q.lower() in e.name.lower()):
                         entries.append((e.stat().st_mtime, e.name))
         entries.sort(reverse=True)
         pg = page_of(len(entries), page)
