@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -118,10 +119,11 @@ def test_campaign_round_trip_and_create_is_idempotent(store, campaign):
     assert store.list_campaigns() == [campaign]
 
     upd = store.set_campaign("c1", status="running", mainline_version="pv0", mlflow_run_id="m1", error="boom")
-    assert (upd.status, upd.mainline_version, upd.mlflow_run_id, upd.error) == ("running", "pv0", "m1", "boom")
+    # stored 'running' with nobody holding the lease reads as interrupted (see test_lease_* for the owner side)
+    assert (upd.status, upd.mainline_version, upd.mlflow_run_id, upd.error) == ("interrupted", "pv0", "m1", "boom")
     assert upd.updated >= campaign.updated and upd.created == campaign.created
     cleared = store.set_campaign("c1", error=None)
-    assert cleared.error is None and cleared.status == "running" and cleared.mainline_version == "pv0"
+    assert cleared.error is None and cleared.status == "interrupted" and cleared.mainline_version == "pv0"
     with pytest.raises(StoreError, match="invalid campaign status 'runing'.*waiting_review"):
         store.set_campaign("c1", status="runing")
 
@@ -439,3 +441,104 @@ def test_for_home_uses_state_db_or_the_configured_url(tmp_path, monkeypatch):
         assert s.url == url_of(elsewhere)
         assert s.list_campaigns() == []
     assert elsewhere.exists()
+
+
+# ---------------------------------------------------------------------------------------------- ownership (leases)
+def _exited_process():
+    """A ProcessRef of a real process that has exited (its pid is free, or belongs to someone else now)."""
+    from evotrainer import procs
+
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    ref = procs.ref(p.pid)
+    p.kill()
+    p.wait()
+    return ref
+
+
+def test_lease_refuses_a_live_owner_and_takes_over_a_gone_one(store, campaign):
+    from evotrainer import procs
+    from evotrainer.errors import CampaignBusy
+
+    me = procs.this_process()
+    lease = store.acquire_lease("c1", "resume")
+    assert lease.took_over is None and (lease.owner.pid, lease.owner.host, lease.owner.live) == (me.pid, me.host, True)
+    store.set_campaign("c1", status="running")
+    assert store.get_campaign("c1").status == "running" and store.get_campaign("c1").owner.pid == me.pid
+    other = procs.ProcessRef(me.host, 1, procs.start_time(1) or 0.0)  # any other live local process
+    with pytest.raises(CampaignBusy, match=rf"owner pid {me.pid} on {re.escape(me.host)}.*campaign stop c1") as err:
+        store.acquire_lease("c1", "resume", me=other)
+    assert err.value.exit_code == 2
+    assert store.renew_lease("c1", lease.token) and store.release_lease("c1", lease.token)
+    assert store.get_campaign("c1").status == "interrupted" and store.get_campaign("c1").owner is None
+
+    # the owner died: its lease is not live, the campaign reads interrupted, the next runner takes it over
+    dead = _exited_process()
+    store.acquire_lease("c1", "start", me=dead)
+    camp = store.get_campaign("c1")
+    assert (camp.status, camp.owner.pid, camp.owner.live) == ("interrupted", dead.pid, False)
+    mine = store.acquire_lease("c1", "resume")
+    assert mine.took_over.pid == dead.pid and mine.reason
+    (ev,) = store.events("c1", kind="owner_takeover")
+    assert ev.message["previous"]["pid"] == dead.pid and ev.message["by"]["pid"] == me.pid
+    assert store.get_campaign("c1").status == "running"
+
+    # a reused pid (same number, another start time) is not the owner: taken over, the living process untouched
+    store.release_lease("c1", mine.token)
+    store.acquire_lease("c1", "resume", me=procs.ProcessRef(me.host, me.pid, me.started - 1000.0))
+    assert store.get_campaign("c1").status == "interrupted"
+    again = store.acquire_lease("c1", "resume")
+    assert "start time differs" in again.reason
+    assert not store.renew_lease("c1", mine.token) and not store.release_lease("c1", mine.token)  # an old holder's token
+
+
+def test_lease_from_another_host_lives_by_its_heartbeat(db, store, campaign):
+    from evotrainer import procs
+    from evotrainer.errors import CampaignBusy
+    from evotrainer.store.ownership import STALE_AFTER_S
+
+    far = procs.ProcessRef("another-host.example", 4242, 1.0)
+    store.acquire_lease("c1", "resume", me=far)
+    store.set_campaign("c1", status="running")
+    assert store.get_campaign("c1").status == "running"  # its heartbeat is fresh
+    with pytest.raises(CampaignBusy, match="owner pid 4242 on another-host.example"):
+        store.acquire_lease("c1", "resume")
+    old = (datetime.now(timezone.utc) - timedelta(seconds=STALE_AFTER_S + 5)).replace(tzinfo=None)
+    engine = create_engine(url_of(db))
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE campaign_leases SET heartbeat = :t"), {"t": old})
+    finally:
+        engine.dispose()
+    assert store.get_campaign("c1").status == "interrupted"
+    assert "no heartbeat from another-host.example" in store.acquire_lease("c1", "resume").reason
+
+
+def test_one_lease_among_processes_that_start_together(tmp_path):
+    url = url_of(tmp_path / "state.db")
+    with Store(url) as s:
+        s.create_campaign("c", "n", {}, "t")
+    go = tmp_path / "go"
+    code = ("import os, sys, time\nfrom evotrainer.store import Store\nfrom evotrainer.errors import CampaignBusy\n"
+            "s = Store(sys.argv[1])\nwhile not os.path.exists(sys.argv[2]): time.sleep(0.01)\n"
+            "try:\n    s.acquire_lease('c', 'resume')\nexcept CampaignBusy as e:\n    print('busy', e); sys.exit(2)\n"
+            "print('owner', os.getpid()); sys.stdout.flush(); time.sleep(3)\n")
+    ps = [subprocess.Popen([sys.executable, "-c", code, url, str(go)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True) for _ in range(4)]
+    time.sleep(2)  # let all four import and wait at the line
+    go.write_text("")
+    outs = [p.communicate(timeout=120) for p in ps]
+    codes = sorted(p.returncode for p in ps)
+    assert codes == [0, 2, 2, 2], outs
+    (winner,) = [p.pid for p in ps if p.returncode == 0]
+    assert all(f"owner pid {winner}" in out for p, (out, _e) in zip(ps, outs) if p.returncode == 2)
+
+
+def test_recorded_processes_are_idempotent_and_forgotten(store, campaign):
+    from evotrainer import procs
+
+    me = procs.this_process()
+    assert store.record_processes("c1", [me, me]) == 1
+    assert store.record_processes("c1", [me]) == 0
+    (r,) = store.list_processes("c1")
+    assert (r.pid, r.host, r.role) == (me.pid, me.host, "worker") and abs(r.started - me.started) < 1e-6
+    assert store.forget_processes("c1", [r.id]) == 1 and store.list_processes("c1") == []

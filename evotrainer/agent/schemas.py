@@ -18,6 +18,9 @@ ProposalStatus = Literal[
 ]
 Outcome = Literal["promote", "reject", "inconclusive", "blocked", "failed"]
 CampaignStatus = Literal["created", "running", "waiting_review", "stopped", "finished", "failed"]
+# What a campaign *is*, as every reader sees it: the stored status, except that "running" (or "created") without
+# a live owner is "interrupted" — the owner died (kill -9, the OOM killer, a reboot) and nothing runs it now.
+ShownCampaignStatus = Literal["created", "running", "waiting_review", "stopped", "finished", "failed", "interrupted"]
 BranchRole = Literal["control", "treatment"]
 BranchStatus = Literal["finished", "failed"]
 LedgerKind = Literal["segment", "branch"]
@@ -140,14 +143,30 @@ class LedgerEntry(_Model):
     at: datetime
 
 
+class CampaignOwner(_Model):
+    """The process that holds a campaign's lease: only it may run the campaign's graph and jobs."""
+
+    host: str = Field(..., description="Host name of the owner process.")
+    pid: int = Field(..., description="Process id of the owner on that host.")
+    started: float = Field(..., description="The owner process's start time (seconds since the epoch): with the pid, "
+                                            "it tells the owner apart from a later process that reused the pid.")
+    purpose: str = Field(..., description="What the owner is doing: start, resume or rollback.")
+    acquired: datetime = Field(..., description="When the lease was taken.")
+    heartbeat: datetime = Field(..., description="Last heartbeat (renewed every few seconds while the owner lives).")
+    live: bool = Field(..., description="Same host: the process with this pid and start time still runs. Another "
+                                        "host: the heartbeat is recent. A lease that is not live can be taken over.")
+
+
 class Campaign(_Model):
     id: str
     name: str
     spec: dict[str, Any]
-    status: CampaignStatus
+    status: ShownCampaignStatus = Field(..., description="The stored status, or 'interrupted' when it says running "
+                                                          "(or created) but no live owner holds the lease.")
     mainline_version: str | None
     thread_id: str
     mlflow_run_id: str | None
     created: datetime
     updated: datetime
     error: str | None = None
+    owner: CampaignOwner | None = Field(None, description="The lease's holder (live or not), or None if nobody holds it.")

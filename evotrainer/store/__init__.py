@@ -1,12 +1,13 @@
 """Campaign state: campaigns, policy and harness versions, findings, proposals, reviews, backtests, decisions,
-the step ledger, the event log and the skill-library index, in one SQL database behind one facade, ``Store``.
+the step ledger, the event log, the skill-library index and campaign ownership (leases, recorded processes), in
+one SQL database behind one facade, ``Store``.
 
 Why a facade: a campaign, the ``review`` CLI and the UI all read and write the same state, possibly from
 different processes at once. Giving them one object whose methods take and return the pydantic entities
 of ``evotrainer.agent.schemas`` (never ORM rows, never sessions) keeps transactions short and in one
 place, makes every keyed write idempotent (a node re-run after ``kill -9`` duplicates nothing), and lets
 the tables change behind migrations without touching callers. ``store.models`` is imported by ``store.store``
-alone.
+and its mixin ``store.ownership`` alone (leases: who owns a campaign now, and the processes it started).
 
 Where the data lives: ``Store.for_home(home)`` opens ``sqlite:///HOME/state.db`` (WAL, busy timeout,
 foreign keys on). To share state between machines, point it at PostgreSQL (or any SQLAlchemy URL) with::
@@ -18,8 +19,17 @@ in ``store/migrations`` up to head, on SQLite and PostgreSQL alike; there is no 
 built in code (``alembic_config``).
 """
 
-from evotrainer.store.entities import Backtest, Event, IndexedSkill, SkillDoc, SkillMatch, SkillSync
+from evotrainer.store.entities import (
+    Backtest,
+    Event,
+    IndexedSkill,
+    Lease,
+    RecordedProcess,
+    SkillDoc,
+    SkillMatch,
+    SkillSync,
+)
 from evotrainer.store.store import STATE_URL_ENV, NotFound, Store, StoreError, alembic_config
 
 __all__ = ["Store", "StoreError", "NotFound", "Backtest", "Event", "IndexedSkill", "SkillDoc", "SkillMatch", "SkillSync",
-           "alembic_config", "STATE_URL_ENV"]
+           "Lease", "RecordedProcess", "alembic_config", "STATE_URL_ENV"]

@@ -1,5 +1,6 @@
-"""Nouns the store returns that ``evotrainer.agent.schemas`` does not define (yet): a backtest, a log event, and
-the skill-library index (what was indexed, what a re-sync changed, a text-search match).
+"""Nouns the store returns that ``evotrainer.agent.schemas`` does not define (yet): a backtest, a log event,
+the skill-library index (what was indexed, what a re-sync changed, a text-search match), a lease just taken
+and a recorded process.
 
 They follow the same rules as the schemas (pydantic, ``extra="forbid"``, no ORM behind them) and could
 move there unchanged; they live here only so that this package stays self-contained.
@@ -12,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evotrainer.agent.schemas import BacktestStats
+from evotrainer.agent.schemas import BacktestStats, CampaignOwner
 from evotrainer.library.format import SkillKind, SkillStatus
 
 
@@ -84,3 +85,25 @@ class SkillMatch(_Model):
 
     slug: str
     score: float
+
+
+class Lease(_Model):
+    """A lease just taken: the token that renews and releases it, and the owner it replaced, if any."""
+
+    campaign_id: str
+    token: str = Field(..., description="Identifies this holding: only its holder can renew or release it.")
+    owner: CampaignOwner
+    took_over: CampaignOwner | None = Field(None, description="The previous holder whose owner was gone.")
+    reason: str | None = Field(None, description="Why the previous holder was taken to be gone.")
+
+
+class RecordedProcess(_Model):
+    """A process a campaign's owner started (a pool worker), recorded so a later owner can end it."""
+
+    id: int
+    campaign_id: str
+    host: str
+    pid: int
+    started: float = Field(..., description="Start time (epoch seconds): with the pid, identifies the process.")
+    role: str
+    recorded: datetime

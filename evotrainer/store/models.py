@@ -1,4 +1,4 @@
-"""The campaign database as SQLAlchemy tables. Only ``store.py`` imports this module.
+"""The campaign database as SQLAlchemy tables. Only ``store.py`` (and its mixin ``ownership.py``) import this module.
 
 Why rows and entities are separate: these classes are how the data is laid out (indexed columns for what we
 filter on, JSON for what we only read back whole, surrogate keys, uniqueness that makes writes idempotent);
@@ -340,3 +340,38 @@ class SkillRow(Base):
     front_matter: Mapped[dict[str, Any]] = mapped_column(JSON)
     indexed: Mapped[datetime] = mapped_column(UTCDateTime)
     removed: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class LeaseRow(Base):
+    """Who owns a campaign now: at most one lease per campaign (the campaign id is the primary key).
+
+    ``token`` identifies one holding of the lease, so an owner that was taken over cannot renew or release its
+    successor's lease. ``started`` is the owner process's start time (epoch seconds): with ``pid`` it tells
+    the owner apart from a later process that got the same pid.
+    """
+
+    __tablename__ = "campaign_leases"
+
+    campaign_id: Mapped[str] = mapped_column(String(200), ForeignKey("campaigns.id"), primary_key=True)
+    token: Mapped[str] = mapped_column(String(64))
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    started: Mapped[float] = mapped_column(Float)
+    purpose: Mapped[str] = mapped_column(String(32))
+    acquired: Mapped[datetime] = mapped_column(UTCDateTime)
+    heartbeat: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class ProcessRow(Base):
+    """A process a campaign's owner started (a pool worker), so a later owner can end it if it outlived its owner."""
+
+    __tablename__ = "campaign_processes"
+    __table_args__ = (UniqueConstraint("campaign_id", "host", "pid", "started"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    campaign_id: Mapped[str] = _campaign_fk()
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    started: Mapped[float] = mapped_column(Float)
+    role: Mapped[str] = mapped_column(String(32))
+    recorded: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -30,7 +30,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, Text, cast, create_engine, event, func, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from evotrainer.agent.schemas import (
     BacktestStats,
@@ -59,6 +59,7 @@ from evotrainer.store.models import (
     EventRow,
     FindingRow,
     HarnessVersionRow,
+    LeaseRow,
     LedgerRow,
     PolicyVersionRow,
     ProposalRow,
@@ -66,6 +67,7 @@ from evotrainer.store.models import (
     SkillRow,
     utcnow,
 )
+from evotrainer.store.ownership import OwnershipMixin, owner_of, shown_status
 
 STATE_URL_ENV = "EVOTRAINER_STATE_URL"
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -108,10 +110,15 @@ def _check(value: str, allowed: Any, what: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------ rows -> entities
-def _campaign(r: CampaignRow) -> Campaign:
-    return Campaign(id=r.id, name=r.name, spec=r.spec, status=r.status, mainline_version=r.mainline_version,
-                    thread_id=r.thread_id, mlflow_run_id=r.mlflow_run_id, created=r.created, updated=r.updated,
-                    error=r.error)
+def _campaign(r: CampaignRow, lease: LeaseRow | None = _UNSET) -> Campaign:
+    """The campaign with its owner and the status a reader should see (``running`` needs a live owner)."""
+    if lease is _UNSET:
+        s = object_session(r)
+        lease = s.get(LeaseRow, r.id) if s is not None else None
+    owner = owner_of(lease) if lease is not None else None
+    return Campaign(id=r.id, name=r.name, spec=r.spec, status=shown_status(r.status, owner),
+                    mainline_version=r.mainline_version, thread_id=r.thread_id, mlflow_run_id=r.mlflow_run_id,
+                    created=r.created, updated=r.updated, error=r.error, owner=owner)
 
 
 def _harness(r: HarnessVersionRow) -> HarnessVersion:
@@ -175,7 +182,7 @@ def _keywords(r: SkillRow) -> str:
     return " ".join([*(s.replace("_", " ") for s in r.symptoms), r.knob.replace(".", " ").replace("_", " ")])
 
 
-class Store:
+class Store(OwnershipMixin):
     """Campaign state in one SQL database (SQLite file by default; any SQLAlchemy URL by configuration).
 
     Opening a store brings its schema to the newest migration (a no-op when it is already there), so a
@@ -292,11 +299,17 @@ class Store:
 
     def list_campaigns(self) -> list[Campaign]:
         with self._read() as s:
-            return [_campaign(r) for r in s.scalars(select(CampaignRow).order_by(CampaignRow.created, CampaignRow.id))]
+            leases = {r.campaign_id: r for r in s.scalars(select(LeaseRow))}
+            return [_campaign(r, leases.get(r.id))
+                    for r in s.scalars(select(CampaignRow).order_by(CampaignRow.created, CampaignRow.id))]
 
     def set_campaign(self, id: str, *, status: CampaignStatus = _UNSET, mainline_version: str | None = _UNSET,
                      mlflow_run_id: str | None = _UNSET, error: str | None = _UNSET) -> Campaign:
-        """Change the given fields (pass ``None`` to clear one) and bump ``updated``."""
+        """Change the given fields (pass ``None`` to clear one) and bump ``updated``.
+
+        ``status`` is the stored status (``CampaignStatus``); 'interrupted' is never stored, it is how a reader
+        sees 'running' without a live owner.
+        """
         with self._write() as s:
             r = self._campaign_row(s, id)
             if status is not _UNSET:
