@@ -8,8 +8,10 @@ Why pydantic with one ``Field`` per knob: the field's description, default and b
 documentation (``evotrainer harness knobs`` prints them, a test fails when one is missing), and the same
 model validates a file, a single-factor intervention (``with_knob``) and an LLM's proposal alike. Invalid
 files fail with :class:`~evotrainer.errors.ConfigError` naming the file, the field, the value and what is
-allowed. The content hash (``version``) ignores ``name``/``description`` so that two files with the same
-recipe are the same harness version.
+allowed; files are read by :mod:`evotrainer.safe_yaml` (no duplicate keys, alias bombs, deep nesting, oversized or
+non-UTF-8 files). Which diagnostics a gate or ``diagnostics.params`` may name is known only to the registry (user
+files included): ``evotrainer.diagnostics.registry.Registry`` checks them. The content hash (``version``) ignores
+``name``/``description`` so that two files with the same recipe are the same harness version.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from evotrainer.errors import ConfigError, format_validation_error
+from evotrainer.safe_yaml import MAX_BYTES, load_yaml_file
 
 LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"]
 ScaleRewards = Literal["group", "batch", "none"]
@@ -293,6 +296,9 @@ class HarnessSpec(_Section):
     source_dir: str | None = Field(
         None, exclude=True, description="Directory of the file this harness was loaded from (user paths resolve here).",
     )
+    source_file: str | None = Field(
+        None, exclude=True, description="The file this harness was loaded from (errors about it name it); not hashed.",
+    )
 
     @model_validator(mode="after")
     def _consistency(self) -> HarnessSpec:
@@ -309,7 +315,7 @@ class HarnessSpec(_Section):
     # ------------------------------------------------------------------ identity
     def knobs(self) -> dict[str, Any]:
         """Flat ``{dotted.path: value}`` of every knob (metadata excluded)."""
-        return _flatten(self.model_dump(mode="json", exclude={"name", "description", "source_dir"}))
+        return _flatten(self.model_dump(mode="json", exclude={"name", "description", "source_dir", "source_file"}))
 
     @property
     def version(self) -> str:
@@ -359,7 +365,7 @@ class HarnessSpec(_Section):
             node = node[p]
         node[leaf] = value
         out = _validate(data, source=f"knob {path}={value!r}")
-        out.source_dir = self.source_dir
+        out.source_dir, out.source_file = self.source_dir, self.source_file
         return out
 
 
@@ -420,31 +426,31 @@ def _validate(data: Any, source: str) -> HarnessSpec:
         raise ConfigError(format_validation_error(err, source, HarnessSpec, "harness")) from None
 
 
-def load_yaml_model(path: str | Path, model: type[BaseModel], what: str):
+def load_yaml_model(path: str | Path, model: type[BaseModel], what: str, *, max_bytes: int = MAX_BYTES):
     """Read a YAML file into a pydantic model; every failure is a ConfigError naming the file (and field).
 
     Harness files, campaign specs and labelled archives all load through here, so they fail the same way:
-    missing file, YAML syntax (with line and column), not a mapping, or invalid fields (see
+    missing or oversized file, bytes that are not UTF-8, YAML syntax, duplicate keys, alias bombs or deep
+    nesting (each with its line: :mod:`evotrainer.safe_yaml`), not a mapping, or invalid fields (see
     :func:`~evotrainer.errors.format_validation_error`). A model with a ``source_dir`` field learns the
-    file's directory, against which it resolves relative paths.
+    file's directory, against which it resolves relative paths (and ``source_file``, the file itself).
     """
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{what} file not found: {p}")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{p}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+    data = load_yaml_file(p, what, max_bytes=max_bytes)
+    if data is None:
+        data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: a {what} must be a YAML mapping, got {type(data).__name__}")
     try:
         obj = model.model_validate(data)
     except ValidationError as err:
         raise ConfigError(format_validation_error(err, str(p), model, what)) from None
+    except RecursionError:  # a backstop: safe_yaml limits the depth of what it returns
+        raise ConfigError(f"{p}: nested too deeply to validate; flatten the structure") from None
     if "source_dir" in type(obj).model_fields:
         obj.source_dir = str(p.resolve().parent)
+    if "source_file" in type(obj).model_fields:
+        obj.source_file = str(p)
     return obj
 
 

@@ -23,6 +23,10 @@ from evotrainer.diagnostics.base import SEVERITY_RANK
 from evotrainer.diagnostics.symptoms import check_symptom
 from evotrainer.evidence import Evidence
 
+ARCHIVE_MAX_BYTES = 16 * 1024 * 1024
+"""An archive grows by a few hundred bytes per labelled branch (a campaign appends its rounds): 16 MiB is tens of
+thousands of runs, where other YAML files stop at :data:`evotrainer.safe_yaml.MAX_BYTES`."""
+
 
 class LabelledRun(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -49,7 +53,7 @@ class Archive(BaseModel):
     def load(cls, path: Path) -> Archive:
         from evotrainer.config import load_yaml_model
 
-        arch = load_yaml_model(path, cls, "labelled archive")
+        arch = load_yaml_model(path, cls, "labelled archive", max_bytes=ARCHIVE_MAX_BYTES)
         for r in arch.runs:  # relative paths are relative to the archive file
             if not Path(r.path).is_absolute():
                 r.path = str((Path(path).parent / r.path).resolve())

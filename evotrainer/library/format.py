@@ -38,6 +38,8 @@ from pydantic import (
 
 from evotrainer.config import HarnessSpec
 from evotrainer.diagnostics.symptoms import check_symptom
+from evotrainer.errors import ConfigError
+from evotrainer.safe_yaml import parse_yaml
 
 SkillKind = Literal["skill", "mistake"]
 SkillStatus = Literal["active", "deprecated"]
@@ -398,12 +400,11 @@ def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
     if m is None:
         raise FrontMatterError("front matter is not closed: add a '---' line after the YAML")
     raw, body = rest[: m.start()], rest[m.end():]
-    try:
-        data = yaml.safe_load(raw) if raw.strip() else {}
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 2}, column {mark.column + 1}" if mark else ""  # +2: the opening '---'
-        raise FrontMatterError(f"front matter is not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+    try:  # the one safe loader: duplicate keys, alias bombs, deep nesting and python tags are refused with their line
+        data = parse_yaml(raw, "front matter", line_offset=1) if raw.strip() else {}  # +1: the opening '---'
+    except ConfigError as err:
+        msg = str(err).removeprefix("front matter: ")
+        raise FrontMatterError(("front matter is " if msg.startswith("not valid") else "front matter: ") + msg) from None
     if not isinstance(data, dict):
         raise FrontMatterError(f"front matter must be a YAML mapping of fields, got {type(data).__name__}")
     for reserved in ("slug", "body"):
