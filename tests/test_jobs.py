@@ -241,7 +241,8 @@ def test_resume_after_kill_9_continues_at_the_right_step_without_duplicates(shar
 def _comparable(run_dir: Path) -> list[dict]:
     """metrics.jsonl without the wall-clock columns (the only ones allowed to differ between two runs)."""
     rows = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if "time" not in k and not k.endswith("per_second")} for r in rows]
+    rows = [{k: v for k, v in r.items() if "time" not in k and not k.endswith("per_second")} for r in rows]
+    return [r for r in rows if set(r) - {"step", "epoch"}]  # the Trainer's end-of-train line holds only the epoch
 
 
 def test_the_same_spec_and_seed_give_the_same_metrics_step_for_step(shared_home, tmp_path):
@@ -258,3 +259,23 @@ def test_the_same_spec_and_seed_give_the_same_metrics_step_for_step(shared_home,
     # a different seed is a different run (the test above would pass on a job that ignores its seed otherwise)
     c = run_job(_spec(h, 4, name="repro-c", seed=4), shared_home)
     assert _comparable(Path(c.run_dir)) != ma
+
+
+def test_a_paused_job_resumes_to_the_same_run_as_one_that_never_paused(first_run, shared_home, tmp_path):
+    # Backtests train branches one look at a time (stop_at); pausing must change nothing about the run.
+    _, h = first_run
+    straight = run_job(_spec(h, 6, name="straight", seed=5, save_every=3, eval_every=3), shared_home, fork="first@2")
+    legs = run_job(_spec(h, 6, name="legs", seed=5, save_every=3, eval_every=3), shared_home, fork="first@2", stop_at=5)
+    run_dir = Path(legs.run_dir)
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert legs.status == "paused" and meta["status"] == "paused" and meta["paused_at"] == 5
+    assert max(complete_checkpoints(run_dir)) == 5
+    assert [r["step"] for r in _comparable(run_dir) if "loss" in r] == [3, 4, 5]
+    with pytest.raises(ConfigError, match="stop_at=4 must lie after the job's current step 5"):
+        run_job(_spec(h, 6), shared_home, resume="legs", stop_at=4)
+    done = run_job(_spec(h, 6), shared_home, resume="legs")
+    assert done.status == "finished" and done.steps_done == 8
+    assert json.loads((run_dir / "meta.json").read_text()).get("paused_at") is None
+    assert _comparable(run_dir) == _comparable(Path(straight.run_dir))
+    hist = _client(shared_home).get_metric_history(done.run_id, "loss")
+    assert sorted(m.step for m in hist) == [3, 4, 5, 6, 7, 8]

@@ -38,13 +38,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evotrainer.config import HarnessSpec, dump_harness, load_harness
+from evotrainer.diagnostics.registry import Registry
 from evotrainer.errors import ConfigError, JobBusy, JobFailed, RunNotFound
 from evotrainer.evaluation import EvalSpec
 from evotrainer.home import jobs_dir
 from evotrainer.jobs.jobdir import JobLock, is_locked, publish, staging_dir
+from evotrainer.names import check_name, to_name
 from evotrainer.policy import PolicySpec, budget_overflow
 
 CKPT = "checkpoint-"
@@ -84,8 +86,41 @@ class JobResult(BaseModel):
 
 
 # ---------------------------------------------------------------------------------------------- run lookup
+META_KEYS = ("name", "run_id", "spec", "harness", "target_step", "start_step", "base_policy")
+"""What resuming or forking a job reads from its ``meta.json``."""
+
+
 def _read_meta(run_dir: Path) -> dict[str, Any]:
-    return json.loads((run_dir / "meta.json").read_text())
+    """A job's ``meta.json`` as a dict with ``META_KEYS``; ConfigError naming the file when it is garbage, empty,
+    not an object, or lacks one of them (a run whose record is damaged cannot be resumed or forked)."""
+    f = run_dir / "meta.json"
+    try:
+        meta = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as err:  # ValueError: JSONDecodeError, UnicodeDecodeError
+        raise ConfigError(f"{f}: not a readable job record ({type(err).__name__}: {err}); this run cannot be resumed "
+                          "or forked: restore the file, or start a new run") from None
+    missing = [k for k in META_KEYS if k not in meta] if isinstance(meta, dict) else list(META_KEYS)
+    if missing:
+        got = f"lacks {', '.join(missing)}" if isinstance(meta, dict) else f"is a JSON {type(meta).__name__}"
+        raise ConfigError(f"{f}: not a job record: it {got} (a job's meta.json is an object with "
+                          f"{', '.join(META_KEYS)}); this run cannot be resumed or forked")
+    return meta
+
+
+def _resume_record(run_dir: Path) -> tuple[dict[str, Any], JobSpec, HarnessSpec, int]:
+    """The meta, spec, harness and target step of a run to resume; ConfigError naming its meta.json if damaged."""
+    meta = _read_meta(run_dir)
+    try:
+        spec = JobSpec.model_validate(meta["spec"])
+        harness = HarnessSpec.model_validate(meta["harness"])
+        target = meta["target_step"]
+        if not isinstance(target, int) or isinstance(target, bool) or not isinstance(meta["start_step"], int):
+            raise ValueError(f"target_step and start_step must be integers (got {target!r}, {meta['start_step']!r})")
+    except (ValidationError, ValueError, TypeError) as err:
+        why = err.errors()[0] if isinstance(err, ValidationError) else None
+        where = f"{'.'.join(str(x) for x in why['loc'])}: {why['msg']}" if why else str(err)
+        raise ConfigError(f"{run_dir / 'meta.json'}: damaged job record ({where}); this run cannot be resumed") from None
+    return meta, spec, harness, target
 
 
 def _write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
@@ -111,9 +146,9 @@ def resolve_run(home: Path, ref: str) -> Path:
             mf = d / "meta.json"
             if mf.is_file():
                 try:
-                    if json.loads(mf.read_text()).get("run_id") == ref:
+                    if json.loads(mf.read_text(encoding="utf-8")).get("run_id") == ref:
                         return d
-                except json.JSONDecodeError:
+                except (OSError, ValueError, AttributeError, RecursionError):  # a damaged record is not this run
                     continue
     known = sorted(d.name for d in root.iterdir()) if root.is_dir() else []
     hint = f"; known runs: {', '.join(known[-5:])}" if known else "; this home has no runs yet"
@@ -263,6 +298,7 @@ def grpo_config(harness: HarnessSpec, output_dir: Path, max_steps: int, spec: Jo
         data_seed=spec.seed,
         dataloader_num_workers=0,
         ignore_data_skip=False,
+        shuffle_dataset=False,  # the segment's problems are drawn in a seeded random order (data.segment_problems)
         max_tool_calling_iterations=max_tool_calling_iterations,
         **_device_args(),
     )
@@ -276,8 +312,15 @@ def run_job(
     fork: str | None = None,
     progress: Callable[[int, int, dict[str, Any]], None] | None = None,
     log: Callable[[str], None] | None = None,
+    stop_at: int | None = None,
 ) -> JobResult:
-    """Run (or resume, or fork) one job to completion. Validates everything before writing anything."""
+    """Run (or resume, or fork) one job to completion. Validates everything before writing anything.
+
+    ``stop_at`` pauses the job at that global step instead: it checkpoints there, is recorded ``paused``,
+    and a later ``resume`` goes on towards its target exactly as an uninterrupted job would (the dataset,
+    schedule and RNG state are the target's, so pausing changes nothing). Backtests train their branches
+    this way, one look at a time, and stop the ones whose answer is already known.
+    """
     from evotrainer.tasks import get_task
 
     t_start = time.perf_counter()
@@ -288,12 +331,12 @@ def run_job(
     # ---- validate and resolve (nothing is written before this block ends) ------------------------
     if resume:
         run_dir = resolve_run(home, resume)
-        meta = _read_meta(run_dir)
-        spec = JobSpec.model_validate(meta["spec"])
-        harness = HarnessSpec.model_validate(meta["harness"])
-        target = meta["target_step"]
+        meta, spec, harness, target = _resume_record(run_dir)
     else:
+        if spec.name is not None:
+            check_name(spec.name, "run name (--name)")  # a name is a folder under HOME/jobs: never a path
         harness = load_harness(spec.harness)
+        Registry(harness)  # gates and diagnostics.params must name diagnostics that exist (with their parameters)
         meta = None
         target = spec.steps
     task = get_task(spec.task, spec.task_options)
@@ -311,6 +354,11 @@ def run_job(
     if fork:
         parent_dir, parent_step, fork_src = _parse_fork(home, fork)
         target = parent_step + spec.steps
+    if stop_at is not None:
+        first = (parent_step or 0) if meta is None else int(meta.get("paused_at") or meta["start_step"])
+        if not first < stop_at <= target:
+            raise ConfigError(f"stop_at={stop_at} must lie after the job's current step {first} and at most at its "
+                              f"target step {target}")
     from evotrainer.policy import base_policy_dir
     from evotrainer.tracking import Tracker
 
@@ -335,8 +383,8 @@ def run_job(
     # ---- create or reopen the run (see jobs/jobdir.py: complete or absent, one writer) ----------------
     if meta is None:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
-        hname = Path(spec.harness).stem
-        name = spec.name or f"{spec.task.replace(':', '.')}__{hname}__s{spec.seed}__{stamp}"
+        hname = to_name(Path(spec.harness).stem, "harness")
+        name = spec.name or f"{to_name(spec.task.replace(':', '.'), 'task')}__{hname}__s{spec.seed}__{stamp}"
         run_dir = jobs_dir(home) / name
         if run_dir.exists() and not (run_dir / "meta.json").exists() and not is_locked(run_dir):
             shutil.rmtree(run_dir)  # debris of a creation (by an older release) killed before its meta.json
@@ -426,7 +474,7 @@ def run_job(
 
     try:
         result = _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_ckpt, start_step, target,
-                        diff, progress, say, t_start)
+                        diff, progress, say, t_start, stop_at)
     except BaseException as err:  # record the failure, keep everything, re-raise as a clear error
         meta["status"] = "failed" if not isinstance(err, KeyboardInterrupt) else "interrupted"
         meta["error"] = f"{type(err).__name__}: {err}"
@@ -447,7 +495,7 @@ def run_job(
 
 
 def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_ckpt, start_step, target, diff,
-           progress, say, t_start) -> JobResult:
+           progress, say, t_start, stop_at=None) -> JobResult:
     import warnings
 
     # TRL 1.16 calls transformers APIs deprecated for v6 on every step; the warnings say nothing to our users.
@@ -484,7 +532,12 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     # the same order (common random numbers), so their difference measures the change rather than the data.
     seg_seed = int(hashlib.sha256(f"{spec.seed}:{meta['start_step']}".encode()).hexdigest()[:8], 16)
     n_needed = (target - meta["start_step"]) * harness.grpo.prompts_per_step
-    dataset = to_dataset(segment_problems(pool, w, n_needed, seg_seed), conversational=env_factory is not None)
+    problems = segment_problems(pool, w, n_needed, seg_seed)  # already in a random order: TRL does not reshuffle
+    # A fork continues its parent's step numbering, and the Trainer skips global_step batches when it resumes from
+    # a checkpoint. Padding the dataset with the batches the parent consumed makes that skip land exactly on the
+    # next unused batch of this job, for a fresh fork, a resume after kill -9, and a paused backtest branch alike.
+    pad = meta["start_step"] * harness.grpo.prompts_per_step // harness.grpo.num_iterations
+    dataset = to_dataset(problems[:1] * pad + problems, conversational=env_factory is not None)
     (run_dir / "data_report.json").write_text(json.dumps(data_report, indent=2))
 
     eval_problems = heldout_problems(task, spec.eval) if spec.eval.every else []
@@ -516,8 +569,6 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
             progress(step, target, last)
 
     args = grpo_config(harness, run_dir / "trainer", target, spec, weights, rounds)
-    if resume_ckpt is not None and meta.get("parent_step") == start_step:
-        args.ignore_data_skip = True  # a fresh fork: its dataset is new, nothing to skip
     trainer = EvoGRPOTrainer(
         model=model, reward_funcs=funcs, args=args, train_dataset=dataset, processing_class=tokenizer, recorder=recorder,
         **env_args,
@@ -528,7 +579,8 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     trainer.remove_callback(ProgressCallback)
     cb = EvidenceCallback(
         run_dir, recorder, _log, _on_ckpt, _eval if spec.eval.every else None, spec.eval.every, spec.eval.at_start, target,
-        skip_upto=tracker.max_step(run_id, "loss"), progress=_progress,
+        skip_upto=tracker.max_step(run_id, "loss"), progress=_progress, stop_at=stop_at,
+        first_step=meta["start_step"],
     )
     trainer.add_callback(cb)
     setup_s = time.perf_counter() - t_start
@@ -541,14 +593,19 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
 
     ckpts = complete_checkpoints(run_dir)
     final = ckpts.get(target) or (ckpts[max(ckpts)] if ckpts else None)
+    paused = trainer.state.global_step < target
     for f in ("metrics.jsonl", "data_report.json"):
-        if (run_dir / f).exists():
+        if (run_dir / f).exists() and not paused:
             tracker.log_artifact(run_id, run_dir / f)
-    meta["status"] = "finished"
+    meta["status"] = "paused" if paused else "finished"
     meta["steps_done"] = trainer.state.global_step
+    if paused:
+        meta["paused_at"] = trainer.state.global_step
+    else:
+        meta.pop("paused_at", None)
     meta.pop("error", None)
     _write_meta(run_dir, meta)
-    tracker.end_run(run_id, "FINISHED")
+    tracker.end_run(run_id, "FINISHED")  # a resume reopens it
 
     from evotrainer.evidence import read_metrics
 
@@ -568,7 +625,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
         evidence={"metrics": str(run_dir / "metrics.jsonl"), "rollouts": str(run_dir / "rollouts"),
                   "mlflow": tracker.uri},
         metrics=last,
-        status="finished",
+        status=meta["status"],
         seconds=round(time.perf_counter() - t_start, 2),
         train_seconds=round(train_s, 2),
         eval_seconds=round(cb.eval_seconds, 2),

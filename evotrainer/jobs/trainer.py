@@ -75,13 +75,17 @@ class EvidenceCallback(TrainerCallback):
         max_steps: int,
         skip_upto: int,
         progress: Callable[[int, dict[str, Any]], None] | None = None,
+        stop_at: int | None = None,
+        first_step: int = 0,
     ):
         self.run_dir, self.recorder = run_dir, recorder
         self.log_metrics, self.on_checkpoint = log_metrics, on_checkpoint
         self.evaluate, self.eval_every, self.max_steps = evaluate, eval_every, max_steps
         self.eval_at_start = eval_at_start
+        self.first_step = first_step  # the job's own start (its fork point): the only step eval_at_start means
         self.skip_upto = skip_upto  # MLflow already has steps ≤ this (resume after a crash)
         self.progress = progress
+        self.stop_at = stop_at  # pause here: checkpoint and stop (a resume goes on to max_steps)
         self.last: dict[str, Any] = {}
         self.step_times: list[float] = []
         self._t = time.perf_counter()
@@ -103,7 +107,10 @@ class EvidenceCallback(TrainerCallback):
         self.eval_seconds += time.perf_counter() - t
 
     def on_train_begin(self, args, state, control, **kw):
-        if self.eval_every and self.eval_at_start and state.global_step not in self._eval_steps_done():
+        # only at the job's own start (also when a kill came before that evaluation was written), never at a
+        # resumed or paused step: an extra evaluation there would draw from the RNG and change the run
+        if self.eval_every and self.eval_at_start and state.global_step == self.first_step \
+                and state.global_step not in self._eval_steps_done():
             self._run_eval(state.global_step)
         self._t = time.perf_counter()
 
@@ -147,6 +154,9 @@ class EvidenceCallback(TrainerCallback):
         step = state.global_step
         if self.eval_every and (step % self.eval_every == 0 or step == self.max_steps):
             self._run_eval(step)
+        if self.stop_at is not None and step >= self.stop_at and step < self.max_steps:
+            control.should_save = True
+            control.should_training_stop = True
         return control
 
     def on_save(self, args, state, control, **kw):
