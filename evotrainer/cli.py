@@ -139,13 +139,15 @@ def train_cmd(
 
 @harness_app.command("validate")
 def harness_validate(files: list[Path] = typer.Argument(..., help="Harness YAML files."), as_json: bool = JsonOpt) -> None:
-    """Validate harness files; exit 2 on the first invalid one."""
+    """Validate harness files (and the diagnostics their gates and params name); exit 2 on the first invalid one."""
     from evotrainer.config import load_harness
+    from evotrainer.diagnostics.registry import Registry
 
     def body() -> None:
         out = []
         for f in files:
             h = load_harness(f)
+            Registry(h)  # a gate or diagnostics.params entry must name a diagnostic that exists, with its parameters
             out.append({"file": str(f), "name": h.name, "version": h.version})
         if as_json:
             _emit_json({"harnesses": out})

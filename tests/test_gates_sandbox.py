@@ -73,7 +73,7 @@ def test_gate_fails_closed_when_a_rule_cannot_decide(tmp_path):
 def test_registry_rejects_unknown_names_and_shadowing(tmp_path):
     with pytest.raises(ConfigError, match="unknown diagnostic 'nope'"):
         Registry(_harness(tmp_path, "diagnostics:\n  gate: [{diagnostic: nope}]\n"))
-    with pytest.raises(ConfigError, match="unknown diagnostics"):
+    with pytest.raises(ConfigError, match="diagnostics.params.nope: unknown diagnostic 'nope'"):
         Registry(_harness(tmp_path, "diagnostics:\n  params: {nope: {x: 1}}\n"))
     (tmp_path / "shadow.py").write_text(USER_DIAG.replace('"high_reward"', '"nan"'))
     with pytest.raises(ConfigError, match="already taken"):

@@ -4,6 +4,11 @@ A harness names user diagnostics by file (``diagnostics.user``). Trusted files (
 imported in-process like any plugin. Untrusted files (an LLM's revision, a colleague's snippet you have
 not read) are never imported here: they are wrapped in :class:`SandboxedDiagnostic`, which runs them in a
 separate process with time, memory and network limits (see :mod:`evotrainer.diagnostics.sandbox`).
+
+Building a ``Registry`` is also how a harness's diagnostics section is validated against what exists: every
+gate entry and every ``diagnostics.params`` key must name a registered diagnostic, and every parameter must be
+one that diagnostic declares, with a valid value. A misspelt exploit gate would otherwise be silently no gate.
+Errors name the harness file (``HarnessSpec.source_file``), the field, and the list of what exists.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import inspect
 import sys
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from evotrainer.config import HarnessSpec
 from evotrainer.diagnostics.base import SEVERITY_RANK, Diagnostic, Finding
@@ -74,6 +81,7 @@ class Registry:
         self.harness = harness or HarnessSpec()
         self.classes: dict[str, type[Diagnostic]] = builtin_diagnostics()
         self.untrusted: dict[str, Path] = {}
+        self.untrusted_params: dict[str, list[str] | None] = {}  # parameter names the sandbox reported
         base = Path(self.harness.source_dir or ".")
         for ud in self.harness.diagnostics.user:
             path = (base / ud.path).resolve() if not Path(ud.path).is_absolute() else Path(ud.path)
@@ -84,17 +92,47 @@ class Registry:
             else:
                 if not path.is_file():
                     raise ConfigError(f"user diagnostic file not found: {path}")
-                from evotrainer.diagnostics.sandbox import list_names
+                from evotrainer.diagnostics.sandbox import list_diagnostics
 
-                for name in list_names(path):
+                for name, pnames in list_diagnostics(path).items():
                     self._check_new(name, path)
                     self.untrusted[name] = path
-        unknown = set(self.harness.diagnostics.params) - set(self.names())
-        if unknown:
-            raise ConfigError(f"diagnostics.params names unknown diagnostics {sorted(unknown)}; known: {', '.join(self.names())}")
-        for rule in self.harness.diagnostics.gate:
+                    self.untrusted_params[name] = pnames
+        self._check_harness()
+
+    def _check_harness(self) -> None:
+        """Every gate entry and ``diagnostics.params`` key names a registered diagnostic; every parameter is one
+        it declares, with a valid value. ConfigError naming the harness file, the field and what exists."""
+        d = self.harness.diagnostics
+        src = f"{self.harness.source_file}: " if self.harness.source_file else ""
+        known = (f"known diagnostics (built-in, and this harness's diagnostics.user files): {', '.join(self.names())}"
+                 " (see `evotrainer diagnostics list`)")
+        for i, rule in enumerate(d.gate):
             if rule.diagnostic not in self.names():
-                raise ConfigError(f"diagnostics.gate names unknown diagnostic '{rule.diagnostic}'; known: {', '.join(self.names())}")
+                raise ConfigError(f"{src}diagnostics.gate[{i}].diagnostic: unknown diagnostic '{rule.diagnostic}', so "
+                                  f"this gate would never fail; {known}")
+        for name, params in d.params.items():
+            if name not in self.names():
+                raise ConfigError(f"{src}diagnostics.params.{name}: unknown diagnostic '{name}'; {known}")
+            model = getattr(self.classes[name], "Params", None) if name in self.classes else None
+            fields = getattr(model, "model_fields", None)
+            allowed = list(fields) if isinstance(fields, dict) else self.untrusted_params.get(name)
+            if allowed is None:
+                continue  # a sandboxed (or unusual) diagnostic that does not say; its own Params checks when it runs
+            takes = f"its parameters: {', '.join(allowed)}" if allowed else "it takes no parameters"
+            for key in params:
+                if key not in allowed:
+                    raise ConfigError(f"{src}diagnostics.params.{name}.{key}: unknown parameter of '{name}'; {takes}")
+            if isinstance(fields, dict):
+                try:
+                    model.model_validate(params)
+                except ValidationError as err:
+                    e = err.errors()[0]
+                    where = ".".join(str(x) for x in e["loc"])
+                    got = repr(e.get("input"))
+                    raise ConfigError(f"{src}diagnostics.params.{name}.{where}: {e['msg']} (got "
+                                      f"{got if len(got) <= 80 else got[:79] + '…'}); {takes} (see `evotrainer "
+                                      "diagnostics list`)") from None
 
     def _check_new(self, name: str, path: Path) -> None:
         if name in self.classes or name in self.untrusted:

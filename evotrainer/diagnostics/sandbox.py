@@ -118,6 +118,12 @@ def run_sandboxed(path: Path, name: str, params: dict[str, Any], ev, timeout_s: 
 
 def list_names(path: Path, timeout_s: float = 30.0) -> list[str]:
     """Names of the diagnostics an untrusted file defines (learned in the sandbox, not by importing it)."""
+    return list(list_diagnostics(path, timeout_s))
+
+
+def list_diagnostics(path: Path, timeout_s: float = 30.0) -> dict[str, list[str] | None]:
+    """The diagnostics an untrusted file defines, each with its parameter names (None when the child could not
+    say), learned in the sandbox. The child's answer is untrusted too: anything but identifiers is dropped."""
     from evotrainer.errors import ConfigError
 
     with tempfile.TemporaryDirectory(prefix="evo-sandbox-") as tmp:
@@ -125,12 +131,15 @@ def list_names(path: Path, timeout_s: float = 30.0) -> list[str]:
         (work / "diagnostic.py").write_bytes(Path(path).read_bytes())
         code, out, err = _spawn(["list"], work, timeout_s, 1024)
     try:
-        names = json.loads(out.strip().splitlines()[-1])["names"] if code == 0 else None
-    except (json.JSONDecodeError, KeyError, IndexError):
-        names = None
-    if not names or not all(isinstance(n, str) and n.isidentifier() for n in names):
+        doc = json.loads(out.strip().splitlines()[-1]) if code == 0 else {}
+        names, params = doc["names"], doc.get("params")
+    except (json.JSONDecodeError, KeyError, IndexError, TypeError):
+        names, params = None, None
+    if not names or not isinstance(names, list) or not all(isinstance(n, str) and n.isidentifier() for n in names):
         raise ConfigError(f"untrusted diagnostic file {path} defines no usable Diagnostic ({err.strip()[-300:] or 'no names'})")
-    return names
+    params = params if isinstance(params, dict) else {}
+    ok = lambda v: isinstance(v, list) and all(isinstance(x, str) and x.isidentifier() for x in v)  # noqa: E731
+    return {n: params[n] if ok(params.get(n)) else None for n in names}
 
 
 # ---------------------------------------------------------------------------------------------- the child
@@ -166,7 +175,9 @@ def _child(argv: list[str]) -> int:
     classes = {c.name: c for c in vars(module).values()
                if inspect.isclass(c) and issubclass(c, Diagnostic) and c is not Diagnostic and getattr(c, "name", None)}
     if argv[0] == "list":
-        print(json.dumps({"names": sorted(classes), "network": mode}))
+        fields = {n: getattr(getattr(c, "Params", None), "model_fields", None) for n, c in classes.items()}
+        params = {n: sorted(f) if isinstance(f, dict) else None for n, f in fields.items()}
+        print(json.dumps({"names": sorted(classes), "params": params, "network": mode}))
         return 0
     findings = classes[argv[1]](params).run(ev)
     print(json.dumps({"findings": [f.model_dump(mode="json") for f in findings], "network": mode}))
