@@ -210,7 +210,7 @@ def diagnose_cmd(
     from evotrainer.diagnostics.registry import Registry
     from evotrainer.errors import ConfigError
     from evotrainer.home import resolve_home
-    from evotrainer.readers import load_evidence
+    from evotrainer.readers import describe_skipped, load_evidence, require_readable
 
     def body() -> None:
         if fail_on is not None and fail_on not in ("warning", "critical"):
@@ -220,7 +220,9 @@ def diagnose_cmd(
         names = list(only) or None
         for n in names or []:
             registry.get(n)  # unknown names fail here with the list of known ones
-        ev = load_evidence(run, resolve_home(home))
+        ev = require_readable(load_evidence(run, resolve_home(home)), run)  # exit 2 when nothing could be read
+        unread = describe_skipped(ev)  # what could not be read is always said, never a silent "no finding"
+        empty = not len(ev.rollouts) and (not len(ev.metrics) or "step" not in ev.metrics)
         findings = registry.run(ev, names)
         if as_json:
             _emit_json({"findings": [f.model_dump(mode="json") for f in findings], "evidence": ev.summary()})
@@ -228,6 +230,8 @@ def diagnose_cmd(
             summ = ev.summary()
             out_console.print(f"[bold]{escape(summ['run'] or run)}[/] ({summ['source']}): {summ['steps']} steps, "
                               f"{summ['rollouts']} rollouts")
+            if unread:
+                out_console.print(f"[yellow]{escape(unread)}[/]", highlight=False)
             colours = {"critical": "red", "warning": "yellow", "info": "dim"}
             shown = [f for f in findings if f.severity != "info"]
             for f in findings:
@@ -243,12 +247,22 @@ def diagnose_cmd(
                 for ex in f.examples[:3]:
                     # rollout text is untrusted: escaped, never interpreted as markup
                     out_console.print(f"          [dim]step {ex.step}[/] {escape(repr(ex.prompt))} → {escape(repr(ex.completion))}")
-            if not shown:
+            if not shown and empty:
+                out_console.print("[yellow]nothing to diagnose: the run has no metric step and no rollout yet[/]")
+            elif not shown and unread:
+                out_console.print("[yellow]nothing flagged in the evidence that could be read (the files above could "
+                                  "not be)[/]")
+            elif not shown:
                 out_console.print("[green]no warning or critical finding[/]")
             skipped = [f.diagnostic for f in findings if f.severity == "info" and f.confidence == 0.0]
             if skipped:
                 out_console.print(f"[dim]not enough evidence for: {', '.join(sorted(set(skipped)))}[/]")
         if fail_on is not None and any(SEVERITY_RANK[f.severity] >= SEVERITY_RANK[fail_on] for f in findings):
+            raise typer.Exit(code=1)
+        if fail_on is not None and (empty or ev.meta.get("unreadable")):  # a gate does not pass on what it could not read
+            err_console.print(f"--fail-on {fail_on}: failed, because "
+                              + ("the run has no evidence yet" if empty else "some evidence files could not be read"),
+                              highlight=False)
             raise typer.Exit(code=1)
 
     _guard(body)

@@ -224,6 +224,9 @@ class Evidence:
         }
         if len(self.rollouts) and "correct" in self.rollouts and self.rollouts["correct"].notna().any():
             out["accuracy"] = float(self.rollouts["correct"].dropna().astype(float).mean())
+        if isinstance(self.meta, dict) and self.meta.get("skipped"):  # what a reader could not read (readers.py)
+            out["skipped"] = [str(x) for x in self.meta["skipped"]]
+            out["unreadable"] = [str(x) for x in self.meta.get("unreadable") or []]
         return out
 
 

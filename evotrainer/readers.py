@@ -4,7 +4,10 @@ Why: diagnostics read one evidence model (metrics under TRL's names, rollouts in
 columns) and never care who made the run. Each reader maps its tool's files onto that model and leaves
 out what the tool does not record (a missing ``correct`` column makes diagnostics say "not enough
 evidence" instead of guessing). Unreadable files and malformed lines are skipped and listed in
-``Evidence.meta["skipped"]`` ("path: reason"); nothing here executes or unpickles anything.
+``Evidence.meta["skipped"]`` ("path: reason" or "path:line: reason"); the files of which nothing at all could be
+read are also in ``Evidence.meta["unreadable"]``. :func:`require_readable` turns evidence that is all unreadable
+into an error (``diagnose`` must not report "no finding" on files it could not read); nothing here executes or
+unpickles anything.
 
 **TRL** (``GRPOTrainer`` output dir, ``log_completions=True``): ``completions/completions_{step:05d}.parquet``
 with columns ``step, prompt, completion, <reward function names>, <log_extra columns>, advantage`` (prompt and
@@ -59,8 +62,8 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from evotrainer.errors import RunNotFound
-from evotrainer.evidence import ROLLOUT_SCHEMA, Evidence, load_run_evidence, read_metrics
+from evotrainer.errors import RunNotFound, UnreadableEvidence
+from evotrainer.evidence import ROLLOUT_SCHEMA, Evidence, load_run_evidence
 
 VERL_METRICS: tuple[tuple[str, str], ...] = (  # (verl key, TRL key); the first present source wins
     ("critic/score/mean", "reward"),
@@ -116,6 +119,47 @@ def load_evidence(ref: str | Path, home: Path | None = None) -> Evidence:
     raise RunNotFound(f"no run '{ref}'{where}; accepted: {ACCEPTED}")
 
 
+def require_readable(ev: Evidence, ref: str | Path) -> Evidence:
+    """``ev`` if anything was read or nothing failed; UnreadableEvidence naming the files (and why) when there were
+    files and none of them could be read: no metric step and no rollout."""
+    empty = not len(ev.rollouts) and (not len(ev.metrics) or "step" not in ev.metrics)
+    skipped = ev.meta.get("skipped") or []
+    if empty and skipped:
+        raise UnreadableEvidence(f"{ref}: no evidence could be read; {describe_skipped(ev)}")
+    return ev
+
+
+def describe_skipped(ev: Evidence, limit: int = 8) -> str | None:
+    """One line for what the reader had to skip ("could not read 3 files: a (why); b (why)..."), or None."""
+    skipped = [str(x) for x in ev.meta.get("skipped") or []]
+    if not skipped:
+        return None
+    files = ev.meta.get("unreadable") or []
+    lines = len(skipped) - len(files)
+    what = ", ".join(x for x in (f"{len(files)} file{'s' * (len(files) != 1)}" if files else "",
+                                 f"{lines} line{'s' * (lines != 1)}" if lines > 0 else "") if x)
+    shown = "; ".join(skipped[:limit]) + (f"; and {len(skipped) - limit} more" if len(skipped) > limit else "")
+    return f"could not read {what}: {shown}"
+
+
+class _Skips:
+    """What a reader could not read: ``entries`` ('path: why' or 'path:line: why') and the whole ``files``."""
+
+    def __init__(self) -> None:
+        self.entries: list[str] = []
+        self.files: list[str] = []
+
+    def line(self, path: Path, i: int, why: str) -> None:
+        self.entries.append(f"{path}:{i}: {why}")
+
+    def file(self, path: Path, why: str) -> None:
+        self.entries.append(f"{path}: {why}")
+        self.files.append(str(path))
+
+    def meta(self) -> dict[str, list[str]]:
+        return {"skipped": self.entries, "unreadable": self.files}
+
+
 # ---------------------------------------------------------------------------------------------- helpers
 def _text(x: Any) -> str:
     """A prompt or completion as text: strings as is, conversations as 'role: content' lines."""
@@ -124,6 +168,8 @@ def _text(x: Any) -> str:
     if isinstance(x, dict):
         c = x.get("content", x.get("text", ""))
         return c if isinstance(c, str) else " ".join(_text(b) for b in (c if c is not None else []))
+    if not isinstance(x, (list, tuple, np.ndarray)):
+        return str(x)  # a number or anything else a hostile file holds: shown, never interpreted
     msgs = list(x)  # list or numpy array (pyarrow's reading of a list<struct> column)
     if len(msgs) == 1:
         return _text(msgs[0])
@@ -172,35 +218,54 @@ def _metrics_frame(rows: dict[int, dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame([rows[s] for s in sorted(rows)]).reset_index(drop=True)
 
 
-def _read_jsonl(path: Path, skipped: list[str]) -> list[dict[str, Any]]:
+def _read_jsonl(path: Path, skips: _Skips) -> list[dict[str, Any]]:
+    """The JSON objects of a .jsonl file, one per line; a file none of whose lines is one counts as unreadable."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
-        skipped.append(f"{path}: {e}")
+        skips.file(path, f"{type(e).__name__}: {e}")
         return []
-    out = []
+    out, bad = [], []
     for i, ln in enumerate(lines, 1):
         if not ln.strip():
             continue
         try:
             rec = json.loads(ln)
-        except json.JSONDecodeError as e:
-            skipped.append(f"{path}:{i}: malformed JSON ({e.msg})")
+        except (json.JSONDecodeError, RecursionError) as e:
+            bad.append((i, f"malformed JSON ({getattr(e, 'msg', 'nested too deeply')})"))
             continue
         if isinstance(rec, dict):
             out.append(rec)
         else:
-            skipped.append(f"{path}:{i}: not a JSON object")
+            bad.append((i, "not a JSON object"))
+    if bad and not out:
+        skips.file(path, f"no line is a JSON object ({len(bad)} malformed; line {bad[0][0]}: {bad[0][1]})")
+    else:
+        for i, why in bad:
+            skips.line(path, i, why)
     return out
 
 
-def _read_parquets(files, skipped: list[str]) -> list[pd.DataFrame]:
+def _read_json_object(path: Path, skips: _Skips) -> dict[str, Any]:
+    """A JSON file holding one object; {} (and the file recorded as unreadable) otherwise."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        skips.file(path, f"{type(e).__name__}: {e}")
+        return {}
+    if not isinstance(doc, dict):
+        skips.file(path, f"not a JSON object (a {type(doc).__name__})")
+        return {}
+    return doc
+
+
+def _read_parquets(files, skips: _Skips) -> list[pd.DataFrame]:
     frames = []
     for f in files:
         try:
             frames.append(pq.read_table(f).to_pandas())
         except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a damaged file
-            skipped.append(f"{f}: {type(e).__name__}: {e}")
+            skips.file(f, f"{type(e).__name__}: {e}")
     return frames
 
 
@@ -210,22 +275,35 @@ def _empty_rollouts() -> pd.DataFrame:
 
 # ------------------------------------------------------------------------------------- our jobs, MLflow
 def _job_evidence(run_dir: Path) -> Evidence:
-    try:
+    try:  # the fast path: every file sound
         ev = load_run_evidence(run_dir)
-        ev.meta.setdefault("skipped", [])
-        return ev
-    except (OSError, ValueError):  # a damaged meta.json or Parquet file: read what can be read, file by file
+        mfile = run_dir / "metrics.jsonl"
+        if isinstance(ev.meta, dict) and (len(ev.metrics) or not mfile.is_file() or not mfile.stat().st_size):
+            ev.meta.setdefault("skipped", [])
+            ev.meta.setdefault("unreadable", [])
+            return ev
+    except Exception:  # noqa: BLE001 - a damaged meta.json, metrics.jsonl or Parquet file: read file by file below
         pass
-    skipped: list[str] = []
-    try:
-        meta = json.loads((run_dir / "meta.json").read_text())
-    except (OSError, ValueError) as e:
-        meta = {}
-        skipped.append(f"{run_dir / 'meta.json'}: {e}")
-    frames = _read_parquets(sorted((run_dir / "rollouts").glob("step_*.parquet")), skipped)
+    skips = _Skips()
+    meta = _read_json_object(run_dir / "meta.json", skips)
+    rows: dict[int, dict[str, Any]] = {}
+    mfile = run_dir / "metrics.jsonl"
+    records = _read_jsonl(mfile, skips) if mfile.is_file() else []
+    for rec in records:
+        if isinstance(rec.get("step"), int) and not isinstance(rec["step"], bool):
+            rows.setdefault(rec["step"], {}).update(rec)
+    if len(rows) < len(records):
+        n = len(records) - sum(1 for r in records if isinstance(r.get("step"), int) and not isinstance(r["step"], bool))
+        why = f"{n} record{'s' * (n != 1)} without an integer step"
+        if rows:
+            skips.entries.append(f"{mfile}: {why}")
+        else:
+            skips.file(mfile, why)
+    frames = _read_parquets(sorted((run_dir / "rollouts").glob("step_*.parquet")), skips)
     rollouts = pd.concat(frames, ignore_index=True) if frames else ROLLOUT_SCHEMA.empty_table().to_pandas()
-    return Evidence(metrics=read_metrics(run_dir), rollouts=rollouts, source="evotrainer",
-                    run=meta.get("name", run_dir.name), meta={**meta, "skipped": skipped})
+    name = meta.get("name") if isinstance(meta.get("name"), str) else run_dir.name
+    return Evidence(metrics=_metrics_frame(rows), rollouts=rollouts, source="evotrainer", run=name,
+                    meta={**meta, **skips.meta()})
 
 
 def read_mlflow_run(run_id: str, home: Path) -> Evidence:
@@ -247,18 +325,18 @@ def read_mlflow_run(run_id: str, home: Path) -> Evidence:
     for key in run.data.metrics:
         for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.timestamp):
             rows.setdefault(int(m.step), {"step": int(m.step)})[key] = m.value
-    skipped: list[str] = []
+    skips = _Skips()
     with tempfile.TemporaryDirectory() as tmp:
         files: list[Path] = []
         try:
             if client.list_artifacts(run_id, "rollouts"):
                 files = sorted(Path(client.download_artifacts(run_id, "rollouts", tmp)).glob("*.parquet"))
         except (MlflowException, OSError) as e:
-            skipped.append(f"mlflow:{run_id}/rollouts: {e}")
-        frames = _read_parquets(files, skipped)
+            skips.file(Path(f"mlflow:{run_id}/rollouts"), str(e))
+        frames = _read_parquets(files, skips)
     rollouts = pd.concat(frames, ignore_index=True) if frames else ROLLOUT_SCHEMA.empty_table().to_pandas()
     meta = {"run_id": run_id, "tracking_uri": tracking_uri(home), "status": run.info.status,
-            "tags": dict(run.data.tags), "skipped": skipped}
+            "tags": dict(run.data.tags), **skips.meta()}
     return Evidence(metrics=_metrics_frame(rows), rollouts=rollouts, source="mlflow",
                     run=run.info.run_name or run_id, meta=meta)
 
@@ -278,39 +356,43 @@ def _trl_state_file(path: Path) -> Path | None:
 def _global_step(state_file: Path) -> int:
     try:
         return int(json.loads(state_file.read_text()).get("global_step", -1))
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, TypeError, RecursionError):
         return -1
 
 
 def read_trl_dir(path: str | Path) -> Evidence:
     path = Path(path)
-    skipped: list[str] = []
+    skips = _Skips()
     state_file = _trl_state_file(path)
     files = sorted((path / "completions").glob("completions_*.parquet"))
     if state_file is None and not files:
         raise RunNotFound(f"{path} is not a TRL output dir: no trainer_state.json (top level or checkpoint-*/) "
                           "and no completions/completions_*.parquet (set log_completions=True)")
-    history: list[Any] = []
+    history: Any = []
     if state_file is not None:
-        try:
-            history = json.loads(state_file.read_text()).get("log_history", [])
-        except (OSError, ValueError, AttributeError) as e:
-            skipped.append(f"{state_file}: {e}")
+        history = _read_json_object(state_file, skips).get("log_history", [])
+        if not isinstance(history, list):
+            skips.file(state_file, f"log_history is not a list (a {type(history).__name__})")
+            history = []
     rows: dict[int, dict[str, Any]] = {}
     for e in history:  # train and eval_* entries merge by step; the final train_runtime summary is dropped
-        if isinstance(e, dict) and "step" in e and "train_runtime" not in e:
-            rows.setdefault(int(e["step"]), {"step": int(e["step"])}).update({k: v for k, v in e.items() if k != "step"})
+        step = e.get("step") if isinstance(e, dict) else None
+        if isinstance(step, int) and not isinstance(step, bool) and "train_runtime" not in e:
+            rows.setdefault(step, {"step": step}).update({k: v for k, v in e.items() if k != "step"})
     names = list(dict.fromkeys(k[len("rewards/"):-len("/mean")] for r in rows.values() for k in r
                                if k.startswith("rewards/") and k.endswith("/mean")))
     frames = []
-    for f, raw in zip(files, _read_parquets(files, skipped)):
+    for f in files:
+        raw = next(iter(_read_parquets([f], skips)), None)
+        if raw is None:
+            continue
         if {"step", "prompt", "completion"} <= set(raw.columns):
             frames.append(raw)
         else:
-            skipped.append(f"{f}: missing step/prompt/completion columns")
+            skips.file(f, "missing step/prompt/completion columns")
     rollouts = _trl_rollouts(pd.concat(frames, ignore_index=True), names) if frames else _empty_rollouts()
     meta = {"path": str(path), "trainer_state": str(state_file) if state_file else None,
-            "reward_functions": names, "skipped": skipped}
+            "reward_functions": names, **skips.meta()}
     return Evidence(metrics=_metrics_frame(rows), rollouts=rollouts, source="trl", run=path.name, meta=meta)
 
 
@@ -318,7 +400,8 @@ def _trl_rollouts(raw: pd.DataFrame, names: list[str]) -> pd.DataFrame:
     known = set(CORRECT_KEYS + LENGTH_KEYS + TRUNCATED_KEYS) | {"step", "advantage"}
     rcols = [n for n in names if n in raw] or [  # without trainer_state.json: the float columns
         c for c in raw.columns if c not in known and pd.api.types.is_float_dtype(raw[c])]
-    out = pd.DataFrame({"step": raw["step"].astype("int64"), "prompt": raw["prompt"].map(_text),
+    out = pd.DataFrame({"step": pd.to_numeric(raw["step"], errors="coerce").fillna(-1).astype("int64"),
+                        "prompt": raw["prompt"].map(_text),
                         "completion": raw["completion"].map(_text)})
     for c in rcols:
         out[f"reward_{c}"] = pd.to_numeric(raw[c], errors="coerce")
@@ -357,7 +440,7 @@ def _verl_metric_files(path: Path) -> list[Path]:
             with open(f, encoding="utf-8") as fh:
                 first = next((ln for ln in fh if ln.strip()), "")
             rec = json.loads(first)
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
         if isinstance(rec, dict) and "step" in rec and isinstance(rec.get("data"), dict):
             out.append(f)
@@ -366,7 +449,7 @@ def _verl_metric_files(path: Path) -> list[Path]:
 
 def read_verl_dir(path: str | Path) -> Evidence:
     path = Path(path)
-    skipped: list[str] = []
+    skips = _Skips()
     rdir = _verl_rollout_dir(path) if path.is_dir() else None
     mfiles = _verl_metric_files(path) if path.is_dir() else []
     if rdir is None and not mfiles:
@@ -374,9 +457,9 @@ def read_verl_dir(path: str | Path) -> Evidence:
                           "and no file-logger .jsonl with {\"step\": N, \"data\": {...}} lines, here or one level down")
     rows: dict[int, dict[str, Any]] = {}
     for f in mfiles:
-        for rec in _read_jsonl(f, skipped):
+        for rec in _read_jsonl(f, skips):
             if not isinstance(rec.get("data"), dict) or not isinstance(rec.get("step"), int):
-                skipped.append(f"{f}: a line without an integer step and a data object")
+                skips.entries.append(f"{f}: a line without an integer step and a data object")
                 continue
             data = {k: v for k, v in rec["data"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
             for src, dst in VERL_METRICS:
@@ -385,7 +468,7 @@ def read_verl_dir(path: str | Path) -> Evidence:
             rows.setdefault(rec["step"], {"step": rec["step"]}).update(data)
     records = []
     for f in _numbered(rdir) if rdir else []:
-        for rec in _read_jsonl(f, skipped):
+        for rec in _read_jsonl(f, skips):
             rec.setdefault("step", int(f.stem))
             records.append(rec)
     if records:
@@ -399,5 +482,5 @@ def read_verl_dir(path: str | Path) -> Evidence:
     else:
         rollouts = _empty_rollouts()
     meta = {"path": str(path), "rollout_dir": str(rdir) if rdir else None,
-            "metric_files": [str(f) for f in mfiles], "skipped": skipped}
+            "metric_files": [str(f) for f in mfiles], **skips.meta()}
     return Evidence(metrics=_metrics_frame(rows), rollouts=rollouts, source="verl", run=path.name, meta=meta)

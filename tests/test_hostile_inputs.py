@@ -110,3 +110,70 @@ def test_train_refuses_an_unknown_gate_before_writing_anything(tmp_path):
     assert res.exit_code == 2
     assert str(h) in flat(res.output) and "unknown diagnostic 'reward_hackin'" in res.output
     assert _entries(home) == []
+
+
+# ------------------------------------------------------------------------------------ diagnose on unreadable evidence
+def _garbage(tmp_path: Path, kind: str) -> tuple[Path, list[str]]:
+    """A run directory of each layout whose every file is garbage; the file names the message must give."""
+    d = tmp_path / kind
+    if kind == "ours":
+        _write(d, "meta.json", b'{"name": "ours"}')
+        _write(d, "metrics.jsonl", b"\xff\xfe garbage \x00\x01\n{not json\n")
+        _write(d, "rollouts/step_000001.parquet", os.urandom(512))
+        _write(d, "rollouts/step_000002.parquet", b"PAR1" + os.urandom(200) + b"PAR1")
+        return d, ["metrics.jsonl", "step_000001.parquet", "step_000002.parquet"]
+    if kind == "trl":
+        _write(d, "trainer_state.json", b'{"log_history": [garbage')
+        _write(d, "completions/completions_00001.parquet", os.urandom(700))
+        return d, ["trainer_state.json", "completions_00001.parquet"]
+    _write(d, "rollout/1.jsonl", b"\x00\x01\x02 not json at all\n[1, 2\n")
+    _write(d, "rollout/2.jsonl", b"\xff" + os.urandom(300))
+    return d, ["1.jsonl", "2.jsonl"]
+
+
+@pytest.mark.parametrize("kind", ["ours", "trl", "verl"])
+@pytest.mark.parametrize("fail_on", [None, "warning"])
+def test_diagnose_says_what_it_could_not_read_and_fails_when_nothing_could_be(tmp_path, kind, fail_on):
+    run, names = _garbage(tmp_path, kind)
+    res = cli("diagnose", str(run), "--home", str(tmp_path / "home"), *(["--fail-on", fail_on] if fail_on else []))
+    assert res.exit_code == 2, res.output
+    out = flat(res.output)
+    assert "no evidence could be read" in out and str(run) in out
+    for n in names:
+        assert n in out, (n, out)
+    assert "no warning or critical finding" not in out
+
+
+def test_diagnose_on_partly_readable_evidence_reports_the_rest_and_a_gate_fails(tmp_path):
+    import shutil
+
+    from tests.conftest import REPO
+
+    run = tmp_path / "healthy"
+    shutil.copytree(REPO / "tests" / "fixtures" / "runs" / "healthy-s0", run)
+    bad = _write(run, "rollouts/step_999999.parquet", os.urandom(300))
+    res = cli("diagnose", str(run), "--home", str(tmp_path / "home"))
+    assert res.exit_code == 0, res.output
+    out = flat(res.output)
+    assert "could not read 1 file" in out and str(bad) in out
+    assert "no warning or critical finding" not in out  # never on evidence that was not all read
+    gate = cli("diagnose", str(run), "--home", str(tmp_path / "home"), "--fail-on", "critical")
+    assert gate.exit_code == 1 and "some evidence files could not be read" in flat(gate.output)
+    bad.unlink()  # the same run, all of it readable: the gate passes
+    assert cli("diagnose", str(run), "--home", str(tmp_path / "home"), "--fail-on", "critical").exit_code == 0
+
+
+@pytest.mark.parametrize(
+    "meta", [b"", b"\x00garbage{", b"[1, 2, 3]", b'{"name": "x"}', json.dumps({"x": "y" * 10}).encode()],
+)
+def test_diagnose_reads_a_job_dir_with_a_damaged_meta_json(tmp_path, meta):
+    import shutil
+
+    from tests.conftest import REPO
+
+    run = tmp_path / "healthy"
+    shutil.copytree(REPO / "tests" / "fixtures" / "runs" / "healthy-s0", run)
+    (run / "meta.json").write_bytes(meta)
+    res = cli("diagnose", str(run), "--home", str(tmp_path / "home"))
+    assert res.exit_code == 0, res.output
+    assert "rollouts" in res.output
