@@ -61,6 +61,24 @@ def tasks_cmd(as_json: bool = JsonOpt) -> None:
     out_console.print(table)
 
 
+# the `train` option behind each field of JobSpec / PolicySpec / EvalSpec (ValidationError locations)
+TRAIN_OPTIONS = {"task": "--task", "task_options": "--task-opt", "harness": "--harness", "steps": "--steps",
+                 "seed": "--seed", "policy": "--policy", "sft_steps": "--sft-steps", "every": "--eval-every",
+                 "n": "--eval-n", "save_every": "--save-every", "name": "--name"}
+
+
+def _option_error(err: Any, options: dict[str, str]) -> str:
+    """A pydantic ValidationError of options as one line per problem: the option, the value given, the bound."""
+    lines = []
+    for e in err.errors():
+        loc = [str(x) for x in e["loc"]]
+        opt = next((options[x] for x in reversed(loc) if x in options), ".".join(loc) or "an option")
+        got = e.get("input")
+        shown = "" if isinstance(got, (dict, list)) else f" {got}"
+        lines.append(f"{opt}{shown}: {e['msg'].removeprefix('Value error, ')}")
+    return "; ".join(lines)
+
+
 @app.command("train")
 def train_cmd(
     task: str = typer.Option("arith", "--task", help="Task name (see `evotrainer tasks`) or 'module:Class'."),
@@ -80,8 +98,10 @@ def train_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Run GRPO (TRL GRPOTrainer) on a policy under a harness, with evidence in MLflow and Parquet."""
+    from pydantic import ValidationError
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+    from evotrainer.errors import ConfigError
     from evotrainer.evaluation import EvalSpec
     from evotrainer.home import resolve_home
     from evotrainer.jobs.runner import JobSpec, run_job
@@ -92,17 +112,20 @@ def train_cmd(
         pol: dict[str, Any] = {"size": policy} if policy in SIZES else {"path": policy}
         if sft_steps is not None:
             pol["sft_steps"] = sft_steps
-        spec = JobSpec(
-            task=task,
-            task_options=parse_task_options(task_opt),
-            harness=str(harness),
-            steps=steps,
-            seed=seed,
-            policy=PolicySpec(**pol),
-            eval=EvalSpec(every=eval_every, n=eval_n),
-            save_every=save_every,
-            name=name,
-        )
+        try:
+            spec = JobSpec(
+                task=task,
+                task_options=parse_task_options(task_opt),
+                harness=str(harness),
+                steps=steps,
+                seed=seed,
+                policy=PolicySpec(**pol),
+                eval=EvalSpec(every=eval_every, n=eval_n),
+                save_every=save_every,
+                name=name,
+            )
+        except ValidationError as err:  # an option out of the job's bounds: name the option, not the model
+            raise ConfigError(_option_error(err, TRAIN_OPTIONS)) from None
         h = resolve_home(home)
         console = err_console
         with Progress(

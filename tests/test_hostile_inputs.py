@@ -177,3 +177,95 @@ def test_diagnose_reads_a_job_dir_with_a_damaged_meta_json(tmp_path, meta):
     res = cli("diagnose", str(run), "--home", str(tmp_path / "home"))
     assert res.exit_code == 0, res.output
     assert "rollouts" in res.output
+
+
+# ------------------------------------------------------------------------------------ names (one rule) and train
+def test_the_name_rule():
+    from evotrainer.errors import ConfigError
+    from evotrainer.names import check_name, is_name, to_name
+
+    for ok in ("run-1", "a_b.c", "arith__tiny__s0__20261123T155026887917", "X" * 128, "..a", "a.."):
+        assert is_name(ok), ok
+    for bad in ("", ".", "..", "a/b", "/abs", "../x", "a\\b", "a b", "a\x00b", "X" * 129, "é", "a:b", None, 3):
+        assert not is_name(bad), bad
+    assert check_name("camp-1:r01:p0", "proposal id", compound=True) == "camp-1:r01:p0"
+    with pytest.raises(ConfigError, match=r"--name '\.\./x' is not a valid name: use 1-128 letters"):
+        check_name("../x", "--name")
+    with pytest.raises(ConfigError, match="parts joined by ':'"):
+        check_name("c:..:p0", "proposal id", compound=True)
+    assert to_name("my harness (v2)") == "my-harness-v2" and to_name("my.module:Task") == "my.module-Task"
+    assert to_name("///", "harness") == "harness" and is_name(to_name("../../" + "x" * 500))
+
+
+@pytest.mark.parametrize("name", ["/tmp/evotrainer-escape-test", "../x", "a/b", "..", ".", "with space"])
+def test_train_refuses_a_run_name_that_is_a_path(tmp_path, name, tiny_harness):
+    home = tmp_path / "home"
+    target = Path(name) if name.startswith("/") else None
+    res = cli("train", "--harness", str(tiny_harness), "--home", str(home), "--steps", "1", "--name", name)
+    assert res.exit_code == 2, res.output
+    assert "is not a valid name" in flat(res.output) and "--name" in res.output
+    assert _entries(home) == []
+    assert target is None or not target.exists()
+
+
+def test_train_names_the_option_and_bound_instead_of_a_validation_error(tmp_path, tiny_harness):
+    home = tmp_path / "home"
+    res = cli("train", "--harness", str(tiny_harness), "--home", str(home), "--steps", "100000000000")
+    assert res.exit_code == 2, res.output
+    assert "--steps 100000000000: Input should be less than or equal to 10000000" in flat(res.output)
+    assert "ValidationError" not in res.output and "JobSpec" not in res.output
+    res = cli("train", "--harness", str(tiny_harness), "--home", str(home), "--seed", "99999999999")
+    assert res.exit_code == 2 and "--seed 99999999999" in flat(res.output)
+    assert _entries(home) == []
+
+
+@pytest.mark.parametrize(("meta", "expected"), [
+    (b"", "not a readable job record"),
+    (b"\x00garbage{", "not a readable job record"),
+    (b"\xff\xfe\xfd", "not a readable job record"),
+    (b"[1, 2, 3]", "is a JSON list"),
+    (b'{"name": "x"}', "lacks run_id"),
+    (json.dumps({"name": "x", "run_id": "r", "spec": {"steps": "many"}, "harness": {}, "target_step": 3,
+                 "start_step": 0, "base_policy": "p"}).encode(), "damaged job record (steps"),
+])
+def test_train_resume_on_a_damaged_meta_json_names_the_file(tmp_path, meta, expected):
+    run = tmp_path / "run"
+    _write(run, "meta.json", meta)
+    home = tmp_path / "home"
+    res = cli("train", "--home", str(home), "--resume", str(run))
+    assert res.exit_code == 2, res.output
+    out = flat(res.output)
+    assert str(run / "meta.json") in out and expected in out, out
+    assert _entries(home) == [] and sorted(p.name for p in run.iterdir()) == ["meta.json"]
+
+
+def test_a_damaged_meta_json_does_not_break_lookups_by_run_id(tmp_path):
+    home = tmp_path / "home"
+    _write(home / "jobs" / "broken", "meta.json", b"\xff\xfe")
+    _write(home / "jobs" / "listy", "meta.json", b"[]")
+    res = cli("train", "--home", str(home), "--resume", "0123456789abcdef0123456789abcdef")
+    assert res.exit_code == 2 and "no run '0123456789abcdef0123456789abcdef'" in flat(res.output)
+
+
+def test_skill_slugs_follow_the_name_rule():
+    from tests.conftest import REPO
+
+    res = cli("skills", "show", "../../etc", "--library", str(REPO / "skills"))
+    assert res.exit_code == 2 and "skill slug '../../etc' is not a valid name" in flat(res.output)
+
+
+@pytest.mark.parametrize("path", ["/diagnose/..%2F..%2Fetc", "/diagnose/%2E%2E", "/campaigns/..%2Fx/state.json",
+                                  "/skills/..%2F..%2Fetc%2Fpasswd", "/proposals/c%3A..%3Ap0", "/campaigns/a%20b",
+                                  "/diagnose/a%00b"])
+def test_every_dashboard_path_segment_follows_the_name_rule(tmp_path, path):
+    from fastapi.testclient import TestClient
+
+    from evotrainer.ui import create_app
+
+    c = TestClient(create_app(tmp_path / "home", "t" * 32), base_url="http://127.0.0.1:8765", follow_redirects=False)
+    r = c.get(path)
+    assert r.status_code == 400, (path, r.status_code)
+    assert "is not a valid name" in r.text
+    # names that follow the rule reach their route (and are simply not found there)
+    assert c.get("/proposals/camp-1:r01:p0").status_code == 404
+    assert c.get("/diagnose/arith__tiny__s0").status_code == 404

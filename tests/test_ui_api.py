@@ -216,11 +216,13 @@ def test_every_page_renders_with_the_data_and_untrusted_text_escaped(home, libra
 
 def test_missing_things_are_404_and_empty_states_say_what_to_do(tmp_path, home, library):
     c = client(home, library)
-    for url in ("/campaigns/nope", "/proposals/nope", "/skills/nope", "/diagnose/nope", "/diagnose/..%2F..%2Fetc",
-                "/skills?lib=campaign:nope", "/no-such-page"):
+    for url in ("/campaigns/nope", "/proposals/nope", "/skills/nope", "/diagnose/nope", "/skills?lib=campaign:nope",
+                "/no-such-page"):
         r = c.get(url)
         assert r.status_code == 404, url
         assert "<script" not in r.text.split("</head>")[1]
+    r = c.get("/diagnose/..%2F..%2Fetc")  # not a name at all: refused by the name rule before any route (400)
+    assert r.status_code == 400 and "is not a valid name" in r.text
     assert "existing campaigns include" in c.get("/campaigns/nope").text
     empty = client(tmp_path / "empty", tmp_path / "no-library")
     assert "evotrainer campaign start campaigns/arith-demo.yaml" in empty.get("/").text

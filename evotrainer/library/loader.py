@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from evotrainer.errors import ConfigError
 from evotrainer.library.format import SKILL_FILE, Skill, dump_skill
 from evotrainer.library.lint import Problem, check_file, check_text
+from evotrainer.names import check_name
 
 if TYPE_CHECKING:
     from evotrainer.diagnostics.base import Finding
@@ -145,7 +146,9 @@ class Library:
         return e.skill if e is not None else None
 
     def get(self, slug: str) -> Skill:
-        """The entry ``slug``; ``ConfigError`` naming some that exist when it is not there."""
+        """The entry ``slug``; ``ConfigError`` naming some that exist when it is not there (or when ``slug`` is not
+        a name at all: a path such as ``../x`` is refused by the one name rule before any lookup)."""
+        check_name(slug, "skill slug")
         e = self._entries.get(slug)
         if e is None:
             known = ", ".join(list(self._entries)[:12]) + (", …" if len(self._entries) > 12 else "")

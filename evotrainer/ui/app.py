@@ -35,6 +35,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from evotrainer.errors import EvoError
 from evotrainer.home import resolve_home
+from evotrainer.names import check_name
 from evotrainer.store import NotFound, Store
 from evotrainer.ui.security import (
     CSRF_COOKIE,
@@ -54,6 +55,19 @@ REVIEWER_COOKIE = "evotrainer_reviewer"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 OPEN_PATHS = ("/login", "/static/", "/favicon.ico")
+
+
+def bad_segment(path: str) -> str | None:
+    """Why a URL path is refused, or None: every segment (a campaign id, a proposal id, a skill slug, a run name)
+    follows the one name rule of ``evotrainer.names``, ':'-joined parts allowed (proposal ids). ``path`` is the
+    decoded path, so an encoded ``..`` or ``/`` is seen as what it is."""
+    for seg in path.split("/"):
+        if seg:
+            try:
+                check_name(seg, "URL path segment", compound=True)
+            except EvoError as err:
+                return str(err)
+    return None
 
 
 # ------------------------------------------------------------------------------------------ template helpers
@@ -167,7 +181,10 @@ def create_app(home: str | Path, token: str | None = None, *, host: str = "127.0
         request.state.csrf = guard.csrf_field(nonce)
         path = request.url.path
         response: Response
-        if request.method == "GET" and "token" in request.query_params:
+        if (bad := bad_segment(request.scope.get("path", path))) is not None:  # before any route sees the name
+            response = await run_in_threadpool(render, request, "error.html.j2", 400, code=400, message=bad,
+                                               login=False)
+        elif request.method == "GET" and "token" in request.query_params:
             response = _token_link(request)
         elif not guard.public_reads and not guard.signed_in(request) and not path.startswith(OPEN_PATHS):
             response = RedirectResponse("/login" + "?" + urlencode({"next": _here(request)}), status_code=303)

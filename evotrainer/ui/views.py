@@ -26,6 +26,7 @@ from evotrainer.diagnostics.base import SEVERITY_RANK, Finding
 from evotrainer.errors import ConfigError, EvoError
 from evotrainer.evidence import read_metrics
 from evotrainer.library.loader import Library, resolve_library
+from evotrainer.names import is_name
 from evotrainer.reports import campaign_summary, mainline_accuracy, skill_history, start_accuracy
 from evotrainer.store import NotFound, Store
 from evotrainer.ui.charts import Series, interval_chart, line_chart
@@ -35,7 +36,6 @@ LEDGER_ROWS = 100
 TRAIN_METRICS = (("reward", "reward (weighted total)"), ("accuracy", "training accuracy (strict)"),
                  ("entropy", "entropy (nats/token)"), ("completions/mean_length", "mean completion length (tokens)"),
                  ("kl", "KL to reference"), ("frac_reward_zero_std", "dead groups (share)"))
-RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@+=-]*$")
 
 
 class FileCache:
@@ -440,7 +440,7 @@ class Views:
 
     def run_dir(self, name: str) -> Path:
         """A job directory directly under HOME/jobs (no other path is served)."""
-        if not RUN_NAME.match(name) or not (self.jobs / name).is_dir():
+        if not is_name(name) or not (self.jobs / name).is_dir():
             raise NotFound(f"run '{name}' not found under {self.jobs}; the Diagnose page lists the runs there")
         return self.jobs / name
 
