@@ -269,3 +269,18 @@ def test_every_dashboard_path_segment_follows_the_name_rule(tmp_path, path):
     # names that follow the rule reach their route (and are simply not found there)
     assert c.get("/proposals/camp-1:r01:p0").status_code == 404
     assert c.get("/diagnose/arith__tiny__s0").status_code == 404
+
+
+def test_campaign_ids_follow_the_name_rule(tmp_path):
+    from evotrainer.errors import ConfigError
+    from evotrainer.store import Store
+
+    store = Store.for_home(tmp_path / "home")
+    with pytest.raises(ConfigError, match="campaign id '../x' is not a valid name"):
+        store.create_campaign("../x", "x", {}, thread_id="t")
+    store.create_campaign("camp-1", "x", {}, thread_id="t")
+    for cmd in (["campaign", "status", "../../etc"], ["campaign", "resume", "a/b"], ["review", "list"]):
+        res = cli(*cmd, "--home", str(tmp_path / "home"))
+        assert res.exit_code == (0 if cmd[0] == "review" else 2), res.output
+    assert "campaign id '../../etc' is not a valid name" in flat(cli("campaign", "status", "../../etc", "--home",
+                                                                      str(tmp_path / "home")).output)

@@ -49,6 +49,7 @@ from evotrainer.agent.schemas import (
 from evotrainer.diagnostics.base import Finding
 from evotrainer.errors import EvoError
 from evotrainer.library.bm25 import BM25, tokenize
+from evotrainer.names import check_name
 from evotrainer.store.entities import Backtest, Event, IndexedSkill, SkillDoc, SkillMatch, SkillSync
 from evotrainer.store.models import (
     SKILLS_FTS,
@@ -281,11 +282,14 @@ class Store(OwnershipMixin):
         return row
 
     def _campaign_row(self, s: Session, campaign_id: str) -> CampaignRow:
+        check_name(campaign_id, "campaign id")  # the one name rule: an id is also HOME/campaigns/<id>
         return self._get(s, CampaignRow, campaign_id, "campaign")
 
     # ------------------------------------------------------------------------------------------ campaigns
     def create_campaign(self, id: str, name: str, spec: dict[str, Any], thread_id: str) -> Campaign:
         """Create campaign ``id`` in status ``created``; if it exists already, return it unchanged."""
+        check_name(id, "campaign id")  # it names HOME/campaigns/<id>: letters, digits, -_. only
+
         def make(s: Session) -> CampaignRow:
             now = utcnow()
             return CampaignRow(id=id, name=name, spec=spec, status="created", mainline_version=None,
