@@ -277,5 +277,7 @@ def test_a_paused_job_resumes_to_the_same_run_as_one_that_never_paused(first_run
     assert done.status == "finished" and done.steps_done == 8
     assert json.loads((run_dir / "meta.json").read_text()).get("paused_at") is None
     assert _comparable(run_dir) == _comparable(Path(straight.run_dir))
+    # a fork checkpoints on its own interval (3), not its parent's (2), whose TrainerState it restores
+    assert sorted(complete_checkpoints(Path(straight.run_dir))) == [2, 3, 6, 8]
     hist = _client(shared_home).get_metric_history(done.run_id, "loss")
     assert sorted(m.step for m in hist) == [3, 4, 5, 6, 7, 8]

@@ -107,6 +107,9 @@ class EvidenceCallback(TrainerCallback):
         self.eval_seconds += time.perf_counter() - t
 
     def on_train_begin(self, args, state, control, **kw):
+        # A fork or resume restores the TrainerState of the checkpoint it starts from, save and logging intervals
+        # included: a fork of a job that saved every 20 steps would save every 20, not every save_every.
+        state.compute_steps(args, state.max_steps)
         # only at the job's own start (also when a kill came before that evaluation was written), never at a
         # resumed or paused step: an extra evaluation there would draw from the RNG and change the run
         if self.eval_every and self.eval_at_start and state.global_step == self.first_step \
