@@ -62,7 +62,8 @@ def mainline_accuracy(camp: Any, lineage: list[PolicyVersion]) -> float | None:
 
 def campaign_summary(home: Path, cid: str, store: Store | None = None,
                      read: Callable[[Path], pd.DataFrame] | None = None) -> dict[str, Any]:
-    """Status, budget, held-out accuracy start → end, lineage, proposals, decisions, harness versions, where to look."""
+    """Status (``running`` only with a live owner, else e.g. ``interrupted``) and the command that resumes it,
+    budget, held-out accuracy start → end, lineage, proposals, decisions, harness versions, where to look."""
     from sqlalchemy import make_url
 
     from evotrainer.tracking import tracking_uri
@@ -74,6 +75,7 @@ def campaign_summary(home: Path, cid: str, store: Store | None = None,
     props = {p.id: p for p in store.list_proposals(cid)}
     return {
         "campaign": camp.model_dump(mode="json"),
+        "resume": resume_command(home, camp),
         "budget": {"spent": store.ledger_total(cid), "total": camp.spec["budget"]["total_steps"]},
         "accuracy": {"start": start_accuracy(home, lineage, read), "end": mainline_accuracy(camp, lineage)},
         "lineage": [pv.model_dump(mode="json") for pv in lineage],
@@ -89,6 +91,13 @@ def campaign_summary(home: Path, cid: str, store: Store | None = None,
         "where": {"mlflow": tracking_uri(home), "state": make_url(store.url).render_as_string(hide_password=True),
                   "mlflow_run_id": camp.mlflow_run_id},
     }
+
+
+def resume_command(home: Path, camp: Any) -> str | None:
+    """The command that continues ``camp``, or None while a live owner runs it or once it is finished."""
+    if camp.status == "finished" or (camp.owner is not None and camp.owner.live):
+        return None
+    return f"evotrainer campaign resume {camp.id} --home {home}"
 
 
 def harness_versions(store: Store, lineage: list[PolicyVersion]) -> list[dict[str, Any]]:
@@ -125,4 +134,4 @@ def skill_history(store: Store, slug: str) -> list[dict[str, Any]]:
 
 
 __all__ = ["record_review", "campaign_summary", "harness_versions", "start_accuracy", "skill_history",
-           "AFTER_REVIEW"]
+           "resume_command", "AFTER_REVIEW"]

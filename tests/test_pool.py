@@ -105,3 +105,29 @@ def test_stop_abandons_the_job_in_flight_and_refuses_new_ones(tmp_path, monkeypa
             assert "not started" in str(err)
         else:
             raise AssertionError("a stopped pool ran a job")
+
+
+def test_a_resume_ends_leftover_workers_by_pid_and_start_time_only(tmp_path):
+    """Processes recorded for a campaign are ended before work restarts; a pid that now belongs to another
+    process (its start time differs: here this test's own process) is left alone. All records are forgotten."""
+    from evotrainer.agent.owner import end_leftovers
+    from evotrainer.store import Store
+
+    leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        with Store(f"sqlite:///{tmp_path / 'state.db'}") as store:
+            store.create_campaign("c", "n", {}, "t")
+            me = procs.this_process()
+            reused = procs.ProcessRef(me.host, me.pid, me.started - 3600.0)  # our pid, someone else's start time
+            store.record_processes("c", [procs.ref(leftover.pid), reused])
+            ended = end_leftovers(store, "c")
+            assert [r.pid for r in ended] == [leftover.pid]
+            assert leftover.wait(timeout=10) == -signal.SIGKILL
+            assert procs.alive(me.pid, me.started)  # still here
+            assert store.list_processes("c") == []
+            (ev,) = store.events("c", kind="leftovers_ended")
+            assert ev.message["ended"] == [leftover.pid]
+    finally:
+        if leftover.poll() is None:
+            leftover.kill()
+        leftover.wait()

@@ -415,3 +415,29 @@ def test_cli_and_dashboard_share_reviews_summary_and_history(home, library):
     hist = json.loads(runner.invoke(app, ["skills", "history", "clip-higher", "--json", "--library", str(library), *h]).stdout)
     assert [x["proposal"] for x in hist["proposals"]] == [f"{CID}:r00:p0", "other-20261101130000:r00:p0",
                                                           f"{CID}:r01:p0"]  # across campaigns, oldest first
+
+
+def test_a_running_campaign_without_a_live_owner_is_interrupted_everywhere(home, library):
+    """Stored 'running' whose owner died: the list, the page, the poll and the CLI all say interrupted, with the
+    command that resumes it; there is nothing to stop. A live owner (this process holds the lease) is running."""
+    from evotrainer.cli import app
+
+    store = Store.for_home(home)
+    store.set_campaign(CID, status="running")
+    c = client(home, library)
+    assert 'b-interrupted' in c.get("/").text
+    page = c.get(f"/campaigns/{CID}").text
+    assert 'id="interrupted"' in page and f"evotrainer campaign resume {CID} --home {home}" in page
+    assert 'id="stop-campaign"' not in page
+    assert c.get(f"/campaigns/{CID}/state.json").json()["status"] == "interrupted"
+    plain = CliRunner().invoke(app, ["campaign", "status", "--home", str(home)])
+    assert f"{CID}  interrupted" in plain.stdout
+    signed_in(c)
+    r = c.post(f"/campaigns/{CID}/stop", data={"csrf_token": csrf_of(c)}, headers={"Origin": BASE})
+    assert r.status_code == 409 and "interrupted" in r.text
+    lease = store.acquire_lease(CID, "resume")
+    try:
+        page = c.get(f"/campaigns/{CID}").text
+        assert 'b-running' in page and 'id="owner"' in page and 'id="stop-campaign"' in page
+    finally:
+        store.release_lease(CID, lease.token)

@@ -6,18 +6,26 @@ for review, or killed mid-node (LangGraph replays the node that was running; nod
 ``wait=True`` a campaign that reaches a review keeps polling the store and continues as soon as a person
 approves or rejects from another process; with ``wait=False`` it returns and ``campaign resume`` picks it
 up later.
+
+One process at a time runs a campaign: ``run_campaign`` holds its lease (``evotrainer.agent.owner``), so a
+second ``resume`` is refused with exit 2 naming the owner; ``stop_campaign`` signals the owner (or, with
+``now``, ends it and its workers at once); ``rollback`` takes the lease for the moment it writes, so it works
+on an interrupted or stopped campaign and is refused while an owner runs it.
 """
 
 from __future__ import annotations
 
 import re
+import signal
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
 from langgraph.types import Command
+from pydantic import BaseModel, ConfigDict, Field
 
+from evotrainer.agent.schemas import CampaignOwner
 from evotrainer.agent.spec import CampaignSpec, load_campaign_spec
 from evotrainer.agent.state import CampaignContext
 from evotrainer.errors import ConfigError
@@ -44,10 +52,31 @@ def _brain(spec: CampaignSpec):
 def start_campaign(spec_path: Path, home: Path, log: Callable[[str], None] = print, wait: bool = True,
                    max_rounds: int | None = None) -> str:
     """Validate the spec (nothing is written if it is invalid), create the campaign, run it."""
+    from evotrainer.jobs.pool import BranchPool
+
+    spec, harness = _validated(spec_path)
+    pool = BranchPool(workers=1, timeout_s=job_timeout(spec))
+    pool.warm()  # valid spec: start the worker's ~5 s of torch/TRL imports now, beside the set-up below
+    try:
+        cid = _create(spec, harness, home)
+    except BaseException:
+        pool.close()
+        raise
+    log(f"campaign {cid} created")
+    run_campaign(cid, home, log=log, wait=wait, max_rounds=max_rounds, pool=pool, purpose="start")
+    return cid
+
+
+def create_campaign(spec_path: Path, home: Path) -> str:
+    """Validate the spec and create the campaign without running it (``campaign resume ID`` runs it)."""
+    spec, harness = _validated(spec_path)
+    return _create(spec, harness, home)
+
+
+def _validated(spec_path: Path) -> tuple[CampaignSpec, Any]:
     from evotrainer.config import load_harness
     from evotrainer.diagnostics.registry import Registry
     from evotrainer.tasks import get_task
-    from evotrainer.tracking import Tracker
 
     spec = load_campaign_spec(spec_path)
     harness = load_harness(spec.harness_path())
@@ -58,29 +87,36 @@ def start_campaign(spec_path: Path, home: Path, log: Callable[[str], None] = pri
 
     if (why := budget_overflow(harness.grpo.max_completion_length, spec.policy.context_length())) is not None:
         raise ConfigError(f"{spec.harness_path()}: {why}")  # refused now, not at the first segment
-    from evotrainer.jobs.pool import BranchPool
+    return spec, harness
 
-    pool = BranchPool(workers=1)
-    pool.warm()  # valid spec: start the worker's ~5 s of torch/TRL imports now, beside the set-up below
-    try:
-        slug = re.sub(r"[^a-z0-9]+", "-", spec.name.lower()).strip("-")[:40] or "campaign"
-        cid = f"{slug}-{datetime.now(timezone.utc).strftime('%Y%m%d%H%M%S')}"
-        store = _store(home)
-        doc = spec.model_dump(mode="json")
-        doc["source_dir"] = spec.source_dir
-        doc["initial_harness_version"] = harness.version
-        store.create_campaign(cid, spec.name, doc, thread_id=cid)
-        store.add_harness_version(harness.version, None, harness.model_dump(mode="json"), [])
-        tracker = Tracker(home)
-        run_id = tracker.create_run(cid, {"evotrainer.campaign": cid, "evotrainer.role": "campaign"},
-                                    {"task": spec.task, "harness": harness.version, "budget": spec.budget.total_steps})
-        store.set_campaign(cid, mlflow_run_id=run_id)
-    except BaseException:
-        pool.close()
-        raise
-    log(f"campaign {cid} created")
-    run_campaign(cid, home, log=log, wait=wait, max_rounds=max_rounds, pool=pool)
+
+def _create(spec: CampaignSpec, harness: Any, home: Path) -> str:
+    from evotrainer.tracking import Tracker
+
+    slug = re.sub(r"[^a-z0-9]+", "-", spec.name.lower()).strip("-")[:40] or "campaign"
+    cid = f"{slug}-{datetime.now(timezone.utc).strftime('%Y%m%d%H%M%S')}"
+    store = _store(home)
+    doc = spec.model_dump(mode="json")
+    doc["source_dir"] = spec.source_dir
+    doc["initial_harness_version"] = harness.version
+    store.create_campaign(cid, spec.name, doc, thread_id=cid)
+    store.add_harness_version(harness.version, None, harness.model_dump(mode="json"), [])
+    tracker = Tracker(home)
+    run_id = tracker.create_run(cid, {"evotrainer.campaign": cid, "evotrainer.role": "campaign"},
+                                {"task": spec.task, "harness": harness.version, "budget": spec.budget.total_steps})
+    store.set_campaign(cid, mlflow_run_id=run_id)
     return cid
+
+
+def job_timeout(spec: CampaignSpec) -> float | None:
+    """Seconds one job (segment or branch) may run before it is ended and recorded failed; None: no limit.
+
+    ``$EVOTRAINER_JOB_TIMEOUT_S`` for now (a campaign-spec field will take precedence once it exists).
+    """
+    from evotrainer.jobs.pool import job_timeout_from_env
+
+    minutes = getattr(spec.budget, "job_timeout_minutes", None)
+    return minutes * 60.0 if minutes is not None else job_timeout_from_env()
 
 
 def _check_paths(spec: CampaignSpec, spec_path: Path) -> None:
@@ -115,32 +151,49 @@ def _spec_of(campaign) -> CampaignSpec:
 
 
 def run_campaign(cid: str, home: Path, log: Callable[[str], None] = print, wait: bool = True,
-                 max_rounds: int | None = None, poll_s: float = 1.0, pool: Any = None) -> dict[str, Any]:
+                 max_rounds: int | None = None, poll_s: float = 1.0, pool: Any = None,
+                 purpose: str = "resume") -> dict[str, Any]:
     """Continue campaign ``cid`` until it finishes, stops, or waits for a review (``wait=False``).
 
     ``pool``: a started ``BranchPool`` to run jobs in (closed on return); by default one is made here.
+    Raises ``CampaignBusy`` (exit 2) when another live process runs the campaign.
     """
+    from evotrainer.agent.owner import Owner
+
+    store = _store(home)
+    try:
+        camp = store.get_campaign(cid)
+        if camp.status == "finished":
+            log(f"campaign {cid} is finished")
+            return {"status": camp.status}
+        owner = Owner(store, cid, purpose, log).__enter__()  # refuses a second runner before anything starts
+    except BaseException:
+        if pool is not None:
+            pool.close()
+        raise
+    try:
+        return _run_owned(cid, home, store, camp, owner, log, wait, max_rounds, poll_s, pool)
+    finally:
+        owner.__exit__(None, None, None)
+
+
+def _run_owned(cid: str, home: Path, store: Any, camp: Any, owner: Any, log: Callable[[str], None], wait: bool,
+               max_rounds: int | None, poll_s: float, pool: Any) -> dict[str, Any]:
     from evotrainer.agent.graph import compile_graph
     from evotrainer.agent.lessons import campaign_library
     from evotrainer.agent.nodes import CampaignStopped
-    from evotrainer.jobs.pool import BranchPool
+    from evotrainer.jobs.pool import BranchPool, PoolStopped
     from evotrainer.tracking import Tracker
 
-    store = _store(home)
-    camp = store.get_campaign(cid)
-    if camp.status == "finished":
-        if pool is not None:
-            pool.close()
-        log(f"campaign {cid} is finished")
-        return {"status": camp.status}
     spec = _spec_of(camp)
     graph = compile_graph(home)
     config = {"configurable": {"thread_id": camp.thread_id}, "recursion_limit": 10_000}
     if spec.trace:
         _trace(home)
     if pool is None:
-        pool = BranchPool(workers=1)
+        pool = BranchPool(workers=1, timeout_s=job_timeout(spec))
         pool.warm()  # the worker's torch/TRL imports overlap the graph, store and library set-up below
+    owner.watch(pool)  # its workers are recorded, and die with this process
     with pool:
         ctx = CampaignContext(campaign_id=cid, spec=spec, home=home, store=store, brain=_brain(spec), pool=pool,
                               tracker=Tracker(home), mlflow_run_id=camp.mlflow_run_id, log=log, started_at=time.time(),
@@ -162,9 +215,8 @@ def run_campaign(cid: str, home: Path, log: Callable[[str], None] = print, wait:
                         log(f"stopping after {max_rounds} round(s) as asked; resume to continue")
                         store.set_campaign(cid, status="stopped")
                         return {"status": "stopped"}
-            except CampaignStopped:
-                log(f"campaign {cid} stopped by request; resume to continue")
-                return {"status": "stopped"}
+            except (CampaignStopped, PoolStopped):
+                return _stopped(store, cid, owner, log)
             snap = graph.get_state(config)
             if not snap.next:
                 return {"status": store.get_campaign(cid).status, "stop_reason": snap.values.get("stop_reason")}
@@ -175,12 +227,23 @@ def run_campaign(cid: str, home: Path, log: Callable[[str], None] = print, wait:
                 if not wait:
                     return {"status": "waiting_review", "pending": pending}
                 while any(store.get_review(p) is None for p in pending):
-                    if store.get_campaign(cid).status == "stopped":
-                        return {"status": "stopped"}
+                    if owner.stopping or store.get_campaign(cid).status == "stopped":
+                        return _stopped(store, cid, owner, log)
                     time.sleep(poll_s)
                 payload = Command(resume=True)
             else:
                 payload = None
+
+
+def _stopped(store: Any, cid: str, owner: Any, log: Callable[[str], None]) -> dict[str, Any]:
+    """The campaign was asked to stop (``campaign stop``, a signal) or lost its lease: leave it resumable."""
+    if owner.lost:
+        return {"status": "lost"}  # another process owns it now: write nothing more
+    if owner.stop_requested is not None:
+        store.log_event(cid, "stop", {"by": owner.stop_requested})
+    store.set_campaign(cid, status="stopped")
+    log(f"campaign {cid} stopped by request; `evotrainer campaign resume {cid}` continues")
+    return {"status": "stopped"}
 
 
 def _trace(home: Path) -> None:
@@ -195,28 +258,95 @@ def _trace(home: Path) -> None:
     mlflow.langchain.autolog(silent=True)
 
 
-def stop_campaign(cid: str, home: Path) -> None:
-    store = _store(home)
-    store.get_campaign(cid)
-    store.set_campaign(cid, status="stopped")
-    store.log_event(cid, "stop", {"by": "user"})
+class StopOutcome(BaseModel):
+    """What ``campaign stop`` did (``--json``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    campaign: str
+    now: bool = Field(..., description="--now: the owner and its workers were killed at once (SIGKILL).")
+    owner: CampaignOwner | None = Field(None, description="The live owner that was signalled, if there was one.")
+    signal: str | None = Field(None, description="The signal sent to the owner (SIGTERM, or SIGKILL with --now).")
+    ended: list[int] = Field(default_factory=list, description="Pids ended at once (--now): the owner and its workers.")
+    exited: bool = Field(..., description="No live owner is left (it exited within the wait, or there was none).")
+    message: str = Field(..., description="What happened, in words.")
 
 
-def rollback(cid: str, version: str, home: Path) -> None:
-    """Return the mainline to an earlier policy version (and its harness)."""
-    from evotrainer.agent.graph import compile_graph
+def stop_campaign(cid: str, home: Path, now: bool = False, wait_s: float = 30.0) -> StopOutcome:
+    """Stop campaign ``cid``: mark it stopped and signal its owner (SIGTERM), which abandons the job in flight and
+    exits; wait up to ``wait_s`` for it. ``now``: kill the owner and its workers at once (SIGKILL).
+
+    Without a live owner (a campaign waiting for review, an interrupted one) only the mark is set. An owner on
+    another host (shared PostgreSQL store) sees the mark before its next job; ``now`` must run on that host.
+    """
+    from evotrainer import procs
 
     store = _store(home)
     camp = store.get_campaign(cid)
+    if camp.status == "finished":
+        raise ConfigError(f"campaign {cid} is finished; there is nothing to stop")
+    owner = camp.owner if camp.owner is not None and camp.owner.live else None
+    if owner is not None and now and owner.host != procs.hostname():
+        raise ConfigError(f"campaign {cid} runs on host {owner.host} (pid {owner.pid}); --now can only end a process "
+                          f"on this host: run `evotrainer campaign stop {cid} --now` on {owner.host}, or leave out --now")
+    store.set_campaign(cid, status="stopped")  # an owner elsewhere, or one waiting for a review, stops at its next look
+    store.log_event(cid, "stop", {"by": "user", "now": now, "owner_pid": owner.pid if owner else None})
+    if owner is None:
+        return StopOutcome(campaign=cid, now=now, exited=True,
+                           message=f"no live owner; {cid} is marked stopped (`evotrainer campaign resume {cid}` continues)")
+    if owner.host != procs.hostname():
+        return StopOutcome(campaign=cid, now=now, owner=owner, exited=False,
+                           message=f"the owner (pid {owner.pid} on {owner.host}) stops before its next job")
+    if now:
+        ended = [owner.pid] if procs.end(owner.pid, owner.started) else []
+        for r in store.list_processes(cid):  # they die with the owner anyway; end them here too, and say so
+            if r.host == owner.host and procs.end(r.pid, r.started):
+                ended.append(r.pid)
+        return StopOutcome(campaign=cid, now=True, owner=owner, signal="SIGKILL", ended=ended, exited=True,
+                           message=f"ended the owner (pid {owner.pid}) and its workers at once; the job in flight "
+                                   f"resumes from its last checkpoint with `evotrainer campaign resume {cid}`")
+    sent = procs.signal_process(owner.pid, owner.started, signal.SIGTERM)
+    deadline = time.monotonic() + wait_s
+    while procs.alive(owner.pid, owner.started) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    exited = not procs.alive(owner.pid, owner.started)
+    return StopOutcome(campaign=cid, now=False, owner=owner, signal="SIGTERM" if sent else None, exited=exited,
+                       message=(f"the owner (pid {owner.pid}) stopped" if exited else
+                                f"the owner (pid {owner.pid}) is still stopping after {wait_s:g} s; "
+                                f"`evotrainer campaign stop {cid} --now` ends it at once"))
+
+
+def rollback(cid: str, version: str, home: Path, log: Callable[[str], None] = lambda _m: None) -> None:
+    """Return the mainline to an earlier policy version (and its harness).
+
+    Takes the campaign's lease while it writes: refused (exit 2) while an owner runs the campaign; works on a
+    stopped, finished or interrupted one (an interrupted campaign stays interrupted, ready to resume).
+    """
+    from evotrainer.agent.graph import compile_graph
+
+    store = _store(home)
     lineage = {pv.id: pv for pv in store.policy_lineage(cid)}
     if version not in lineage:
         raise ConfigError(f"campaign {cid} has no policy version '{version}'; versions: {', '.join(lineage) or 'none'}")
-    if camp.status == "running":
-        raise ConfigError(f"campaign {cid} is running; stop it first (evotrainer campaign stop {cid})")
-    pv = lineage[version]
-    graph = compile_graph(home)
-    config = {"configurable": {"thread_id": camp.thread_id}}
-    graph.update_state(config, {"mainline": pv.id, "harness_version": pv.harness_version,
-                                "rounds_without_promotion": 0, "best_accuracy": pv.eval_accuracy})
-    store.set_campaign(cid, mainline_version=pv.id, status="stopped" if camp.status == "finished" else camp.status)
-    store.log_event(cid, "rollback", {"to": pv.id, "harness_version": pv.harness_version})
+    lease = store.acquire_lease(cid, "rollback")
+    try:
+        if lease.took_over is not None:
+            log(f"took over campaign {cid}: {lease.reason}")
+        camp = store.get_campaign(cid)
+        pv = lineage[version]
+        graph = compile_graph(home)
+        config = {"configurable": {"thread_id": camp.thread_id}}
+        values = {"mainline": pv.id, "harness_version": pv.harness_version, "rounds_without_promotion": 0,
+                  "best_accuracy": pv.eval_accuracy}
+        pending = graph.get_state(config).next
+        if pending:  # a plain update would consume the pending node's trigger and end the graph: route back to it
+            graph.update_state(config, Command(update=values, goto=list(pending)), as_node=pending[0])
+        else:
+            graph.update_state(config, values)
+        if camp.status == "finished":
+            store.set_campaign(cid, mainline_version=pv.id, status="stopped")
+        else:
+            store.set_campaign(cid, mainline_version=pv.id)
+        store.log_event(cid, "rollback", {"to": pv.id, "harness_version": pv.harness_version})
+    finally:
+        store.release_lease(cid, lease.token)

@@ -295,7 +295,7 @@ def create_app(home: str | Path, token: str | None = None, *, host: str = "127.0
         camp = await run_in_threadpool(store.get_campaign, cid)
         if camp.status not in ("created", "running", "waiting_review"):
             raise HTTPException(409, f"campaign {cid} is {camp.status}; there is nothing to stop")
-        await run_in_threadpool(stop_campaign, cid, home)
+        await run_in_threadpool(stop_campaign, cid, home, False, 0.0)  # signal the owner; the page shows the rest
         return RedirectResponse(f"/campaigns/{quote(cid, safe='')}?done=stop", status_code=303)
 
     @app.get("/reviews", response_class=HTMLResponse)
