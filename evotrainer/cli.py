@@ -47,18 +47,21 @@ def tasks_cmd(as_json: bool = JsonOpt) -> None:
     """List built-in tasks with their difficulty levels and options."""
     from evotrainer.tasks import list_tasks
 
-    infos = [t.model_dump(mode="json") for t in list_tasks()]
-    if as_json:
-        _emit_json({"tasks": infos})
-        return
-    table = Table(title="Tasks")
-    for col in ("task", "difficulty", "options", "description"):
-        table.add_column(col)
-    for t in infos:
-        opts = "\n".join(f"{o['name']}={o['default']!r}: {o['description']}" for o in t["options"])
-        diff = f"{t['min_difficulty']}..{t['max_difficulty']} (default {t['default_difficulty']})\n{t['difficulty_doc']}"
-        table.add_row(t["name"], diff, opts, t["description"])
-    out_console.print(table)
+    def body() -> None:
+        infos = [t.model_dump(mode="json") for t in list_tasks()]
+        if as_json:
+            _emit_json({"tasks": infos}, "tasks")
+            return
+        table = Table(title="Tasks")
+        for col in ("task", "difficulty", "options", "description"):
+            table.add_column(col)
+        for t in infos:
+            opts = "\n".join(f"{o['name']}={o['default']!r}: {o['description']}" for o in t["options"])
+            diff = f"{t['min_difficulty']}..{t['max_difficulty']} (default {t['default_difficulty']})\n{t['difficulty_doc']}"
+            table.add_row(t["name"], diff, opts, t["description"])
+        out_console.print(table)
+
+    _guard(body, as_json)
 
 
 # the `train` option behind each field of JobSpec / PolicySpec / EvalSpec (ValidationError locations)
@@ -128,7 +131,7 @@ def train_cmd(
             raise ConfigError(_option_error(err, TRAIN_OPTIONS)) from None
         h = resolve_home(home)
         console = err_console
-        with Progress(
+        prog = Progress(
             TextColumn("[bold]step {task.completed}/{task.total}"),
             BarColumn(),
             TextColumn("reward {task.fields[reward]}  acc {task.fields[acc]}  eval {task.fields[eval]}"),
@@ -137,19 +140,26 @@ def train_cmd(
             TimeRemainingColumn(),
             console=console,
             transient=False,
-        ) as prog:
-            bar = prog.add_task("train", total=steps, reward="-", acc="-", eval="-")
+        )
+        bars: list[Any] = []  # the bar appears with the first step, so a refused job prints its error alone
 
-            def on_progress(step: int, total: int, last: dict[str, Any]) -> None:
-                fmt = lambda k: f"{last[k]:.3f}" if k in last else "-"
-                prog.update(bar, completed=step, total=total, reward=fmt("reward"), acc=fmt("accuracy"),
-                            eval=fmt("eval/greedy_accuracy"))
+        def on_progress(step: int, total: int, last: dict[str, Any]) -> None:
+            if not bars:
+                prog.start()
+                bars.append(prog.add_task("train", total=total, reward="-", acc="-", eval="-"))
+            fmt = lambda k: f"{last[k]:.3f}" if k in last else "-"
+            prog.update(bars[0], completed=step, total=total, reward=fmt("reward"), acc=fmt("accuracy"),
+                        eval=fmt("eval/greedy_accuracy"))
 
+        try:
             result = run_job(spec, h, resume=resume, fork=fork, progress=on_progress,
                              log=lambda m: console.print(f"[dim]{m}"))
+        finally:
+            if bars:
+                prog.stop()
         if as_json:
             _emit_json(result.model_dump(include={"run_id", "name", "steps_done", "checkpoint", "evidence", "metrics",
-                                                  "status", "run_dir"}))
+                                                  "status", "run_dir"}), "train")
         else:
             out_console.print(f"[green]run {result.name}[/] finished at step {result.steps_done} "
                               f"({result.seconds:.0f}s); MLflow run {result.run_id}")
@@ -157,7 +167,7 @@ def train_cmd(
             out_console.print("  " + "  ".join(f"{k}={result.metrics[k]:.3f}" for k in keys if k in result.metrics))
             out_console.print(f"  evidence: {result.evidence['rollouts']}   checkpoint: {result.checkpoint}")
 
-    _guard(body)
+    _guard(body, as_json)
 
 
 @harness_app.command("validate")
@@ -173,12 +183,12 @@ def harness_validate(files: list[Path] = typer.Argument(..., help="Harness YAML 
             Registry(h)  # a gate or diagnostics.params entry must name a diagnostic that exists, with its parameters
             out.append({"file": str(f), "name": h.name, "version": h.version})
         if as_json:
-            _emit_json({"harnesses": out})
+            _emit_json({"harnesses": out}, "harness-validation")
         else:
             for o in out:
                 out_console.print(f"[green]ok[/] {o['file']}  {o['name']}  version {o['version']}")
 
-    _guard(body)
+    _guard(body, as_json)
 
 
 @harness_app.command("diff")
@@ -189,14 +199,14 @@ def harness_diff(a: Path, b: Path, as_json: bool = JsonOpt) -> None:
     def body() -> None:
         changes = [c.model_dump(mode="json") for c in diff(load_harness(a), load_harness(b))]
         if as_json:
-            _emit_json({"a": str(a), "b": str(b), "changes": changes})
+            _emit_json({"a": str(a), "b": str(b), "changes": changes}, "harness-diff")
             return
         if not changes:
             out_console.print("same recipe (no knob differs)")
         for c in changes:
             out_console.print(f"{c['path']}: {c['old']!r} → {c['new']!r}")
 
-    _guard(body)
+    _guard(body, as_json)
 
 
 @harness_app.command("knobs")
@@ -204,16 +214,20 @@ def harness_knobs(as_json: bool = JsonOpt) -> None:
     """Every harness knob with its default, bounds and description."""
     from evotrainer.config import knob_docs
 
-    rows = knob_docs()
-    if as_json:
-        _emit_json({"knobs": rows})
-        return
-    table = Table(title="Harness knobs")
-    for col in ("knob", "default", "bounds", "description"):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        table.add_row(r["knob"], repr(r["default"]), " ".join(f"{k}={v}" for k, v in r["bounds"].items()), r["description"])
-    out_console.print(table)
+    def body() -> None:
+        rows = knob_docs()
+        if as_json:
+            _emit_json({"knobs": rows}, "knobs")
+            return
+        table = Table(title="Harness knobs")
+        for col in ("knob", "default", "bounds", "description"):
+            table.add_column(col, overflow="fold")
+        for r in rows:
+            table.add_row(r["knob"], repr(r["default"]), " ".join(f"{k}={v}" for k, v in r["bounds"].items()),
+                          r["description"])
+        out_console.print(table)
+
+    _guard(body, as_json)
 
 
 @app.command("diagnose")
@@ -248,7 +262,7 @@ def diagnose_cmd(
         empty = not len(ev.rollouts) and (not len(ev.metrics) or "step" not in ev.metrics)
         findings = registry.run(ev, names)
         if as_json:
-            _emit_json({"findings": [f.model_dump(mode="json") for f in findings], "evidence": ev.summary()})
+            _emit_json({"findings": [f.model_dump(mode="json") for f in findings], "evidence": ev.summary()}, "diagnosis")
         else:
             summ = ev.summary()
             out_console.print(f"[bold]{escape(summ['run'] or run)}[/] ({summ['source']}): {summ['steps']} steps, "
@@ -288,7 +302,7 @@ def diagnose_cmd(
                               highlight=False)
             raise typer.Exit(code=1)
 
-    _guard(body)
+    _guard(body, as_json)
 
 
 @diag_app.command("list")
@@ -296,17 +310,20 @@ def diagnostics_list(as_json: bool = JsonOpt) -> None:
     """Built-in diagnostics with the signal they read, their literature and parameters."""
     from evotrainer.diagnostics.registry import builtin_diagnostics
 
-    docs = [cls.describe() for _, cls in sorted(builtin_diagnostics().items())]
-    if as_json:
-        _emit_json({"diagnostics": docs})
-        return
-    table = Table(title="Diagnostics")
-    for col in ("name", "signal", "parameters", "literature"):
-        table.add_column(col, overflow="fold")
-    for d in docs:
-        params = "\n".join(f"{p['name']}={p['default']!r}" for p in d["params"])
-        table.add_row(f"{d['name']} v{d['version']}", d["signal"], params, d["literature"])
-    out_console.print(table)
+    def body() -> None:
+        docs = [cls.describe() for _, cls in sorted(builtin_diagnostics().items())]
+        if as_json:
+            _emit_json({"diagnostics": docs}, "diagnostics")
+            return
+        table = Table(title="Diagnostics")
+        for col in ("name", "signal", "parameters", "literature"):
+            table.add_column(col, overflow="fold")
+        for d in docs:
+            params = "\n".join(f"{p['name']}={p['default']!r}" for p in d["params"])
+            table.add_row(f"{d['name']} v{d['version']}", d["signal"], params, d["literature"])
+        out_console.print(table)
+
+    _guard(body, as_json)
 
 
 @diag_app.command("revise")
@@ -357,7 +374,7 @@ def diagnostics_revise(
         result = evaluate_revision(current, candidate, symptom, Archive.load(archive), lambda p: load_evidence(p, hm), desc)
         record(hm, result)
         if as_json:
-            _emit_json(result.model_dump(mode="json"))
+            _emit_json(result.model_dump(mode="json"), "revision")
         else:
             verdict = "[green]accepted[/]" if result.accepted else "[red]rejected[/]"
             out_console.print(f"revision of {name}: {verdict} — {'; '.join(result.reasons)}")
@@ -365,7 +382,7 @@ def diagnostics_revise(
                 out_console.print(f"  {label:6} P={sc.precision:.2f} R={sc.recall:.2f} F1={sc.f1:.2f} "
                                   f"invalid recall={sc.invalid_recall}")
 
-    _guard(body)
+    _guard(body, as_json)
 
 
 def _say(as_json: bool):
@@ -390,7 +407,7 @@ def campaign_start(
         cid = start_campaign(spec, h, log=_say(as_json), wait=wait, max_rounds=max_rounds)
         _print_status(h, cid, as_json)
 
-    _guard(body)
+    _guard(body, as_json)
 
 
 @campaign_app.command("resume")
@@ -401,7 +418,7 @@ def campaign_resume(
     home: Optional[Path] = HomeOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Continue a campaign from where it stopped (a kill, a stop, a review)."""
+    """Continue a campaign from where it stopped (a kill, a stop, a review). Exit 2 if another process runs it."""
     from evotrainer.agent.campaign import run_campaign
     from evotrainer.home import resolve_home
 
@@ -410,7 +427,7 @@ def campaign_resume(
         run_campaign(cid, h, log=_say(as_json), wait=wait, max_rounds=max_rounds)
         _print_status(h, cid, as_json)
 
-    _guard(body)
+    _guard(body, as_json)
 
 
 @campaign_app.command("status")
@@ -426,24 +443,36 @@ def campaign_status(cid: Optional[str] = typer.Argument(None, help="Campaign id 
 
             camps = Store.for_home(h).list_campaigns()
             if as_json:
-                _emit_json({"campaigns": [c.model_dump(mode="json") for c in camps]})
-            elif not camps:
+                _emit_json({"campaigns": [c.model_dump(mode="json") for c in camps]}, "campaigns")
+                return
+            if not camps:
                 out_console.print("no campaigns yet: evotrainer campaign start campaigns/arith-demo.yaml")
             for c in camps:
-                out_console.print(f"{c.id}  {c.status}  mainline {c.mainline_version}")
+                owner = f"  owner pid {c.owner.pid} on {c.owner.host}" if c.owner and c.owner.live else ""
+                out_console.print(f"{c.id}  {c.status}  mainline {c.mainline_version}{owner}", highlight=False)
             return
         _print_status(h, cid, as_json)
 
-    _guard(body)
+    _guard(body, as_json)
 
 
 @campaign_app.command("stop")
-def campaign_stop(cid: str, home: Optional[Path] = HomeOpt) -> None:
-    """Ask a campaign to stop before its next job (resume continues it)."""
+def campaign_stop(cid: str,
+                  now: bool = typer.Option(False, "--now", help="End the owner and its workers at once (SIGKILL)."),
+                  wait_s: float = typer.Option(30.0, "--wait", min=0, help="Seconds to wait for the owner to exit."),
+                  home: Optional[Path] = HomeOpt, as_json: bool = JsonOpt) -> None:
+    """Stop a campaign: its owner abandons the job in flight and exits (resume continues it); --now kills it at once."""
     from evotrainer.agent.campaign import stop_campaign
     from evotrainer.home import resolve_home
 
-    _guard(lambda: (stop_campaign(cid, resolve_home(home)), out_console.print(f"campaign {cid}: stop requested")))
+    def body() -> None:
+        res = stop_campaign(cid, resolve_home(home), now=now, wait_s=wait_s)
+        if as_json:
+            _emit_json(res.model_dump(mode="json"), "stop")
+            return
+        out_console.print(f"campaign {cid}: {res.message}", highlight=False)
+
+    _guard(body, as_json)
 
 
 @campaign_app.command("confirm")
@@ -456,21 +485,22 @@ def campaign_confirm(cid: str, seed: Optional[int] = typer.Option(None, help="Se
     def body() -> None:
         c = confirm(resolve_home(home), cid, seed)
         if as_json:
-            _emit_json(c.model_dump(mode="json"))
+            _emit_json(c.model_dump(mode="json"), "confirmation")
             return
         out_console.print(f"{cid}: {c.describe()}", highlight=False)
 
-    _guard(body)
+    _guard(body, as_json)
 
 
 @campaign_app.command("rollback")
 def campaign_rollback(cid: str, version: str = typer.Argument(..., help="Policy version id (see campaign status)."),
                       home: Optional[Path] = HomeOpt) -> None:
-    """Return the mainline to an earlier policy version (and its harness)."""
+    """Return the mainline to an earlier policy version (and its harness); exit 2 while a process runs the campaign."""
     from evotrainer.agent.campaign import rollback
     from evotrainer.home import resolve_home
 
-    _guard(lambda: (rollback(cid, version, resolve_home(home)), out_console.print(f"{cid}: mainline is now {version}")))
+    _guard(lambda: (rollback(cid, version, resolve_home(home), log=_say(False)),
+                    out_console.print(f"{cid}: mainline is now {version}")))
 
 
 def _print_status(home: Path, cid: str, as_json: bool) -> None:
@@ -480,11 +510,21 @@ def _print_status(home: Path, cid: str, as_json: bool) -> None:
 
     doc = campaign_summary(home, cid)
     if as_json:
-        _emit_json(doc)
+        _emit_json(doc, "campaign")
         return
     c = doc["campaign"]
     out_console.print(f"[bold]{c['id']}[/] {c['status']}  budget {doc['budget']['spent']}/{doc['budget']['total']} steps"
                       f"  held-out accuracy {doc['accuracy']['start']} → {doc['accuracy']['end']}")
+    o = c.get("owner")
+    if c["status"] == "running" and o:
+        out_console.print(f"owner: pid {o['pid']} on {o['host']} ({o['purpose']}, heartbeat {o['heartbeat']})",
+                          highlight=False)
+    elif c["status"] == "interrupted":
+        dead = f" (owner pid {o['pid']} on {o['host']} is gone)" if o else ""
+        out_console.print(f"[yellow]interrupted[/]: no process runs it{dead}; continue with: {doc['resume']}",
+                          highlight=False)
+    elif doc["resume"]:
+        out_console.print(f"continue with: {doc['resume']}", highlight=False)
     if doc["confirmation"] is not None:
         from evotrainer.agent.confirm import Confirmation
 
@@ -533,14 +573,14 @@ def review_list(home: Optional[Path] = HomeOpt, as_json: bool = JsonOpt) -> None
     def body() -> None:
         pending = Store.for_home(resolve_home(home)).pending_reviews()
         if as_json:
-            _emit_json({"pending": [p.model_dump(mode="json") for p in pending]})
+            _emit_json({"pending": [p.model_dump(mode="json") for p in pending]}, "review-queue")
             return
         if not pending:
             out_console.print("nothing waiting for review")
         for p in pending:
             out_console.print(f"{p.id}  {p.knob}: {p.old!r} → {p.new!r}  ({p.hypothesis.symptom})", highlight=False)
 
-    _guard(body)
+    _guard(body, as_json)
 
 
 @review_app.command("show")
@@ -557,7 +597,7 @@ def review_show(pid: str, home: Optional[Path] = HomeOpt, as_json: bool = JsonOp
         findings = store.list_findings(p.campaign_id, round=p.round)
         if as_json:
             _emit_json({"proposal": p.model_dump(mode="json"), "review": (r := store.get_review(pid)) and r.model_dump(mode="json"),
-                        "findings": [f.model_dump(mode="json") for f in findings]})
+                        "findings": [f.model_dump(mode="json") for f in findings]}, "review")
             return
         h = p.hypothesis
         out_console.print(f"[bold]{p.id}[/] ({p.status}, brain {p.brain})\n  change: {escape(p.knob)} {p.old!r} → {p.new!r}"
@@ -568,7 +608,7 @@ def review_show(pid: str, home: Optional[Path] = HomeOpt, as_json: bool = JsonOp
             if f.severity != "info":
                 out_console.print(f"  finding: {f.severity} {f.symptom}: {escape(f.explanation)}", highlight=False)
 
-    _guard(body)
+    _guard(body, as_json)
 
 
 def _review(pid: str, verdict: str, comment: str, reviewer: str, home: Optional[Path]) -> None:
@@ -594,6 +634,30 @@ def review_reject(pid: str, comment: str = typer.Option(..., "--comment", help="
                   home: Optional[Path] = HomeOpt) -> None:
     """Reject a proposal with a comment: it will not be backtested."""
     _guard(lambda: _review(pid, "reject", comment, reviewer, home))
+
+
+@app.command("schema")
+def schema_cmd(name: Optional[str] = typer.Argument(None, help="A shape name (default: list them all)."),
+               as_json: bool = JsonOpt) -> None:
+    """The JSON Schema of what each --json command prints (see evotrainer/shapes.py)."""
+    from evotrainer.shapes import schema_entries
+
+    def body() -> None:
+        entries = schema_entries(name)
+        if as_json:
+            _emit_json({"schemas": [e.model_dump(mode="json", by_alias=True) for e in entries]}, "schemas")
+            return
+        if name is not None:
+            out_console.print_json(json.dumps(entries[0].schema_))
+            return
+        table = Table(title="JSON shapes (evotrainer schema NAME prints one)")
+        for col in ("shape", "printed by", "what"):
+            table.add_column(col, overflow="fold")
+        for e in entries:
+            table.add_row(e.name, ", ".join(e.commands), e.description)
+        out_console.print(table)
+
+    _guard(body, as_json)
 
 
 def __getattr__(name: str) -> Any:

@@ -66,7 +66,7 @@ def skills_list(
         lib = _load(library)
         rows = [_summary(s) for s in lib.filter(kind=kind, symptom=symptom)]
         if as_json:
-            _emit_json({"library": str(lib.path), "skills": rows})
+            _emit_json({"library": str(lib.path), "skills": rows}, "skills")
             return
         table = Table(title=f"Skill library {lib.path} ({len(rows)} of {len(lib)})")
         for col in ("slug", "kind", "status", "symptoms", "intervention", "h/x/uses"):
@@ -79,7 +79,7 @@ def skills_list(
                           f"{c['helpful']}/{c['harmful']}/{c['uses']}")
         out_console.print(table)
 
-    _guard(body)
+    _guard(body, as_json)
 
 
 @skills_app.command("show")
@@ -90,7 +90,7 @@ def skills_show(slug: str, library: Path | None = LibraryOpt, as_json: bool = Js
         lib = _load(library)
         s = lib.get(slug)
         if as_json:
-            _emit_json({"file": str(lib.entry(slug).file), **s.front_matter(), "slug": s.slug, "body": s.body})
+            _emit_json({"file": str(lib.entry(slug).file), **s.front_matter(), "slug": s.slug, "body": s.body}, "skill")
             return
         c = s.counters
         out_console.print(f"[bold]{escape(s.name)}[/] ({s.slug}, {s.kind}, {s.status}, version {s.version})", highlight=False)
@@ -109,7 +109,7 @@ def skills_show(slug: str, library: Path | None = LibraryOpt, as_json: bool = Js
         out_console.print()
         out_console.print(s.body, markup=False, highlight=False)
 
-    _guard(body)
+    _guard(body, as_json)
 
 
 @skills_app.command("search")
@@ -131,7 +131,7 @@ def skills_search(
             hits = search(lib, query, k=limit, store=store)
         if as_json:
             _emit_json({"library": str(lib.path), "query": query,
-                        "hits": [h.model_dump(mode="json", exclude={"skill"}) for h in hits]})
+                        "hits": [h.model_dump(mode="json", exclude={"skill"}) for h in hits]}, "skill-search")
             return
         if not hits:
             out_console.print(f"no entry matches {query!r}", highlight=False, markup=False)
@@ -140,7 +140,7 @@ def skills_search(
             out_console.print(f"{h.text:5.2f}  [bold]{h.slug}[/]{flag}  {escape(h.description)}", highlight=False,
                               soft_wrap=True)
 
-    _guard(body)
+    _guard(body, as_json)
 
 
 @skills_app.command("lint")
@@ -152,7 +152,7 @@ def skills_lint(library: Path | None = LibraryOpt, as_json: bool = JsonOpt) -> N
         lib = Library.load(library, strict=False)
         if as_json:
             _emit_json({"library": str(lib.path), "entries": len(lib),
-                        "problems": [p.model_dump() for p in lib.problems]})
+                        "problems": [p.model_dump() for p in lib.problems]}, "skill-lint")
         else:
             for p in lib.problems:
                 out_console.print(p.line(), markup=False, highlight=False, soft_wrap=True)
@@ -161,7 +161,7 @@ def skills_lint(library: Path | None = LibraryOpt, as_json: bool = JsonOpt) -> N
         if lib.problems:
             raise typer.Exit(code=1)
 
-    _guard(body)
+    _guard(body, as_json)
 
 
 @skills_app.command("history")
@@ -179,7 +179,7 @@ def skills_history(slug: str, library: Path | None = LibraryOpt, home: Path | No
         root = resolve_library(library)
         known = root.is_dir() and slug in Library.load(root, strict=False)
         if as_json:
-            _emit_json({"slug": slug, "in_library": known, "proposals": rows})
+            _emit_json({"slug": slug, "in_library": known, "proposals": rows}, "skill-history")
             return
         if not known:
             err_console.print(f"[yellow]note:[/] '{escape(slug)}' is not an entry of {root}", highlight=False)
@@ -191,4 +191,4 @@ def skills_history(slug: str, library: Path | None = LibraryOpt, home: Path | No
                               f"({r['symptom']})  {r['outcome'] or r['status']}{effect}", highlight=False, markup=False,
                               soft_wrap=True)
 
-    _guard(body)
+    _guard(body, as_json)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from evotrainer import procs
 from evotrainer.agent.campaign import start_campaign
 from evotrainer.store import Store
 from tests.conftest import REPO
@@ -168,55 +169,152 @@ def _wait_for(pred, proc, timeout=400):
     pytest.fail("condition not reached")
 
 
-def test_kill_9_mid_segment_and_mid_backtest_then_resume_without_duplicates(tmp_path):
+def _warm_base(home: Path) -> None:
+    """Build the campaign's warm-started base now, so that no job of the campaign spends its timeout on it."""
+    from evotrainer.policy import PolicySpec, base_policy_dir
+    from evotrainer.tasks import get_task
+
+    base_policy_dir(home, get_task("arith", {}), PolicySpec(size="nano", sft_steps=150), 0, (1, 1))
+
+
+def test_crashed_hung_and_out_of_memory_branches_are_recorded_failed_and_the_campaign_goes_on(tmp_path):
+    home = tmp_path / "home"
+    _warm_base(home)
+    spec = _spec(tmp_path, backtest={"max_proposals": 1, "seeds": 3}, budget={"total_steps": 14})
+    faults = {"EVOTRAINER_FAIL_RUNS": r"__treatment1__s10000$", "EVOTRAINER_HANG_RUNS": r"__treatment1__s10001$",
+              "EVOTRAINER_OOM_RUNS": r"__treatment1__s10002$",
+              "EVOTRAINER_JOB_TIMEOUT_S": "60"}  # far above a tiny job, even on a loaded machine
+    p = _cli("campaign", "start", str(spec), "--json", home=home, env=faults)
+    out, err = p.communicate(timeout=900)
+    assert p.returncode == 0, err[-3000:]
+    assert json.loads(out)["campaign"]["status"] == "finished"
+    store, camp = _only_campaign(home)
+    assert camp.status == "finished"
+    bt = {b.seed: b for b in store.list_branches(store.list_backtests(camp.id)[0].id) if b.role == "treatment"}
+    assert {s: b.status for s, b in bt.items()} == {10000: "failed", 10001: "failed", 10002: "failed"}
+    assert "worker process died" in bt[10000].error
+    assert "timed out" in bt[10001].error and "60 s per-job timeout" in bt[10001].error
+    assert bt[10002].error.startswith("out of memory: MemoryError")
+    controls = [b for b in store.list_branches(store.list_backtests(camp.id)[0].id) if b.role == "control"]
+    assert len(controls) == 3 and all(b.status == "finished" for b in controls)  # only the faulty branches failed
+    (d,) = store.list_decisions(camp.id)
+    assert d.outcome == "failed" and "complete pair" in d.reasons[0]
+    assert not [r for r in store.list_processes(camp.id) if procs.alive(r.pid, r.started)]  # no worker left behind
+
+
+def _alive(refs) -> list[int]:
+    return [r.pid for r in refs if procs.alive(r.pid, r.started)]
+
+
+def _gone_within(refs, seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while _alive(refs) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return _alive(refs)
+
+
+def test_kill_9_mid_segment_then_kill_only_the_owner_mid_branch_then_resume_without_duplicates(tmp_path):
+    """Two ways a campaign dies: its whole process group (a closed terminal) mid segment, then only the owner
+    (the OOM killer's choice, or `kill -9 PID`) while a branch trains. After the second, no worker of the
+    campaign is left within 5 s, status says interrupted (with the resume command), a rollback works, and the
+    resumed campaign has every ledger, branch, decision and metric row once."""
+    from typer.testing import CliRunner
+
+    from evotrainer.cli import app
+
     home = tmp_path / "home"
     spec = _spec(tmp_path, backtest={"max_proposals": 1}, budget={"total_steps": 11}, segment_steps=3)
     jobs = home / "jobs"
 
-    def kill(proc):
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
     p = _cli("campaign", "start", str(spec), home=home, start_new_session=True)
     _wait_for(lambda: any(jobs.glob("*__segment/metrics.jsonl")), p)  # mid segment: training has started
-    kill(p)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
     store, camp = _only_campaign(home)
-    p = _cli("campaign", "resume", camp.id, home=home, start_new_session=True)
-    _wait_for(lambda: any(jobs.glob("*__treatment*/meta.json")), p)  # mid backtest
-    kill(p)
-    p = _cli("campaign", "resume", camp.id, "--json", home=home)
-    out, err = p.communicate(timeout=600)
-    assert p.returncode == 0, err[-3000:]
+    p = _cli("campaign", "resume", camp.id, home=home)  # no session of its own: only the owner is killed below
+    _wait_for(lambda: any(jobs.glob("*__treatment*/meta.json")), p)  # mid backtest: a branch trains
+    workers = store.list_processes(camp.id)
+    assert _alive(workers), "the owner recorded no live worker"
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert _gone_within(workers, 5.0) == []  # no process of the campaign is left
+
+    cli = CliRunner()
+    doc = json.loads(cli.invoke(app, ["campaign", "status", camp.id, "--json", "--home", str(home)]).stdout)
+    assert doc["campaign"]["status"] == "interrupted" and doc["campaign"]["owner"]["pid"] == p.pid
+    assert doc["resume"].startswith(f"evotrainer campaign resume {camp.id}")
+    plain = cli.invoke(app, ["campaign", "status", camp.id, "--home", str(home)])
+    assert "interrupted" in plain.stdout and f"evotrainer campaign resume {camp.id}" in plain.stdout
+    listed = json.loads(cli.invoke(app, ["campaign", "status", "--json", "--home", str(home)]).stdout)
+    assert [c["status"] for c in listed["campaigns"]] == ["interrupted"]
+    first = store.policy_lineage(camp.id)[0].id
+    rb = cli.invoke(app, ["campaign", "rollback", camp.id, first, "--home", str(home)])
+    assert rb.exit_code == 0, rb.output
+    assert store.get_campaign(camp.id).status == "interrupted" and store.events(camp.id, kind="rollback")
+
+    q = _cli("campaign", "resume", camp.id, "--json", home=home)
+    out, err = q.communicate(timeout=600)
+    assert q.returncode == 0, err[-3000:]
+    assert json.loads(out)["campaign"]["status"] == "finished"
     store, camp = _only_campaign(home)
     assert camp.status == "finished"
-    assert len(store.list_proposals(camp.id, round=0)) == 1
-    assert len(store.list_decisions(camp.id)) == 1
-    bt = store.list_backtests(camp.id)[0]
-    assert len(store.list_branches(bt.id)) == 4
+    assert [e.message["previous"]["pid"] for e in store.events(camp.id, kind="owner_takeover")][-1] == p.pid
+    assert len(store.list_proposals(camp.id, round=0)) == 1 and len(store.list_decisions(camp.id)) == 1
+    branches = store.list_branches(store.list_backtests(camp.id)[0].id)
+    assert len(branches) == 4 and len({(b.proposal_id, b.role, b.seed) for b in branches}) == 4
     led = store.ledger(camp.id)
     assert len({e.key for e in led}) == len(led) and store.ledger_total(camp.id) <= 11
-    # every run's steps were trained once: the ledger matches the runs' own metrics
+    from mlflow.tracking import MlflowClient
+
     from evotrainer.evidence import read_metrics
 
-    for e in led:
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    for e in led:  # every run's steps were trained once: the ledger matches its metrics.jsonl and MLflow
         m = read_metrics(jobs / e.key)
-        assert e.steps == int(m["loss"].notna().sum()) == len(set(m.loc[m["loss"].notna(), "step"]))
+        steps = list(m.loc[m["loss"].notna(), "step"])
+        assert e.steps == len(steps) == len(set(steps)), e.key
+        run_id = json.loads((jobs / e.key / "meta.json").read_text())["run_id"]
+        assert sorted(x.step for x in client.get_metric_history(run_id, "loss")) == sorted(set(steps)), e.key
 
 
-def test_a_crashing_branch_is_recorded_failed_and_the_campaign_goes_on(tmp_path):
+def test_two_resumes_at_once_one_runs_the_other_exits_2_then_stop_and_stop_now(tmp_path):
+    from evotrainer.agent.campaign import create_campaign
+
     home = tmp_path / "home"
-    spec = _spec(tmp_path, backtest={"max_proposals": 1}, budget={"total_steps": 10})
-    p = _cli("campaign", "start", str(spec), "--json", home=home, env={"EVOTRAINER_FAIL_RUNS": r"__treatment1__s"})
-    out, err = p.communicate(timeout=600)
-    assert p.returncode == 0, err[-3000:]
-    store, camp = _only_campaign(home)
-    assert camp.status == "finished"
-    bt = store.list_branches(store.list_backtests(camp.id)[0].id)
-    failed = [b for b in bt if b.status == "failed"]
-    assert failed and all(b.role == "treatment" for b in failed) and "worker process died" in failed[0].error
-    assert [b for b in bt if b.role == "control" and b.status == "finished"]
-    (d,) = store.list_decisions(camp.id)
-    assert d.outcome == "failed" and "complete pair" in d.reasons[0]
+    cid = create_campaign(_spec(tmp_path), home)
+    a, b = (_cli("campaign", "resume", cid, home=home) for _ in range(2))
+    deadline = time.time() + 120
+    while a.poll() is None and b.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    loser, winner = (a, b) if a.poll() is not None else (b, a)
+    _, err = loser.communicate(timeout=60)
+    assert loser.returncode == 2, err[-3000:]
+    assert f"owner pid {winner.pid}" in err and f"evotrainer campaign stop {cid}" in err
+    assert winner.poll() is None
+    store = Store.for_home(home)
+    _wait_for(lambda: bool(store.list_processes(cid)), winner)
+    workers = store.list_processes(cid)
+
+    stop = _cli("campaign", "stop", cid, "--json", home=home)
+    out, err = stop.communicate(timeout=120)
+    assert stop.returncode == 0, err
+    doc = json.loads(out)
+    assert (doc["signal"], doc["exited"], doc["owner"]["pid"]) == ("SIGTERM", True, winner.pid)
+    assert winner.wait(timeout=30) == 0  # it stopped cleanly: abandoned its job, recorded 'stopped', exited
+    assert store.get_campaign(cid).status == "stopped" and store.get_campaign(cid).owner is None
+    assert _gone_within(workers, 5.0) == []
+
+    again = _cli("campaign", "resume", cid, home=home)
+    _wait_for(lambda: bool(store.list_processes(cid)), again)
+    workers = store.list_processes(cid)
+    now = _cli("campaign", "stop", cid, "--now", "--json", home=home)
+    out, err = now.communicate(timeout=120)
+    assert now.returncode == 0, err
+    doc = json.loads(out)
+    assert doc["signal"] == "SIGKILL" and again.pid in doc["ended"]
+    assert again.wait(timeout=30) == -signal.SIGKILL
+    assert _gone_within(workers, 5.0) == []
+    assert store.get_campaign(cid).status == "stopped"
 
 
 def test_llm_brain_drives_a_campaign_round_through_the_openai_client(tmp_path):

@@ -1,0 +1,317 @@
+"""The shape of every JSON document the CLI prints with ``--json``, as pydantic models.
+
+A script that runs ``evotrainer … --json`` gets exactly one JSON document on stdout (logs and progress go to
+stderr); this module says what is in it. ``evotrainer schema [NAME]`` prints a shape's JSON Schema, and
+``COMMANDS`` maps every command that takes ``--json`` to the shapes it may print — a failed command prints
+``error`` instead (and exits with the error's code). The CLI checks each document against its shape before
+printing it (a mismatch is reported on stderr, and the document still printed), and ``tests/test_cli_json.py``
+runs every command listed here strictly (and fails on a command with ``--json`` that is not), so a shape
+cannot drift from what is printed.
+
+Top-level keys are closed (``extra="forbid"``); nested records reuse the program's own models (campaign,
+proposal, finding, …), and free-form parts (an evidence summary, a revision's details) are plain objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evotrainer.agent.campaign import StopOutcome
+from evotrainer.agent.confirm import Confirmation
+from evotrainer.agent.schemas import Campaign, Decision, PolicyVersion, Proposal, Review
+from evotrainer.config import KnobChange
+from evotrainer.diagnostics.base import Finding
+from evotrainer.diagnostics.revision import RevisionResult
+from evotrainer.library.format import Skill
+from evotrainer.library.lint import Problem
+from evotrainer.tasks.base import TaskInfo
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---------------------------------------------------------------------------------------------- errors
+class ErrorInfo(_Doc):
+    type: str = Field(..., description="The error's class, e.g. ConfigError, RunNotFound, CampaignBusy, JobFailed.")
+    message: str = Field(..., description="What is wrong and what to do instead (the red line on stderr).")
+    exit_code: int = Field(..., description="The command's exit status: 2 bad input or busy, 3 a failed job, 1 other.")
+
+
+class ErrorDoc(_Doc):
+    """What any ``--json`` command prints when it fails with a user error."""
+
+    error: ErrorInfo
+
+
+# ---------------------------------------------------------------------------------------------- basics
+class TaskList(_Doc):
+    """``evotrainer tasks --json``."""
+
+    tasks: list[TaskInfo]
+
+
+class TrainResult(_Doc):
+    """``evotrainer train --json``: the finished job."""
+
+    run_id: str = Field(..., description="MLflow run id.")
+    name: str = Field(..., description="Run name (its directory under HOME/jobs).")
+    run_dir: str
+    steps_done: int
+    checkpoint: str | None = Field(..., description="The final complete checkpoint.")
+    evidence: dict[str, str] = Field(..., description="Where the evidence is: metrics, rollouts, mlflow.")
+    metrics: dict[str, float] = Field(..., description="Last value of every metric.")
+    status: str
+
+
+class HarnessCheck(_Doc):
+    file: str
+    name: str
+    version: str = Field(..., description="Content hash of the harness.")
+
+
+class HarnessValidation(_Doc):
+    """``evotrainer harness validate --json``."""
+
+    harnesses: list[HarnessCheck]
+
+
+class HarnessDiff(_Doc):
+    """``evotrainer harness diff --json``."""
+
+    a: str
+    b: str
+    changes: list[KnobChange]
+
+
+class KnobDoc(_Doc):
+    knob: str
+    type: str
+    default: Any
+    bounds: dict[str, Any]
+    description: str
+
+
+class KnobList(_Doc):
+    """``evotrainer harness knobs --json``."""
+
+    knobs: list[KnobDoc]
+
+
+# ---------------------------------------------------------------------------------------------- diagnosis
+class Diagnosis(_Doc):
+    """``evotrainer diagnose --json``."""
+
+    findings: list[Finding]
+    evidence: dict[str, Any] = Field(..., description="Summary of the evidence read: source, run, steps, columns.")
+
+
+class DiagnosticList(_Doc):
+    """``evotrainer diagnostics list --json``: name, version, symptom, signal, literature, params of each."""
+
+    diagnostics: list[dict[str, Any]]
+
+
+# ---------------------------------------------------------------------------------------------- campaigns
+class Budget(_Doc):
+    spent: int = Field(..., description="Trainer steps spent (segments and every backtest branch).")
+    total: int
+
+
+class Accuracy(_Doc):
+    start: float | None = Field(..., description="Held-out accuracy before the campaign trained.")
+    end: float | None = Field(..., description="Held-out accuracy of the mainline handed over.")
+
+
+class DecisionDoc(Decision):
+    knob: str
+    old: Any
+    new: Any
+
+
+class VersionDoc(_Doc):
+    version: str
+    policy: str
+    diff: list[KnobChange]
+
+
+class Where(_Doc):
+    mlflow: str
+    state: str
+    mlflow_run_id: str | None
+
+
+class CampaignSummary(_Doc):
+    """``evotrainer campaign status ID --json`` (and what ``campaign start|resume --json`` print at the end)."""
+
+    campaign: Campaign = Field(..., description="status is 'interrupted' when it says running without a live owner.")
+    resume: str | None = Field(..., description="The command that continues the campaign; None while a live owner "
+                                                "runs it, or when it is finished.")
+    budget: Budget
+    accuracy: Accuracy
+    lineage: list[PolicyVersion]
+    proposals: list[Proposal]
+    decisions: list[DecisionDoc]
+    promoted: list[str]
+    versions: list[VersionDoc]
+    revisions: list[dict[str, Any]]
+    confirmation: dict[str, Any] | None = Field(..., description="The last confirmation (shape: `schema confirmation`).")
+    rollbacks: list[dict[str, Any]]
+    where: Where
+
+
+class CampaignList(_Doc):
+    """``evotrainer campaign status --json`` without an id: every campaign, oldest first."""
+
+    campaigns: list[Campaign]
+
+
+# ---------------------------------------------------------------------------------------------- reviews
+class ReviewQueue(_Doc):
+    """``evotrainer review list --json``."""
+
+    pending: list[Proposal]
+
+
+class ReviewShow(_Doc):
+    """``evotrainer review show --json``."""
+
+    proposal: Proposal
+    review: Review | None
+    findings: list[Finding]
+
+
+# ---------------------------------------------------------------------------------------------- skills
+class SkillRow(_Doc):
+    slug: str
+    name: str
+    kind: str
+    status: str
+    version: int
+    available: bool
+    symptoms: list[str]
+    intervention: dict[str, Any]
+    counters: dict[str, int]
+    evidence: int = Field(..., description="How many backtests are recorded as evidence.")
+    description: str
+
+
+class SkillList(_Doc):
+    """``evotrainer skills list --json``."""
+
+    library: str
+    skills: list[SkillRow]
+
+
+class SkillShow(Skill):
+    """``evotrainer skills show --json``: the entry's front matter, slug and body, and its file."""
+
+    file: str
+
+
+class SearchHit(_Doc):
+    slug: str
+    kind: str
+    name: str
+    description: str
+    status: str
+    available: bool
+    score: float
+    trigger: float
+    text: float
+    evidence: float
+    matched: list[str]
+
+
+class SkillSearch(_Doc):
+    """``evotrainer skills search --json``."""
+
+    library: str
+    query: str
+    hits: list[SearchHit]
+
+
+class SkillLint(_Doc):
+    """``evotrainer skills lint --json`` (exit 1 when ``problems`` is not empty)."""
+
+    library: str
+    entries: int
+    problems: list[Problem]
+
+
+class SkillHistory(_Doc):
+    """``evotrainer skills history --json``: proposals that cited the skill, with decision and effect."""
+
+    slug: str
+    in_library: bool
+    proposals: list[dict[str, Any]]
+
+
+# ---------------------------------------------------------------------------------------------- schema
+class SchemaEntry(_Doc):
+    name: str
+    description: str
+    commands: list[str] = Field(..., description="Commands that print this shape with --json.")
+    schema_: dict[str, Any] = Field(..., alias="schema", description="Its JSON Schema (draft 2020-12).")
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class SchemaList(_Doc):
+    """``evotrainer schema [NAME] --json``."""
+
+    schemas: list[SchemaEntry]
+
+
+SHAPES: dict[str, type[BaseModel]] = {
+    "error": ErrorDoc, "tasks": TaskList, "train": TrainResult, "harness-validation": HarnessValidation,
+    "harness-diff": HarnessDiff, "knobs": KnobList, "diagnosis": Diagnosis, "diagnostics": DiagnosticList,
+    "revision": RevisionResult, "campaign": CampaignSummary, "campaigns": CampaignList, "confirmation": Confirmation,
+    "stop": StopOutcome, "review-queue": ReviewQueue, "review": ReviewShow, "skills": SkillList, "skill": SkillShow,
+    "skill-search": SkillSearch, "skill-lint": SkillLint, "skill-history": SkillHistory, "schemas": SchemaList,
+}
+
+# command (as typed after `evotrainer`) -> the shapes it prints on success; every one may also print "error"
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "tasks": ("tasks",),
+    "train": ("train",),
+    "harness validate": ("harness-validation",),
+    "harness diff": ("harness-diff",),
+    "harness knobs": ("knobs",),
+    "diagnose": ("diagnosis",),
+    "diagnostics list": ("diagnostics",),
+    "diagnostics revise": ("revision",),
+    "campaign start": ("campaign",),
+    "campaign resume": ("campaign",),
+    "campaign status": ("campaign", "campaigns"),
+    "campaign confirm": ("confirmation",),
+    "campaign stop": ("stop",),
+    "review list": ("review-queue",),
+    "review show": ("review",),
+    "skills list": ("skills",),
+    "skills show": ("skill",),
+    "skills search": ("skill-search",),
+    "skills lint": ("skill-lint",),
+    "skills history": ("skill-history",),
+    "schema": ("schemas",),
+}
+
+
+def schema_entries(name: str | None = None) -> list[SchemaEntry]:
+    """Every shape (or the one called ``name``) with its JSON Schema and the commands that print it."""
+    from evotrainer.errors import ConfigError
+
+    if name is not None and name not in SHAPES:
+        raise ConfigError(f"no JSON shape called '{name}'; shapes: {', '.join(SHAPES)}")
+    out = []
+    for n, model in SHAPES.items():
+        if name is None or n == name:
+            cmds = [c for c, shapes in COMMANDS.items() if n in shapes] or (["every --json command"] if n == "error" else [])
+            doc = (model.__doc__ or "").strip().splitlines()[0] if model.__doc__ else ""
+            out.append(SchemaEntry(name=n, description=doc, commands=cmds, schema=model.model_json_schema()))
+    return out
+
+
+__all__ = ["SHAPES", "COMMANDS", "schema_entries", "ErrorDoc", "CampaignSummary", "CampaignList"]
