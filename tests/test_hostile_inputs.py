@@ -284,3 +284,15 @@ def test_campaign_ids_follow_the_name_rule(tmp_path):
         assert res.exit_code == (0 if cmd[0] == "review" else 2), res.output
     assert "campaign id '../../etc' is not a valid name" in flat(cli("campaign", "status", "../../etc", "--home",
                                                                       str(tmp_path / "home")).output)
+
+
+def test_skills_show_on_a_malformed_file_says_why(tmp_path):
+    from tests.conftest import REPO
+
+    text = (REPO / "skills" / "clip-higher" / "SKILL.md").read_text()
+    _write(tmp_path, "lib/dup/SKILL.md", text.replace("---\n", "---\nname: first\n", 1))
+    res = cli("skills", "show", "dup", "--library", str(tmp_path / "lib"))
+    assert res.exit_code == 2, res.output
+    out = flat(res.output)
+    assert "skill 'dup'" in out and "is not valid" in out and str(tmp_path / "lib" / "dup" / "SKILL.md") in out
+    assert "duplicate key 'name'" in out

@@ -150,6 +150,10 @@ class Library:
         a name at all: a path such as ``../x`` is refused by the one name rule before any lookup)."""
         check_name(slug, "skill slug")
         e = self._entries.get(slug)
+        broken = [x for x in self.problems if Path(x.path).name == slug or Path(x.path).parent.name == slug]
+        if e is None and broken:  # there, but not valid: say why instead of "no skill"
+            raise ConfigError(f"skill '{slug}' in {self.path} is not valid: " + "; ".join(x.line() for x in broken)
+                              + " (see `evotrainer skills lint`)")
         if e is None:
             known = ", ".join(list(self._entries)[:12]) + (", …" if len(self._entries) > 12 else "")
             raise ConfigError(f"no skill '{slug}' in {self.path}; entries: {known or '(none)'}")
