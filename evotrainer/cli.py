@@ -235,7 +235,9 @@ def diagnose_cmd(
     run: str = typer.Argument(..., help="Run name, MLflow run id, job dir, TRL output dir or verl run dir."),
     harness: Optional[Path] = typer.Option(None, "--harness", help="Harness whose diagnostic params/user files apply."),
     only: list[str] = typer.Option([], "--only", help="Run only these diagnostics (repeatable)."),
-    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="Exit 1 if a finding at/above this severity exists: warning|critical."),
+    fail_on: Optional[str] = typer.Option(
+        None, "--fail-on",
+        help="Exit 1 if a finding at/above this severity exists, or some evidence could not be read: warning|critical."),
     home: Optional[Path] = HomeOpt,
     as_json: bool = JsonOpt,
 ) -> None:
