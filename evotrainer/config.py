@@ -396,6 +396,8 @@ def knob_docs(model: type[BaseModel] = HarnessSpec, prefix: str = "") -> list[di
     """Every leaf knob with its description, default and bounds — the source of `evotrainer harness knobs`."""
     rows: list[dict[str, Any]] = []
     for name, field in model.model_fields.items():
+        if field.exclude:
+            continue  # source_dir / source_file: where the file was, not a knob
         ann = field.annotation
         if isinstance(ann, type) and issubclass(ann, BaseModel):
             rows.extend(knob_docs(ann, f"{prefix}{name}."))
