@@ -3,14 +3,31 @@
 The held-out set is fixed by ``EvalSpec`` (its own seed and difficulty, independent of the run's seed and
 of the harness's data rules) so that numbers from different runs, forks and harness versions compare.
 Metrics are logged as ``eval/greedy_accuracy`` (pass@1), ``eval/pass_at_<k>`` and ``eval/mean_length``.
+
+Three disjoint held-out splits (:func:`split_problems`), because a campaign chooses three times and every
+choice made on a set of problems biases the accuracy measured on it:
+
+- **decision** (``eval.seed``, the problems every job evaluates): backtest effects, promotions;
+- **selection** (``eval.seed + 2``, none of the other two): which finished branch the mainline continues
+  from, and which ancestor a regression rolls back to;
+- **confirmation** (``eval.seed + 1``, none of the decision split): the start → end number reported once at
+  the end, on problems no choice has seen.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any, Literal
+
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from evotrainer.errors import ConfigError
 from evotrainer.tasks import Problem, Task
+
+Split = Literal["decision", "selection", "confirmation"]
+SPLITS: tuple[Split, ...] = ("decision", "selection", "confirmation")
+SPLIT_SEED_OFFSET: dict[str, int] = {"decision": 0, "confirmation": 1, "selection": 2}
 
 
 class EvalSpec(BaseModel):
@@ -28,8 +45,49 @@ class EvalSpec(BaseModel):
 
 
 def heldout_problems(task: Task, spec: EvalSpec) -> list[Problem]:
+    """The decision split: ``spec.n`` held-out problems drawn with ``spec.seed`` (what every job evaluates)."""
     rng = spec.difficulty or (task.default_difficulty, task.default_difficulty)
     return task.sample("heldout", spec.n, seed=spec.seed, difficulty_range=tuple(rng))
+
+
+def _fresh(task: Task, spec: EvalSpec, seed: int, exclude: set[str], split: str) -> list[Problem]:
+    """``spec.n`` held-out problems drawn with ``seed``, none of them in ``exclude``."""
+    out: list[Problem] = []
+    for extra in (0, len(exclude), 4 * len(exclude) + spec.n):
+        drawn = heldout_problems(task, spec.model_copy(update={"seed": seed, "n": spec.n + extra}))
+        out = [p for p in drawn if p.id not in exclude][: spec.n]
+        if len(out) == spec.n:
+            return out
+    raise ConfigError(f"the held-out split of '{task.name}' has fewer than {spec.n} problems at these levels outside "
+                      f"the other splits (needed for the {split} split); lower eval.n")
+
+
+def split_problems(task: Task, spec: EvalSpec, split: Split, seed: int | None = None) -> list[Problem]:
+    """One of the three disjoint held-out splits (see the module docstring), ``spec.n`` problems each.
+
+    ``seed`` overrides the split's seed (``campaign confirm --seed``); the problems stay disjoint from the
+    other splits at their default seeds.
+    """
+    if split not in SPLITS:
+        raise ConfigError(f"unknown held-out split '{split}'; splits: {', '.join(SPLITS)}")
+    if split == "decision":
+        if seed is not None and seed != spec.seed:
+            raise ConfigError("the decision split is eval.seed's problems; set eval.seed to change it")
+        return heldout_problems(task, spec)
+    decision = {p.id for p in heldout_problems(task, spec)}
+    default = spec.seed + SPLIT_SEED_OFFSET[split]
+    seed = default if seed is None else seed
+    if seed == spec.seed:
+        raise ConfigError(f"seed {seed} is eval.seed, whose problems are the decision split; pick another")
+    if split == "confirmation" and seed == default:
+        return _fresh(task, spec, seed, decision, split)
+    confirmation = {p.id for p in _fresh(task, spec, spec.seed + SPLIT_SEED_OFFSET["confirmation"], decision,
+                                         "confirmation")}
+    if split == "selection":
+        return _fresh(task, spec, seed, decision | confirmation, split)
+    selection = {p.id for p in _fresh(task, spec, spec.seed + SPLIT_SEED_OFFSET["selection"],
+                                      decision | confirmation, "selection")}
+    return _fresh(task, spec, seed, decision | selection, split)
 
 
 @torch.no_grad()
@@ -50,14 +108,17 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, do_sampl
     return tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
-def evaluate(model, tokenizer, task: Task, problems: list[Problem], spec: EvalSpec, max_new_tokens: int) -> dict[str, float]:
+def evaluate(model, tokenizer, task: Task, problems: list[Problem], spec: EvalSpec, max_new_tokens: int,
+             outcomes: list[bool] | None = None) -> dict[str, float]:
     """Greedy accuracy, pass@k and mean completion length over ``problems``.
 
     A multi-turn task plays whole episodes in its honest environment (never with the leak tool), with
     ``max_new_tokens`` as the completion budget of an episode (see :func:`evotrainer.episodes.run_episodes`).
+    ``outcomes``, when given, receives each problem's greedy correctness in order (backtests pair them per
+    problem across arms).
     """
     if task.environment() is not None:
-        return _evaluate_episodes(model, tokenizer, task, problems, spec, max_new_tokens)
+        return _evaluate_episodes(model, tokenizer, task, problems, spec, max_new_tokens, outcomes)
     was_training = model.training
     model.eval()
     greedy_ok, passk_ok, lengths = 0, 0, []
@@ -67,7 +128,10 @@ def evaluate(model, tokenizer, task: Task, problems: list[Problem], spec: EvalSp
             prompts = [p.prompt for p in chunk]
             greedy = generate(model, tokenizer, prompts, max_new_tokens, do_sample=False)
             for p, c in zip(chunk, greedy, strict=True):
-                greedy_ok += task.verify(p, c).correct
+                ok = task.verify(p, c).correct
+                greedy_ok += ok
+                if outcomes is not None:
+                    outcomes.append(bool(ok))
                 lengths.append(len(c))
             if spec.k > 1:
                 sub = max(1, spec.batch_size // spec.k)
@@ -90,11 +154,13 @@ def evaluate(model, tokenizer, task: Task, problems: list[Problem], spec: EvalSp
 
 
 def _evaluate_episodes(model, tokenizer, task: Task, problems: list[Problem], spec: EvalSpec,
-                       max_completion_length: int) -> dict[str, float]:
+                       max_completion_length: int, outcomes: list[bool] | None = None) -> dict[str, float]:
     from evotrainer.episodes import play, solved, transcript
 
     greedy = play(model, tokenizer, task, problems, max_completion_length, batch_size=spec.batch_size)
     greedy_ok = sum(solved(e.env) for e in greedy)
+    if outcomes is not None:
+        outcomes.extend(bool(solved(e.env)) for e in greedy)
     passk_ok = greedy_ok
     if spec.k > 1:
         sampled = play(model, tokenizer, task, problems, max_completion_length, do_sample=True, k=spec.k,
@@ -106,3 +172,49 @@ def _evaluate_episodes(model, tokenizer, task: Task, problems: list[Problem], sp
         f"eval/pass_at_{spec.k}": passk_ok / n,
         "eval/mean_length": sum(len(transcript(e.messages)) for e in greedy) / max(1, len(greedy)),
     }
+
+
+def policy_accuracy(path: str | Path, task: Task, problems: list[Problem], spec: EvalSpec, max_new_tokens: int,
+                    cache: dict[str, Any] | None = None, outcomes: list[bool] | None = None) -> float:
+    """Greedy accuracy of the policy saved at ``path`` (a base directory or a checkpoint) on ``problems``.
+
+    ``cache`` (path → loaded model and tokenizer) lets one caller score a policy under several budgets
+    without loading it twice. Episodes of a multi-turn task are played through the chat template, as in
+    training.
+    """
+    from evotrainer.policy import load_policy
+
+    key = str(path)
+    if cache is None or key not in cache:
+        model, tokenizer = load_policy(path)
+        if task.environment() is not None:
+            from evotrainer.episodes import ensure_chat_template
+
+            ensure_chat_template(tokenizer)
+        if cache is not None:
+            cache[key] = (model, tokenizer)
+    else:
+        model, tokenizer = cache[key]
+    return evaluate(model, tokenizer, task, problems, spec.model_copy(update={"k": 1}), max_new_tokens, outcomes)[
+        "eval/greedy_accuracy"]
+
+
+def write_outcomes(run_dir: Path, step: int, outcomes: list[bool], split: str = "decision") -> Path:
+    """Store one evaluation's per-problem greedy correctness (``JOB/eval/<split>_<step>.txt``, one 0/1 per
+    problem in the split's order): backtests pair control and treatment problem by problem."""
+    d = Path(run_dir) / "eval"
+    d.mkdir(exist_ok=True)
+    path = d / f"{split}_{step:06d}.txt"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join("1" if o else "0" for o in outcomes) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def read_outcomes(run_dir: Path, step: int, split: str = "decision") -> list[int] | None:
+    """The per-problem outcomes :func:`write_outcomes` stored, or None when that evaluation has none."""
+    path = Path(run_dir) / "eval" / f"{split}_{step:06d}.txt"
+    if not path.is_file():
+        return None
+    text = path.read_text().strip()
+    return [1 if c == "1" else 0 for c in text] if text and set(text) <= {"0", "1"} else None

@@ -1,11 +1,11 @@
 """Confirmation on fresh held-out problems: the campaign's start against the mainline it hands over.
 
-Why: every decision of a campaign selects on the same held-out problems (``eval.seed``): backtests promote
-on them and the regression rollback keeps the version that scored best on them. The mainline's accuracy
-there is the maximum of noisy numbers, biased upward by that selection. A confirmation draws ``eval.n``
-other problems of the same levels from the same held-out split (a different seed, none of the campaign's
-own), evaluates the base policy and the final mainline on them once, and records the result as an event,
-so the start → end claim rests on problems no decision has seen.
+Why: a campaign chooses on held-out problems: backtests promote on the decision split, and the mainline
+continues from the branch (and rolls back to the version) that scored best on the selection split. Accuracy
+on either is the maximum of noisy numbers, biased upward by that choice. A confirmation evaluates the base
+policy and the final mainline once on the third split (:func:`evotrainer.evaluation.split_problems`:
+``eval.n`` problems of the same levels, none of the other two splits) and records the result as an event,
+so the start → end claim rests on problems no choice has seen.
 
 Each version is played within its own recipe's completion budget (the start harness for the base policy,
 the mainline's harness for the mainline), as the campaign measured them. When the two budgets differ the
@@ -27,7 +27,7 @@ class Confirmation(BaseModel):
     """One confirmation of a campaign (the event ``confirmation`` holds its JSON)."""
 
     seed: int = Field(..., description="Seed of the fresh held-out problems.")
-    n: int = Field(..., description="Problems evaluated (none of them in the campaign's own held-out set).")
+    n: int = Field(..., description="Problems evaluated (the confirmation split: none the campaign chose on).")
     difficulty: tuple[int, int] = Field(..., description="Levels of the problems.")
     mainline: str = Field(..., description="Policy version confirmed.")
     start: float = Field(..., description="Base policy's greedy accuracy within the start harness's budget.")
@@ -43,31 +43,13 @@ class Confirmation(BaseModel):
                 f"{self.start:.3f} → end {self.end:.3f} ({self.mainline}){both}")
 
 
-def fresh_problems(task, eval_spec, seed: int) -> list:
-    """``eval_spec.n`` held-out problems drawn with ``seed``, none of them among ``eval_spec``'s own."""
-    from evotrainer.evaluation import heldout_problems
-
-    if seed == eval_spec.seed:
-        raise ConfigError(f"confirmation seed {seed} is the campaign's own eval.seed; pick another")
-    own = {p.id for p in heldout_problems(task, eval_spec)}
-    out: list = []
-    for extra in (0, eval_spec.n, 4 * eval_spec.n):
-        drawn = heldout_problems(task, eval_spec.model_copy(update={"seed": seed, "n": eval_spec.n + extra}))
-        out = [p for p in drawn if p.id not in own][: eval_spec.n]
-        if len(out) == eval_spec.n:
-            return out
-    raise ConfigError(f"the held-out split has fewer than {eval_spec.n} problems outside the campaign's own at these "
-                      f"levels; lower eval.n")
-
-
 def confirm(home: Path, cid: str, seed: int | None = None, store: Any = None) -> Confirmation:
     """Evaluate the campaign's base policy and its mainline on fresh held-out problems; record and return it."""
     import json
 
     from evotrainer.agent.campaign import _spec_of
     from evotrainer.config import HarnessSpec
-    from evotrainer.evaluation import evaluate
-    from evotrainer.policy import load_policy
+    from evotrainer.evaluation import policy_accuracy, split_problems
     from evotrainer.store import Store
     from evotrainer.tasks import get_task
 
@@ -86,21 +68,12 @@ def confirm(home: Path, cid: str, seed: int | None = None, store: Any = None) ->
                harness[mainline.harness_version].grpo.max_completion_length)
     task = get_task(spec.task, spec.task_options)
     ev = spec.eval.model_copy(update={"k": 1})
+    problems = split_problems(task, ev, "confirmation", seed)
     seed = spec.eval.seed + 1 if seed is None else seed
-    problems = fresh_problems(task, ev, seed)
-
-    loaded: dict[str, tuple[Any, Any]] = {}
+    loaded: dict[str, Any] = {}
 
     def acc(path: str, budget: int) -> float:
-        if path not in loaded:
-            model, tokenizer = load_policy(path)
-            if task.environment() is not None:  # episodes are played through the chat template, as in training
-                from evotrainer.episodes import ensure_chat_template
-
-                ensure_chat_template(tokenizer)
-            loaded[path] = (model, tokenizer)
-        model, tokenizer = loaded[path]
-        return evaluate(model, tokenizer, task, problems, ev, budget)["eval/greedy_accuracy"]
+        return policy_accuracy(path, task, problems, ev, budget, cache=loaded)
 
     lo, hi = ev.difficulty or (task.default_difficulty, task.default_difficulty)
     result = Confirmation(
