@@ -1,19 +1,40 @@
 """Backtest statistics and the decision rule: is the one change really better, and is it honest?
 
 A backtest forks control (current harness) and treatment (current + one change) from the same policy
-checkpoint with the same seeds and step budget, so per-seed results pair up. The effect is the mean of
-the paired differences in held-out accuracy; its confidence interval is a paired t interval (few seeds,
-so a bootstrap would only resample three numbers). Then:
+checkpoint with the same seeds and step budget, so per-seed results pair up (and, since a seed fixes the
+data order, both arms see the same prompts: common random numbers). Every branch is evaluated on the same
+held-out problems (the decision split), so results also pair up problem by problem.
+
+**The effect and its interval.** The effect is the mean over seeds and problems of treatment − control
+correctness. With per-problem outcomes its standard error has two parts, one for the few training seeds
+and one for the sample of problems (a fixed problem set shared by every seed is itself a sample of the
+task): SE² = var(per-seed effects)/S + var(per-problem effects)/P, with Welch–Satterthwaite degrees of
+freedom; each part also carries the seed × problem residual, so the sum is conservative. Without
+per-problem outcomes it is the paired t interval over seeds (few seeds, so a bootstrap would only resample
+three numbers).
+
+**Sequential looks** (``looks`` K > 1): every branch is evaluated at K evenly spaced steps, and a proposal
+stops as soon as its answer is known. Efficacy uses alpha spending with the Kim–DeMets power family
+(ρ = 3, close to O'Brien–Fleming: little error spent early, most at the last look): look j may promote only
+when the lower bound of a two-sided (1 − α·f_j) interval clears ``min_effect``, where α = 1 − confidence and
+f_j = (j/K)³ − ((j−1)/K)³. The looks are combined by the union (Bonferroni) bound, which holds whatever the
+dependence between looks, so the false-promotion rate stays at or below α/2, the one-sided error of the
+fixed-horizon rule (simulated in ``tests/test_campaign_units.py``). Futility is non-binding: at an interim
+look a proposal whose ``confidence`` interval lies wholly below ``min_effect`` is rejected early (stopping
+for futility can only lower the false-promotion rate). With K = 1 the rule is the fixed-horizon one.
+
+The outcomes:
 
 - **failed**: fewer than two complete pairs (a branch crashed or produced NaN);
 - **blocked**: a treatment branch tripped the gate and the treatment scored higher on average — on the
   held-out evaluation, or on the training reward the change was optimising (a trap such as a leaking tool
   or a reward on visible tests raises the training reward while held-out accuracy, which the trap cannot
   reach, stays flat or drops). A high score reached by an exploit must never be promoted, and the record
-  says it was blocked, not merely unhelpful;
-- **promote**: the whole interval lies above ``min_effect`` and every treatment branch passed the gate;
-- **reject** (refuted): the mean effect is ≤ 0 or the interval lies entirely below ``min_effect``;
-- **inconclusive**: anything else (the interval straddles ``min_effect``).
+  says it was blocked, not merely unhelpful; a trip stops the proposal at the look it shows up;
+- **promote**: the look's efficacy interval lies above ``min_effect`` and every treatment branch passed the gate;
+- **reject** (refuted): the mean effect is ≤ 0 or the interval lies entirely below ``min_effect`` (at the
+  last look), or the futility rule fires (earlier);
+- **inconclusive**: anything else at the last look (the interval straddles ``min_effect``).
 """
 
 from __future__ import annotations
@@ -23,6 +44,8 @@ import statistics
 from datetime import datetime, timezone
 
 from evotrainer.agent.schemas import BacktestStats, BranchResult, Decision
+
+SPENDING_RHO = 3.0  # Kim–DeMets power-family exponent: 3 spends about as O'Brien–Fleming boundaries do
 
 
 def paired_stats(control: list[float], treatment: list[float], confidence: float) -> BacktestStats:
@@ -47,10 +70,54 @@ def paired_stats(control: list[float], treatment: list[float], confidence: float
     )
 
 
+def spending(looks: int, rho: float = SPENDING_RHO) -> list[float]:
+    """Share of the error each look may spend: increments of (j/K)^rho (they sum to 1)."""
+    if looks < 1:
+        raise ValueError(f"looks must be >= 1, got {looks}")
+    return [(j / looks) ** rho - ((j - 1) / looks) ** rho for j in range(1, looks + 1)]
+
+
+def effect_interval(diffs_by_seed: list[list[float]], confidence: float) -> tuple[float, float, float, float]:
+    """(effect, se, df, half-width) of the mean of a seeds × problems table of treatment − control differences.
+
+    One column per seed is the seed-only case (paired t over seeds). See the module docstring.
+    """
+    import numpy as np
+    from scipy import stats
+
+    rows = [r for r in diffs_by_seed if len(r)]
+    if not rows:
+        raise ValueError("effect_interval needs at least one seed")
+    if len({len(r) for r in rows}) != 1:
+        raise ValueError("every seed must have outcomes on the same problems")
+    y = np.asarray(rows, dtype=float)
+    s, p = y.shape
+    effect = float(y.mean())
+    if s < 2:
+        return effect, math.inf, 0.0, math.inf
+    v_seed = float(y.mean(axis=1).var(ddof=1)) / s
+    v_prob = float(y.mean(axis=0).var(ddof=1)) / p if p > 1 else 0.0
+    se2 = v_seed + v_prob
+    if se2 <= 1e-18:
+        return effect, 0.0, float(s - 1), 0.0
+    denom = v_seed ** 2 / (s - 1) + (v_prob ** 2 / (p - 1) if p > 1 else 0.0)
+    df = se2 ** 2 / denom if denom > 0 else float(s - 1)
+    se = math.sqrt(se2)
+    return effect, se, df, float(stats.t.ppf(0.5 + confidence / 2, df=df)) * se
+
+
 def decide(proposal_id: str, control: list[BranchResult], treatment: list[BranchResult], min_effect: float,
-           confidence: float) -> Decision:
-    """Apply the decision rule to one proposal's branches (matched by seed)."""
+           confidence: float, *, look: int = 1, looks: int = 1, step: int | None = None,
+           outcomes: dict[tuple[str, int], list[int]] | None = None, undecided: str | None = None) -> Decision | None:
+    """Apply the decision rule to one proposal's branches (matched by seed) at look ``look`` of ``looks``.
+
+    ``outcomes`` maps (``"control"`` or the proposal id, seed) to each branch's per-problem correctness at this
+    look; without it the interval is over seeds only. At an interim look where the proposal goes on, returns
+    None, or, when ``undecided`` names an outcome (the backtest ended there for another reason), a decision
+    with that outcome and the look's numbers.
+    """
     now = datetime.now(timezone.utc)
+    final = look >= looks
     ctrl = {b.seed: b for b in control if b.status == "finished" and b.eval_accuracy is not None}
     treat = {b.seed: b for b in treatment if b.status == "finished" and b.eval_accuracy is not None}
     seeds = sorted(set(ctrl) & set(treat))
@@ -59,11 +126,31 @@ def decide(proposal_id: str, control: list[BranchResult], treatment: list[Branch
     if len(seeds) < 2:
         return Decision(proposal_id=proposal_id, outcome="failed", at=now,
                         reasons=[f"only {len(seeds)} complete pair(s) of branches", *failed])
-    st = paired_stats([ctrl[s].eval_accuracy for s in seeds], [treat[s].eval_accuracy for s in seeds], confidence)
+    alpha = (1 - confidence) * spending(looks)[look - 1]  # two-sided error this look may spend on efficacy
+    level = 1 - alpha
+    per_problem = outcomes is not None and all(("control", s) in outcomes and (proposal_id, s) in outcomes
+                                               for s in seeds)
+    if per_problem:
+        table = [[t - c for c, t in zip(outcomes[("control", s)], outcomes[(proposal_id, s)])] for s in seeds]
+        method = "paired over seeds and problems (Welch–Satterthwaite t)"
+    else:
+        table = [[treat[s].eval_accuracy - ctrl[s].eval_accuracy] for s in seeds]
+        method = "paired-t"
+    if looks > 1:
+        method += f", look {look} of {looks}, alpha spending (Kim–DeMets rho={SPENDING_RHO:g}, Bonferroni)"
+    effect, se, df, half = effect_interval(table, level)
+    _, _, _, half_futility = effect_interval(table, confidence)
+    st = BacktestStats(
+        n_pairs=len(seeds), effect=round(effect, 6), ci_low=round(effect - half, 6) if math.isfinite(half) else -math.inf,
+        ci_high=round(effect + half, 6) if math.isfinite(half) else math.inf, confidence=round(level, 6), method=method,
+        control_mean=round(statistics.fmean(ctrl[s].eval_accuracy for s in seeds), 6),
+        treatment_mean=round(statistics.fmean(treat[s].eval_accuracy for s in seeds), 6),
+        look=look, looks=looks, step=step, se=round(se, 6) if math.isfinite(se) else None, df=round(df, 3))
     gate_reasons = [f"seed {s}: {r}" for s in seeds for r in treat[s].gate_reasons if not treat[s].gate_passed]
-    pct = f"{confidence:.0%}"
+    pct = f"{level:.1%}" if looks > 1 else f"{level:.0%}"
+    where = f" at look {look}/{looks}" + (f" (step {step})" if step is not None else "") if looks > 1 else ""
     summary = (f"held-out effect {st.effect:+.3f} ({pct} CI {st.ci_low:+.3f}..{st.ci_high:+.3f}, {st.n_pairs} paired "
-               f"seeds; control {st.control_mean:.3f}, treatment {st.treatment_mean:.3f})")
+               f"seeds; control {st.control_mean:.3f}, treatment {st.treatment_mean:.3f}){where}")
     reasons = [summary, *([f"{len(failed)} branch(es) failed: " + "; ".join(failed)] if failed else [])]
     train = [(ctrl[s].train_reward, treat[s].train_reward) for s in seeds
              if ctrl[s].train_reward is not None and treat[s].train_reward is not None]
@@ -75,9 +162,25 @@ def decide(proposal_id: str, control: list[BranchResult], treatment: list[Branch
     elif gate_reasons:
         outcome = "reject"
         reasons.append("treatment tripped the gate and did not score higher")
+    elif st.ci_low > min_effect and any(treat[s].gate_passed is None for s in seeds) and not final:
+        if undecided is None:
+            return None  # promotable, but a gate could not decide yet on so few steps: wait for the next look
+        outcome = undecided
+        reasons.append(f"undecided at look {look} of {looks}: a gate had too little evidence yet")
     elif st.ci_low > min_effect:
         outcome = "promote"
-        reasons.append(f"the whole interval is above the minimum effect {min_effect:+.3f}")
+        reasons.append(f"the whole interval is above the minimum effect {min_effect:+.3f}"
+                       + (" (stopped early)" if not final else ""))
+    elif not final:
+        if effect + half_futility < min_effect:
+            outcome = "reject"
+            reasons.append(f"futility: the {confidence:.0%} interval (up to {effect + half_futility:+.3f}) is wholly "
+                           f"below the minimum effect {min_effect:+.3f} (stopped early)")
+        elif undecided is None:
+            return None
+        else:
+            outcome = undecided
+            reasons.append(f"undecided at look {look} of {looks}")
     elif st.effect <= 0 or st.ci_high < min_effect:
         outcome = "reject"
         reasons.append(f"no improvement beyond {min_effect:+.3f}")

@@ -257,6 +257,14 @@ def read_rollouts(run_dir: Path, columns: list[str] | None = None) -> pd.DataFra
     return df
 
 
+def evidence_upto(ev: Evidence, step: int) -> Evidence:
+    """``ev`` as it stood at ``step``: metrics and rollouts of later steps left out (a backtest's look)."""
+    m = ev.metrics[ev.metrics["step"] <= step] if "step" in ev.metrics else ev.metrics
+    r = ev.rollouts[ev.rollouts["step"] <= step] if "step" in ev.rollouts else ev.rollouts
+    return Evidence(metrics=m.reset_index(drop=True), rollouts=r.reset_index(drop=True), source=ev.source, run=ev.run,
+                    meta=ev.meta)
+
+
 def load_run_evidence(run_dir: Path) -> Evidence:
     meta = {}
     if (run_dir / "meta.json").is_file():

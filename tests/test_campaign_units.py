@@ -327,19 +327,130 @@ def test_a_completion_budget_that_fills_the_policy_context_is_no_candidate(tmp_p
     assert PolicySpec(path=str(tmp_path)).context_length() is None
 
 
-def test_fresh_confirmation_problems_avoid_the_campaigns_own_held_out_set():
-    from evotrainer.agent.confirm import fresh_problems
-    from evotrainer.evaluation import EvalSpec, heldout_problems
+@pytest.mark.parametrize("task_name", ["arith", "countdown", "code", "agentic"])
+def test_the_decision_selection_and_confirmation_splits_are_disjoint(task_name):
+    from evotrainer.evaluation import SPLITS, EvalSpec, heldout_problems, split_problems
+    from evotrainer.tasks import get_task
+
+    task = get_task(task_name)
+    lo = task.default_difficulty
+    ev = EvalSpec(n=50, k=1, difficulty=(lo, lo), seed=7)
+    ids = {s: [p.id for p in split_problems(task, ev, s)] for s in SPLITS}
+    for s in SPLITS:
+        assert len(ids[s]) == len(set(ids[s])) == 50, s
+    assert not set(ids["decision"]) & set(ids["selection"])
+    assert not set(ids["decision"]) & set(ids["confirmation"])
+    assert not set(ids["selection"]) & set(ids["confirmation"])
+    assert ids["decision"] == [p.id for p in heldout_problems(task, ev)]  # what every job evaluates
+    # all held-out problems, none from the train split, all at the levels asked for
+    for s in SPLITS:
+        assert all(p.difficulty == lo and task.split_of(p) == "heldout" for p in split_problems(task, ev, s))
+    # another confirmation seed (campaign confirm --seed) stays clear of the decision and selection splits
+    other = {p.id for p in split_problems(task, ev, "confirmation", seed=99)}
+    assert not other & (set(ids["decision"]) | set(ids["selection"]))
+
+
+def test_split_errors_name_what_to_change():
+    from evotrainer.evaluation import EvalSpec, split_problems
     from evotrainer.tasks import get_task
 
     task = get_task("arith")
     ev = EvalSpec(n=50, k=1, difficulty=(2, 2), seed=7)
-    own = {p.id for p in heldout_problems(task, ev)}
-    fresh = fresh_problems(task, ev, 8)
-    assert len(fresh) == 50 and not own & {p.id for p in fresh}
-    assert len({p.id for p in fresh}) == 50
-    assert all(p.difficulty == 2 for p in fresh)
     with pytest.raises(ConfigError, match="eval.seed"):
-        fresh_problems(task, ev, 7)
-    with pytest.raises(ConfigError, match="lower eval.n"):  # one-digit sums: far fewer than 2000 held-out problems
-        fresh_problems(task, EvalSpec(n=2000, k=1, difficulty=(1, 1), seed=7), 8)
+        split_problems(task, ev, "confirmation", seed=7)
+    with pytest.raises(ConfigError, match="lower eval.n"):  # one-digit sums: far fewer than 3 × 2000 held-out problems
+        split_problems(task, EvalSpec(n=2000, k=1, difficulty=(1, 1), seed=7), "selection")
+    with pytest.raises(ConfigError, match="splits: decision, selection, confirmation"):
+        split_problems(task, ev, "training")
+
+
+# ---------------------------------------------------------------------------------------------- sequential looks
+def _look_branches(accs: list[float], role: str, pid: str | None = None) -> list[BranchResult]:
+    return [BranchResult(backtest_id="b", proposal_id=pid, role=role, seed=i, run_name=f"{role}{i}", status="finished",
+                         eval_accuracy=a, gate_passed=True if role == "treatment" else None) for i, a in enumerate(accs)]
+
+
+def _simulate(rng, n_seeds: int, n_problems: int, looks: int, effect: float, correlated: bool, seed_sd: float = 0.01):
+    """Per look, a control and a treatment correctness table (seeds × problems): problems differ in difficulty,
+    seeds in how far training moved (a random walk over looks when ``correlated``; the paired per-seed effects
+    of the demo's branches spread by 0.005-0.02), the treatment by ``effect``."""
+    import numpy as np
+
+    q = rng.beta(2, 2, size=n_problems)
+    walk_c, walk_t = np.zeros(n_seeds), np.zeros(n_seeds)
+    out = []
+    for _ in range(looks):
+        step_c, step_t = rng.normal(0, seed_sd, n_seeds), rng.normal(0, seed_sd, n_seeds)
+        walk_c = walk_c + step_c if correlated else step_c
+        walk_t = walk_t + step_t if correlated else step_t
+        pc = np.clip(q[None, :] + walk_c[:, None], 0, 1)
+        pt = np.clip(q[None, :] + walk_t[:, None] + effect, 0, 1)
+        u = rng.random((n_seeds, n_problems))  # shared uniforms: the two arms agree on most problems, as they do
+        out.append(((u < pc).astype(int), (u < pt).astype(int)))
+    return out
+
+
+def _run_sequential(tables, looks: int, confidence: float, min_effect: float = 0.0):
+    for j, (c, t) in enumerate(tables, start=1):
+        outcomes = {**{("control", s): list(c[s]) for s in range(len(c))}, **{("p", s): list(t[s]) for s in range(len(t))}}
+        d = decide("p", _look_branches(list(c.mean(axis=1)), "control"), _look_branches(list(t.mean(axis=1)), "treatment", "p"),
+                   min_effect, confidence, look=j, looks=looks, outcomes=outcomes)
+        if d is not None:
+            return d, j
+    raise AssertionError("the last look must decide")
+
+
+@pytest.mark.parametrize("correlated", [True, False])
+def test_sequential_looks_keep_false_promotions_within_the_configured_level(correlated):
+    import numpy as np
+
+    rng = np.random.default_rng(7 if correlated else 8)
+    confidence, looks, sims = 0.8, 3, 600
+    promoted = naive = 0
+    for _ in range(sims):
+        tables = _simulate(rng, 3, 300, looks, effect=0.0, correlated=correlated)
+        d, _ = _run_sequential(tables, looks, confidence)
+        promoted += d.outcome == "promote"
+        # the same data tested at every look at the full level, without spending: what the spending prevents
+        naive += any(decide("p", _look_branches(list(c.mean(axis=1)), "control"),
+                            _look_branches(list(t.mean(axis=1)), "treatment", "p"), 0.0, confidence,
+                            outcomes={**{("control", s): list(c[s]) for s in range(3)},
+                                      **{("p", s): list(t[s]) for s in range(3)}}).outcome == "promote"
+                     for c, t in tables)
+    level = (1 - confidence) / 2  # the one-sided error of the fixed-horizon rule
+    slack = 2.5 * (level * (1 - level) / sims) ** 0.5
+    assert promoted / sims <= level + slack, promoted / sims
+    if not correlated:  # independent looks: uncorrected repeated testing inflates the error well past the level
+        assert naive / sims > level + slack, naive / sims
+
+
+def test_a_sequential_backtest_stops_early_on_a_large_effect_and_on_a_null_one():
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    big = _simulate(rng, 3, 1000, 3, effect=0.15, correlated=True)
+    d, at = _run_sequential(big, 3, 0.8, min_effect=0.01)
+    assert (d.outcome, at) == ("promote", 1) and "stopped early" in d.reasons[-1]
+    assert d.stats.look == 1 and d.stats.looks == 3 and d.stats.confidence == pytest.approx(1 - 0.2 / 27, abs=1e-6)
+    # a change that changes nothing: with common random numbers both arms make the same run
+    same = [(c, c.copy()) for c, _ in _simulate(rng, 3, 1000, 3, effect=0.0, correlated=True)]
+    d, at = _run_sequential(same, 3, 0.8, min_effect=0.01)
+    assert (d.outcome, at) == ("reject", 1) and d.reasons[-1].startswith("futility")
+    # a real but modest effect is not stopped for futility: it gets to later looks
+    modest = _simulate(rng, 3, 1000, 3, effect=0.03, correlated=True)
+    d, at = _run_sequential(modest, 3, 0.8, min_effect=0.01)
+    assert at > 1 or d.outcome == "promote"
+
+
+def test_effect_interval_adds_the_problem_sample_to_the_seed_spread():
+    from evotrainer.backtest import effect_interval
+
+    # every seed shows the same +0.1 on 10 problems: no seed spread, but which problems were drawn still matters
+    rows = [[1, 0, 0, 0, 0, 0, 0, 0, 0, 0]] * 3
+    effect, se, df, half = effect_interval(rows, 0.8)
+    assert effect == pytest.approx(0.1) and se == pytest.approx((0.1 * 0.9 / 9) ** 0.5, rel=1e-6) and df == pytest.approx(9)
+    # seeds only (one value per seed): the paired t interval
+    effect, se, df, half = effect_interval([[0.1], [0.2], [0.3]], 0.9)
+    assert (effect, df) == (pytest.approx(0.2), 2) and half == pytest.approx(0.1686, abs=1e-3)
+    # identical arms: a zero-width interval at zero
+    assert effect_interval([[0, 0], [0, 0]], 0.8)[1:] == (0.0, 1.0, 0.0)

@@ -20,21 +20,30 @@ class GateResult(BaseModel):
     passed: bool
     reasons: list[str]
     findings: list[Finding]
+    undecided: list[str] = []  # interim checks only: rules with too little evidence yet (they decide later)
 
 
-def check_gate(ev: Evidence, registry: Registry) -> GateResult:
-    """Run the harness's gate on one branch's evidence."""
+def check_gate(ev: Evidence, registry: Registry, final: bool = True) -> GateResult:
+    """Run the harness's gate on one branch's evidence.
+
+    ``final=False`` is a backtest's interim look: a rule whose diagnostic has too little evidence *yet* (a few
+    steps into a branch) is listed as undecided instead of failing the gate; the caller must not promote on
+    an undecided gate, and the last look decides it as usual.
+    """
     knobs = registry.harness.diagnostics
     reasons: list[str] = []
+    undecided: list[str] = []
     findings: list[Finding] = []
     for rule in knobs.gate:
         results = registry.get(rule.diagnostic).run(ev)
         findings.extend(results)
         for f in results:
-            if f.symptom == "diagnostic_error" or Diagnostic.insufficient(f):
+            if not final and f.symptom != "diagnostic_error" and Diagnostic.insufficient(f):
+                undecided.append(f"{rule.diagnostic}: {f.explanation}")
+            elif f.symptom == "diagnostic_error" or Diagnostic.insufficient(f):
                 if knobs.gate_on_error == "fail":
                     reasons.append(f"{rule.diagnostic} could not decide ({f.explanation}); gate_on_error=fail")
             elif SEVERITY_RANK[f.severity] >= SEVERITY_RANK[rule.fail_at]:
                 where = f" at steps {f.steps[0]}-{f.steps[1]}" if f.steps else ""
                 reasons.append(f"{rule.diagnostic}: {f.severity} {f.symptom}{where}: {f.explanation}")
-    return GateResult(passed=not reasons, reasons=reasons, findings=findings)
+    return GateResult(passed=not reasons, reasons=reasons, findings=findings, undecided=undecided)
