@@ -43,7 +43,7 @@ from evotrainer.safe_yaml import parse_yaml
 
 SkillKind = Literal["skill", "mistake"]
 SkillStatus = Literal["active", "deprecated"]
-EvidenceOutcome = Literal["promote", "reject", "inconclusive", "blocked"]
+EvidenceOutcome = Literal["promote", "reject", "inconclusive", "blocked", "screened"]
 InterventionOp = Literal["set", "scale", "step"]
 ConditionOp = Literal["<", "<=", ">", ">=", "==", "!="]
 
@@ -203,7 +203,8 @@ class Evidence(_Model):
     ci_low: float | None = Field(None, description="Lower end of the effect's confidence interval.")
     ci_high: float | None = Field(None, description="Upper end of the effect's confidence interval.")
     seeds: list[int] = Field(default_factory=list, description="Seeds of the paired branches.")
-    outcome: EvidenceOutcome = Field(..., description="The decision: promote, reject, inconclusive or blocked (by a gate).")
+    outcome: EvidenceOutcome = Field(..., description="The decision: promote, reject, inconclusive, blocked (by a gate) "
+                                                      "or screened (predicted no effect on the training signal).")
     date: dt.date = Field(..., description="Day of the decision (YYYY-MM-DD).")
     note: str = Field("", max_length=2000, description="Decision or gate reasons, in one line.")
 
