@@ -397,6 +397,8 @@ def campaign_start(
     spec: Path = typer.Argument(..., help="Campaign spec YAML (see campaigns/arith-demo.yaml)."),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="At a review, wait for a person instead of exiting."),
     max_rounds: Optional[int] = typer.Option(None, "--max-rounds", min=1, help="Stop after N rounds (resume continues)."),
+    seed: Optional[int] = typer.Option(None, "--seed", min=0, help="Override the spec's seed (mainline data order, "
+                                       "the brain's draws, and the warm start unless policy.seed is set)."),
     home: Optional[Path] = HomeOpt,
     as_json: bool = JsonOpt,
 ) -> None:
@@ -406,7 +408,7 @@ def campaign_start(
 
     def body() -> None:
         h = resolve_home(home)
-        cid = start_campaign(spec, h, log=_say(as_json), wait=wait, max_rounds=max_rounds)
+        cid = start_campaign(spec, h, log=_say(as_json), wait=wait, max_rounds=max_rounds, seed=seed)
         _print_status(h, cid, as_json)
 
     _guard(body, as_json)
@@ -535,6 +537,12 @@ def _print_status(home: Path, cid: str, as_json: bool) -> None:
     for pv in doc["lineage"]:
         out_console.print(f"  {pv['id']}  step {pv['step']}  harness {pv['harness_version']}  "
                           f"eval {pv['eval_accuracy']}  ← {pv['parent_id']}")
+    for k in doc["kept"]:
+        chosen = next((x for x in k["candidates"] if x["run"] == k["chosen"]), {})
+        others = ", ".join(f"{x['selection_accuracy']}" for x in k["candidates"] if x["run"] != k["chosen"])
+        out_console.print(f"  [bold]kept[/] round {k['round']}: {k['chosen']} ({k['arm']} arm, step {chosen.get('step')}, "
+                          f"selection split {chosen.get('selection_accuracy')}; the others {others or 'none'})",
+                          highlight=False)
     for r in doc["rollbacks"]:
         if r["auto"]:
             out_console.print(f"  [bold]rolled back[/] round {r['round']}: {r['from']} ({r['from_accuracy']:.3f}) fell "
@@ -560,6 +568,12 @@ def _print_status(home: Path, cid: str, as_json: bool) -> None:
     if outcomes:
         out_console.print("[bold]summary[/] " + ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
                           + f"; {len(doc['versions']) - 1} harness version(s) after the start")
+    sp = doc["spend"]
+    if sp["spent"]:
+        out_console.print(f"[bold]budget[/] {sp['spent']} steps: {sp['mainline_segments']} mainline segments + "
+                          f"{sp['kept_branches']} in kept branches (the mainline's own steps: useful share "
+                          f"{sp['useful_share']:.0%}), {sp['discarded']} in branches not kept; {sp['screened']} "
+                          f"change(s) screened out on recorded rollouts (0 steps)", highlight=False)
     out_console.print("[bold]where to look[/]")
     out_console.print(f"  MLflow UI:  mlflow ui --backend-store-uri {doc['where']['mlflow']}", highlight=False)
     out_console.print(f"  state DB:   {doc['where']['state']}", highlight=False)

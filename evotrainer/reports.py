@@ -88,9 +88,34 @@ def campaign_summary(home: Path, cid: str, store: Store | None = None,
         "confirmation": next((e.message for e in reversed(store.events(cid, kind="confirmation"))), None),
         "rollbacks": [{**e.message, "auto": e.kind == "regression_rollback"} for e in store.events(cid)
                       if e.kind in ("rollback", "regression_rollback")],
+        "spend": spend(store, cid, camp, lineage, decisions),
+        "kept": [e.message for e in store.events(cid, kind="kept_branch")],
         "where": {"mlflow": tracking_uri(home), "state": make_url(store.url).render_as_string(hide_password=True),
                   "mlflow_run_id": camp.mlflow_run_id},
     }
+
+
+def spend(store: Store, cid: str, camp: Any, lineage: list[PolicyVersion], decisions: list[Any]) -> dict[str, Any]:
+    """Where the budget went: steps in the mainline handed over (its segments and the kept branches it continued
+    from), steps of branches it did not keep, and changes screened out for free; the useful share is the
+    mainline's own steps over the steps spent."""
+    spent = store.ledger_total(cid)
+    by_id = {pv.id: pv for pv in lineage}
+    branch_runs = {e.run_name for e in store.ledger(cid) if e.kind == "branch"}
+    segment = kept = 0
+    cur = by_id.get(camp.mainline_version)
+    while cur is not None:
+        parent = by_id.get(cur.parent_id) if cur.parent_id else None
+        steps = cur.step - (parent.step if parent is not None else 0)
+        if cur.run_name in branch_runs:
+            kept += steps
+        else:
+            segment += steps
+        cur = parent
+    useful = segment + kept
+    return {"spent": spent, "mainline_segments": segment, "kept_branches": kept,
+            "discarded": max(0, spent - useful), "useful_share": round(useful / spent, 4) if spent else None,
+            "screened": sum(1 for d in decisions if d.outcome == "screened")}
 
 
 def resume_command(home: Path, camp: Any) -> str | None:
@@ -134,4 +159,4 @@ def skill_history(store: Store, slug: str) -> list[dict[str, Any]]:
 
 
 __all__ = ["record_review", "campaign_summary", "harness_versions", "start_accuracy", "skill_history",
-           "resume_command", "AFTER_REVIEW"]
+           "resume_command", "spend", "AFTER_REVIEW"]

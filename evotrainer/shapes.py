@@ -143,6 +143,29 @@ class Where(_Doc):
     mlflow_run_id: str | None
 
 
+class Spend(_Doc):
+    """Where a campaign's budget went (``evotrainer.reports.spend``)."""
+
+    spent: int = Field(..., description="Trainer steps spent (segments and every branch leg).")
+    mainline_segments: int = Field(..., description="Steps of the segments in the final mainline's lineage.")
+    kept_branches: int = Field(..., description="Steps of the backtest branches the mainline continued from.")
+    discarded: int = Field(..., description="Steps of everything else (branches not kept, segments rolled back from).")
+    useful_share: float | None = Field(..., description="(mainline_segments + kept_branches) / spent.")
+    screened: int = Field(..., description="Changes screened out on recorded rollouts (no steps spent).")
+
+
+class KeptBranch(_Doc):
+    """The branch a round's mainline continued from (event ``kept_branch``)."""
+
+    round: int
+    arm: str = Field(..., description="The promoted proposal's id, or 'control'.")
+    chosen: str = Field(..., description="Run name of the branch kept.")
+    split: str = Field(..., description="The held-out split it was chosen on (selection).")
+    n: int = Field(..., description="Problems in that split.")
+    candidates: list[dict[str, Any]] = Field(..., description="Each branch of the arm: run, seed, step, "
+                                                              "selection_accuracy, decision_accuracy.")
+
+
 class CampaignSummary(_Doc):
     """``evotrainer campaign status ID --json`` (and what ``campaign start|resume --json`` print at the end)."""
 
@@ -159,6 +182,8 @@ class CampaignSummary(_Doc):
     revisions: list[dict[str, Any]]
     confirmation: dict[str, Any] | None = Field(..., description="The last confirmation (shape: `schema confirmation`).")
     rollbacks: list[dict[str, Any]]
+    spend: Spend
+    kept: list[KeptBranch]
     where: Where
 
 

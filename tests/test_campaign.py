@@ -33,7 +33,7 @@ def _spec(tmp: Path, **over) -> Path:
     (tmp / "h.yaml").write_text(HARNESS)
     doc = {
         "name": "tiny", "task": "arith", "policy": {"size": "nano", "sft_steps": 150}, "harness": "h.yaml",
-        "segment_steps": 2, "budget": {"total_steps": 12}, "backtest": {"branch_steps": 2, "seeds": 2, "max_proposals": 2},
+        "segment_steps": 2, "budget": {"total_steps": 12, "explore_share": 1.0}, "backtest": {"branch_steps": 2, "seeds": 2, "max_proposals": 2},
         "eval": {"every": 0, "n": 16, "k": 1}, "stop": {"plateau_rounds": 2}, "autonomy": "auto",
     }
     for k, v in over.items():
@@ -262,6 +262,12 @@ def test_kill_9_mid_segment_then_kill_only_the_owner_mid_branch_then_resume_with
     assert len(store.list_proposals(camp.id, round=0)) == 1 and len(store.list_decisions(camp.id)) == 1
     branches = store.list_branches(store.list_backtests(camp.id)[0].id)
     assert len(branches) == 4 and len({(b.proposal_id, b.role, b.seed) for b in branches}) == 4
+    # the mainline went on from the best branch of the adopted arm on the selection split, chosen once
+    (kept,) = [e.message for e in store.events(camp.id, kind="kept_branch")]
+    best = max(kept["candidates"], key=lambda c: (c["selection_accuracy"], c["decision_accuracy"], -c["seed"]))
+    assert kept["chosen"] == best["run"] and kept["split"] == "selection" and len(kept["candidates"]) == 2
+    pv = next(v for v in store.policy_lineage(camp.id) if v.run_name == kept["chosen"])
+    assert pv.checkpoint.endswith(f"checkpoint-{best['step']}") and pv.selection_accuracy == best["selection_accuracy"]
     led = store.ledger(camp.id)
     assert len({e.key for e in led}) == len(led) and store.ledger_total(camp.id) <= 11
     from mlflow.tracking import MlflowClient
@@ -269,12 +275,16 @@ def test_kill_9_mid_segment_then_kill_only_the_owner_mid_branch_then_resume_with
     from evotrainer.evidence import read_metrics
 
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
-    for e in led:  # every run's steps were trained once: the ledger matches its metrics.jsonl and MLflow
-        m = read_metrics(jobs / e.key)
-        steps = list(m.loc[m["loss"].notna(), "step"])
-        assert e.steps == len(steps) == len(set(steps)), e.key
-        run_id = json.loads((jobs / e.key / "meta.json").read_text())["run_id"]
-        assert sorted(x.step for x in client.get_metric_history(run_id, "loss")) == sorted(set(steps)), e.key
+    by_run: dict[str, int] = {}
+    for e in led:  # a branch is trained one look at a time: one ledger entry per leg (run@step)
+        assert e.key == e.run_name or e.key.startswith(f"{e.run_name}@"), e.key
+        by_run[e.run_name] = by_run.get(e.run_name, 0) + e.steps
+    for run, spent in by_run.items():  # every run's steps were trained once: ledger = metrics.jsonl = MLflow
+        m = read_metrics(jobs / run)
+        steps = list(m.loc[m["loss"].notna(), "step"]) if "loss" in m else []
+        assert spent == len(steps) == len(set(steps)), run
+        run_id = json.loads((jobs / run / "meta.json").read_text())["run_id"]
+        assert sorted(x.step for x in client.get_metric_history(run_id, "loss")) == sorted(set(steps)), run
 
 
 def test_two_resumes_at_once_one_runs_the_other_exits_2_then_stop_and_stop_now(tmp_path):

@@ -135,15 +135,29 @@ def test_curate_round_writes_a_clustered_mistake_note_once(tmp_path):
         store.add_decision(Decision(proposal_id=pid, outcome="reject", reasons=["worse"], at=NOW, stats=BacktestStats(
             n_pairs=2, effect=-0.03, ci_low=-0.05, ci_high=-0.01, confidence=0.8, method="paired-t",
             control_mean=0.4, treatment_mean=0.37)))
-        ops = curate_round(ctx, f"c:r{r:02d}:backtest")
+        ops = curate_round(ctx, r)
         assert {o["slug"] for o in ops} == {"high-entropy-tokens", "mistake-grpo-top-entropy-quantile-down-plateau"}
     lib = Library.load(ctx.library)
     note = lib.get("mistake-grpo-top-entropy-quantile-down-plateau")
     assert note.kind == "mistake" and [e.proposal for e in note.evidence] == ["c:r00:p0", "c:r01:p0"]
     assert lib.get("high-entropy-tokens").counters.harmful == 2
     n_log = len(read_log(ctx.library))
-    assert curate_round(ctx, "c:r01:backtest") == [] and len(read_log(ctx.library)) == n_log  # re-run: nothing twice
-    assert curate_round(ctx, None) == []
+    assert curate_round(ctx, 1) == [] and len(read_log(ctx.library)) == n_log  # re-run: nothing twice
+    assert curate_round(ctx, 7) == []  # a round with no decision
+    # a screened change (never backtested) is evidence too: no effect, no counter moved
+    store.add_proposal(Proposal(
+        id="c:r02:p0", campaign_id="c", round=2, knob="data.drop_all_correct", old=False, new=True,
+        hypothesis=Hypothesis(symptom="too_easy", cause="solved prompts", change="drop them", expected_effect="+1 point"),
+        rationale="", cited_skills=["drop-solved"], brain="heuristic", status="screened", harness_version="h",
+        created=NOW))
+    store.add_decision(Decision(proposal_id="c:r02:p0", outcome="screened", at=NOW,
+                                reasons=["on 512 recorded rollouts: dead groups 0.300 → 0.300 …; nil"]))
+    before = Library.load(ctx.library).get("drop-solved").counters
+    ops = curate_round(ctx, 2)
+    assert [o["slug"] for o in ops] == ["drop-solved"]
+    after = Library.load(ctx.library).get("drop-solved")
+    assert after.evidence[-1].outcome == "screened" and after.evidence[-1].effect is None
+    assert (after.counters.helpful, after.counters.harmful) == (before.helpful, before.harmful)
 
 
 def test_a_refuted_block_is_not_written_as_a_mistake(tmp_path):
@@ -160,7 +174,7 @@ def test_a_refuted_block_is_not_written_as_a_mistake(tmp_path):
                                 gate_reasons=["reward_hacking: warning"], stats=BacktestStats(
                                     n_pairs=2, effect=0.05, ci_low=0.02, ci_high=0.08, confidence=0.8,
                                     method="paired-t", control_mean=0.4, treatment_mean=0.45)))
-    ops = curate_round(ctx, "c:r00:backtest", refuted_blocks={"c:r00:p0"})
+    ops = curate_round(ctx, 0, refuted_blocks={"c:r00:p0"})
     assert ops and not any(o["slug"].startswith("mistake-") for o in ops)
     ev = Library.load(ctx.library).get("raise-lr").evidence[-1]
     assert ev.outcome == "inconclusive" and "gate misfire" in ev.note

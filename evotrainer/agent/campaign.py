@@ -50,11 +50,15 @@ def _brain(spec: CampaignSpec):
 
 
 def start_campaign(spec_path: Path, home: Path, log: Callable[[str], None] = print, wait: bool = True,
-                   max_rounds: int | None = None) -> str:
-    """Validate the spec (nothing is written if it is invalid), create the campaign, run it."""
+                   max_rounds: int | None = None, seed: int | None = None) -> str:
+    """Validate the spec (nothing is written if it is invalid), create the campaign, run it.
+
+    ``seed`` overrides the spec's ``seed`` (the mainline's data order, the brain's draws and, unless
+    ``policy.seed`` is set, the warm start): one spec, several seeds (``make demo SEED=1``).
+    """
     from evotrainer.jobs.pool import BranchPool
 
-    spec, harness = _validated(spec_path)
+    spec, harness = _validated(spec_path, seed)
     pool = BranchPool(workers=1, timeout_s=job_timeout(spec))
     pool.warm()  # valid spec: start the worker's ~5 s of torch/TRL imports now, beside the set-up below
     try:
@@ -73,12 +77,16 @@ def create_campaign(spec_path: Path, home: Path) -> str:
     return _create(spec, harness, home)
 
 
-def _validated(spec_path: Path) -> tuple[CampaignSpec, Any]:
+def _validated(spec_path: Path, seed: int | None = None) -> tuple[CampaignSpec, Any]:
     from evotrainer.config import load_harness
     from evotrainer.diagnostics.registry import Registry
     from evotrainer.tasks import get_task
 
     spec = load_campaign_spec(spec_path)
+    if seed is not None:
+        if seed < 0:
+            raise ConfigError(f"--seed {seed}: a seed is an integer >= 0")
+        spec = spec.model_copy(update={"seed": seed})
     harness = load_harness(spec.harness_path())
     Registry(harness)
     get_task(spec.task, spec.task_options)

@@ -142,25 +142,28 @@ def repeated_mistake(library_dir: Path | None, harness: HarnessSpec, knob: str, 
     return note.slug if note is not None else None
 
 
-def curate_round(ctx: Any, bt_id: str | None, refuted_blocks: set[str] = frozenset()) -> list[dict[str, Any]]:
-    """Record every decision of this round's backtest in the library; the ops applied, for the event log.
+def curate_round(ctx: Any, rnd: int, refuted_blocks: set[str] = frozenset()) -> list[dict[str, Any]]:
+    """Record every decision of round ``rnd`` in the library (backtested and screened); the ops applied, for the
+    event log.
 
     A block in ``refuted_blocks`` (its held-out gain confirmed: the gate misfired) is recorded as inconclusive,
-    not as a mistake: the change did not fail, the judge did.
+    not as a mistake: the change did not fail, the judge did. A screened change (predicted to leave the training
+    signal as it is) is recorded as ``screened`` evidence, with no effect.
     """
     from evotrainer.library.curation import record_outcome
 
-    if not bt_id:
-        return []
-    bt = ctx.store.get_backtest(bt_id)
+    proposals = ctx.store.list_proposals(ctx.campaign_id, round=rnd)
+    decided = ctx.store.get_decisions([p.id for p in proposals])
+    seeds = {pid: bt.seeds for bt in ctx.store.list_backtests(ctx.campaign_id) if bt.round == rnd
+             for pid in bt.proposal_ids}
     applied: list[dict[str, Any]] = []
-    for pid in bt.proposal_ids:
-        d = ctx.store.get_decision(pid)
+    for p in proposals:
+        d = decided.get(p.id)
         if d is None or d.outcome == "failed":
             continue
-        p = ctx.store.get_proposal(pid)
+        pid = p.id
         st = d.stats
-        ev = {"campaign": ctx.campaign_id, "task": ctx.spec.task, "proposal": p.id, "seeds": bt.seeds,
+        ev = {"campaign": ctx.campaign_id, "task": ctx.spec.task, "proposal": p.id, "seeds": seeds.get(pid, []),
               "effect": None if st is None else st.effect, "ci_low": None if st is None else st.ci_low,
               "ci_high": None if st is None else st.ci_high, "date": d.at.date(),
               "note": "; ".join(d.gate_reasons or d.reasons)[:2000]}

@@ -19,7 +19,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from evotrainer.agent.brains.base import BrainContext, RefutedChange
-from evotrainer.agent.schemas import BranchResult, PolicyVersion, Proposal, Review
+from evotrainer.agent.schemas import BranchResult, Decision, PolicyVersion, Proposal, Review
 from evotrainer.agent.state import CampaignContext, CampaignState
 from evotrainer.backtest import decide, regression_margin
 from evotrainer.config import HarnessSpec, diff, dump_harness, locked_knob
@@ -66,16 +66,41 @@ def _out_of_time(ctx: CampaignContext) -> bool:
     return cap is not None and (time.time() - ctx.started_at) / 60 > cap
 
 
+def _meta(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        meta = json.loads((run_dir / "meta.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _reached(meta: dict[str, Any] | None) -> int:
+    """The global step a job has trained to: its target when finished, its pause step when paused."""
+    if meta is None:
+        return -1
+    if meta.get("status") == "finished":
+        return int(meta["target_step"])
+    if meta.get("status") == "paused":
+        return int(meta.get("paused_at") or meta["start_step"])
+    return int(meta.get("start_step", 0))
+
+
 def _run(ctx: CampaignContext, name: str, harness: HarnessSpec, steps: int, seed: int, fork: str | None,
-         eval_every: int, tags: dict[str, str]) -> dict[str, Any]:
-    """Run (or read back, or resume) one job in the branch pool; record its steps in the ledger once."""
+         eval_every: int, tags: dict[str, str], stop_at: int | None = None) -> dict[str, Any]:
+    """Run (or read back, or resume) one job in the branch pool, up to global step ``stop_at`` (a backtest look;
+    None: the job's end); record the steps it trained in the ledger once per leg.
+
+    A job paused at or past ``stop_at``, finished, or failed is read back (a failed branch is a result, not
+    something to retry). The result describes the job *at* ``stop_at``: held-out accuracy there, training
+    reward over the five steps before it, its checkpoint and its per-problem outcomes.
+    """
     from evotrainer.agent.schemas import LedgerEntry
+    from evotrainer.evaluation import read_outcomes
 
     run_dir = ctx.home / "jobs" / name
-    meta_file = run_dir / "meta.json"
-    meta = json.loads(meta_file.read_text()) if meta_file.exists() else None
-    # finished or failed: read back (a failed branch is a result, not something to retry); else run or resume
-    if meta is None or meta.get("status") not in ("finished", "failed"):
+    meta = _meta(run_dir)
+    if meta is None or (meta.get("status") not in ("finished", "failed")
+                        and (stop_at is None or _reached(meta) < stop_at)):
         if ctx.store.get_campaign(ctx.campaign_id).status == "stopped":
             raise CampaignStopped(ctx.campaign_id)
         sp = ctx.spec
@@ -83,73 +108,107 @@ def _run(ctx: CampaignContext, name: str, harness: HarnessSpec, steps: int, seed
             "task": sp.task, "task_options": sp.task_options, "harness": str(_harness_file(ctx, harness)),
             "steps": steps, "seed": seed, "policy": sp.policy.model_dump(mode="json"),
             "eval": EvalSpec(**{**sp.eval.model_dump(), "every": eval_every, "at_start": fork is None}).model_dump(mode="json"),
-            "save_every": steps, "name": name,
+            "save_every": eval_every, "name": name,
             "tags": {"mlflow.parentRunId": ctx.mlflow_run_id or "", "evotrainer.campaign": ctx.campaign_id, **tags},
         }
         job["tags"] = {k: v for k, v in job["tags"].items() if v}
-        ctx.log(f"{'resuming' if meta else 'running'} {name} ({steps} steps)")
-        out = ctx.pool.run(job, ctx.home, fork=None if meta else fork, resume=name if meta else None)
-        meta = json.loads(meta_file.read_text()) if meta_file.exists() else {"status": "failed"}
+        upto = "" if stop_at is None else f" to step {stop_at}"
+        ctx.log(f"{'resuming' if meta else 'running'} {name} ({steps} steps{upto})")
+        target = (int(meta["target_step"]) if meta else None)
+        out = ctx.pool.run(job, ctx.home, fork=None if meta else fork, resume=name if meta else None,
+                           stop_at=None if stop_at is None or stop_at == target else stop_at)
+        meta = _meta(run_dir) or {"status": "failed"}
         if not out["ok"]:
             meta = {**meta, "status": "failed", "error": out["error"]}
+    target = int(meta.get("target_step", 0) or 0)
+    upto = target if stop_at is None else stop_at
     metrics = read_metrics(run_dir) if run_dir.exists() else None
-    trained = 0
-    if metrics is not None and "loss" in metrics:
-        trained = int(metrics["loss"].notna().sum())
+    if metrics is not None and "step" in metrics:
+        metrics = metrics[metrics["step"] <= upto]
+    trained = int(metrics["loss"].notna().sum()) if metrics is not None and "loss" in metrics else 0
     kind = "segment" if tags.get("evotrainer.role") == "segment" else "branch"
-    ctx.store.ledger_add(LedgerEntry(campaign_id=ctx.campaign_id, key=name, kind=kind, run_name=name, steps=trained,
-                                     at=_now()))
+    key = name if stop_at is None else f"{name}@{upto}"
+    before = sum(e.steps for e in ctx.store.ledger(ctx.campaign_id) if e.run_name == name and e.key != key)
+    ctx.store.ledger_add(LedgerEntry(campaign_id=ctx.campaign_id, key=key, kind=kind, run_name=name,
+                                     steps=max(0, trained - before), at=_now()))
     acc = None
     if metrics is not None and "eval/greedy_accuracy" in metrics:
-        s = metrics["eval/greedy_accuracy"].dropna()
-        acc = float(s.iloc[-1]) if len(s) else None
+        at = metrics.loc[metrics["step"] == upto, "eval/greedy_accuracy"].dropna()
+        acc = float(at.iloc[-1]) if len(at) else None
     ckpts = complete_checkpoints(run_dir) if run_dir.exists() else {}
     reward = None
     if metrics is not None and "reward" in metrics and metrics["reward"].notna().any():
         reward = float(metrics["reward"].dropna().tail(5).mean())
-    return {"name": name, "status": meta.get("status"), "error": meta.get("error"), "run_id": meta.get("run_id"),
-            "eval_accuracy": acc, "train_reward": reward, "steps": trained, "run_dir": run_dir,
-            "checkpoint": str(ckpts[max(ckpts)]) if ckpts else None, "step": max(ckpts) if ckpts else None}
+    reached = _reached(meta) if meta.get("status") != "failed" else -1
+    ok = meta.get("status") in ("finished", "paused") and reached >= upto and acc is not None and upto in ckpts
+    return {"name": name, "status": "finished" if ok else "failed",
+            "error": None if ok else (meta.get("error") or f"no held-out evaluation and checkpoint at step {upto}"),
+            "run_id": meta.get("run_id"), "eval_accuracy": acc, "train_reward": reward, "steps": trained,
+            "run_dir": run_dir, "checkpoint": str(ckpts[upto]) if upto in ckpts else None, "step": upto,
+            "outcomes": read_outcomes(run_dir, upto) if ok else None}
+
+
+def _judged(pv: PolicyVersion) -> float | None:
+    """The accuracy a version is chosen by: the selection split's, or the decision split's in older records."""
+    return pv.selection_accuracy if pv.selection_accuracy is not None else pv.eval_accuracy
 
 
 def _keep_best(ctx: CampaignContext, rnd: int, current: PolicyVersion) -> PolicyVersion:
     """The version the mainline goes on from: ``current``, or its best ancestor when ``current``'s held-out
-    accuracy fell below it by more than :func:`regression_margin` (spec ``rollback``).
+    accuracy on the selection split fell below it by more than :func:`regression_margin` (spec ``rollback``).
 
-    Only ancestors count (a version a person rolled back from is not one), and only those measured within the
-    same completion budget as ``current``: each version's held-out accuracy is played within its own
-    harness's budget, and a promoted shorter budget must not read as a regression. Only the checkpoint goes
-    back: the harness stays the mainline's, since each of its changes won a backtest (``campaign rollback``
-    by hand restores both). ``current`` stays in the lineage, so the decline is on record, and the event is
-    written once per declined version, so a re-run node after ``kill -9`` decides the same way without a
-    second line.
+    Choosing among versions is a selection, so it is judged on the selection split (not the decision split the
+    backtests promote on, nor the confirmation split the final number is reported on). Only ancestors count (a
+    version a person rolled back from is not one), and only those measured within the same completion budget
+    as ``current``: each version's held-out accuracy is played within its own harness's budget, and a promoted
+    shorter budget must not read as a regression. Only the checkpoint goes back: the harness stays the
+    mainline's, since each of its changes won a backtest (``campaign rollback`` by hand restores both).
+    ``current`` stays in the lineage, so the decline is on record, and the event is written once per declined
+    version, so a re-run node after ``kill -9`` decides the same way without a second line.
     """
     sp = ctx.spec
-    if not sp.rollback.enabled or current.eval_accuracy is None:
+    if not sp.rollback.enabled or _judged(current) is None:
         return current
     by_id = {pv.id: pv for pv in ctx.store.policy_lineage(ctx.campaign_id)}
     budget = _harness(ctx, current.harness_version).grpo.max_completion_length
     earlier, parent = [], current.parent_id
     while parent is not None and parent in by_id:
         pv = by_id[parent]
-        if pv.eval_accuracy is not None and pv.checkpoint and \
+        if _judged(pv) is not None and pv.checkpoint and \
                 _harness(ctx, pv.harness_version).grpo.max_completion_length == budget:
             earlier.append(pv)
         parent = pv.parent_id
     if not earlier:
         return current
-    best = max(earlier, key=lambda pv: pv.eval_accuracy)
-    margin = regression_margin(best.eval_accuracy, current.eval_accuracy, sp.eval.n, sp.rollback.confidence,
+    best = max(earlier, key=_judged)
+    margin = regression_margin(_judged(best), _judged(current), sp.eval.n, sp.rollback.confidence,
                                sp.backtest.min_effect)
-    if best.eval_accuracy - current.eval_accuracy <= margin:
+    if _judged(best) - _judged(current) <= margin:
         return current
     if not any(e.message.get("from") == current.id for e in ctx.store.events(ctx.campaign_id, kind="regression_rollback")):
         ctx.store.log_event(ctx.campaign_id, "regression_rollback", {
-            "round": rnd, "from": current.id, "to": best.id, "from_accuracy": current.eval_accuracy,
-            "to_accuracy": best.eval_accuracy, "margin": round(margin, 6)})
-    ctx.log(f"round {rnd}: held-out {current.eval_accuracy:.3f} is below the best version {best.id} "
-            f"({best.eval_accuracy:.3f}) by more than {margin:.3f}; the mainline goes back to it")
+            "round": rnd, "from": current.id, "to": best.id, "from_accuracy": _judged(current),
+            "to_accuracy": _judged(best), "margin": round(margin, 6),
+            "split": "selection" if current.selection_accuracy is not None else "decision"})
+    ctx.log(f"round {rnd}: selection-split accuracy {_judged(current):.3f} is below the best version {best.id} "
+            f"({_judged(best):.3f}) by more than {margin:.3f}; the mainline goes back to it")
     return best
+
+
+def _score(ctx: CampaignContext, policies: list[tuple[str, int]], split: str = "selection") -> list[float] | None:
+    """Greedy accuracies of saved policies on a held-out split, scored in the pool's worker; None if it failed
+    (recorded as an event: the campaign then keeps its choice without it)."""
+    sp = ctx.spec
+    if not policies:
+        return []
+    out = ctx.pool.score({"task": sp.task, "task_options": sp.task_options,
+                          "eval": sp.eval.model_copy(update={"k": 1}).model_dump(mode="json"), "split": split,
+                          "policies": [list(p) for p in policies]})
+    if not out["ok"]:
+        ctx.store.log_event(ctx.campaign_id, "scoring_error", {"split": split, "error": out["error"]})
+        ctx.log(f"scoring on the {split} split failed: {out['error']}")
+        return None
+    return [float(a) for a in out["accuracies"]]
 
 
 def _finish(reason: str) -> Command:
@@ -160,15 +219,19 @@ def _finish(reason: str) -> Command:
 def train_segment(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[Literal["diagnose", "finish"]]:
     ctx, rnd = runtime.context, state["round"]
     name = f"{ctx.campaign_id}__r{rnd:02d}__segment"
-    started = (ctx.home / "jobs" / name / "meta.json").exists()
-    if not started and (_remaining(ctx) < ctx.spec.segment_steps):
+    meta = _meta(ctx.home / "jobs" / name)
+    # the steps a backtest freed by stopping early go to the mainline (within what the budget still holds)
+    steps = min(ctx.spec.segment_steps + int(state.get("bonus_steps") or 0), max(_remaining(ctx), 0))
+    if meta is not None:
+        steps = int(meta["spec"]["steps"])
+    elif _remaining(ctx) < ctx.spec.segment_steps:
         return _finish(f"budget: {_remaining(ctx)} steps left, a segment needs {ctx.spec.segment_steps}")
-    if not started and _out_of_time(ctx):
+    elif _out_of_time(ctx):
         return _finish("wall-clock cap reached")
     parent = ctx.store.get_policy_version(state["mainline"]) if state.get("mainline") else None
     fork = f"{parent.run_name}@{parent.step}" if parent and parent.run_name else None
     harness = _harness(ctx, state["harness_version"])
-    res = _run(ctx, name, harness, ctx.spec.segment_steps, ctx.spec.seed, fork, ctx.spec.segment_steps,
+    res = _run(ctx, name, harness, steps, ctx.spec.seed, fork, steps,
                {"evotrainer.role": "segment", "evotrainer.round": str(rnd)})
     if res["status"] != "finished":
         return _finish(f"segment {name} failed: {res['error']}")
@@ -176,11 +239,16 @@ def train_segment(state: CampaignState, runtime: Runtime[CampaignContext]) -> Co
                        parent_id=state.get("mainline"), harness_version=harness.version, checkpoint=res["checkpoint"],
                        run_name=name, mlflow_run_id=res["run_id"], eval_accuracy=res["eval_accuracy"], step=res["step"],
                        created=_now())
-    ctx.store.add_policy_version(pv)
-    ctx.log(f"round {rnd}: segment done, held-out accuracy {res['eval_accuracy']}")
+    pv = ctx.store.add_policy_version(pv)
+    if pv.selection_accuracy is None:  # what a rollback compares: the selection split (see _keep_best)
+        sel = _score(ctx, [(pv.checkpoint, harness.grpo.max_completion_length)])
+        if sel:
+            pv = ctx.store.set_selection_accuracy(pv.id, sel[0])
+    ctx.log(f"round {rnd}: segment of {steps} steps done, held-out accuracy {res['eval_accuracy']} "
+            f"(selection split {pv.selection_accuracy})")
     keep = _keep_best(ctx, rnd, pv)  # the backtest forks from here; the segment's evidence is still diagnosed
     ctx.store.set_campaign(ctx.campaign_id, mainline_version=keep.id)
-    return Command(goto="diagnose", update={"mainline": keep.id, "segment_run": name})
+    return Command(goto="diagnose", update={"mainline": keep.id, "segment_run": name, "bonus_steps": 0})
 
 
 def diagnose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[Literal["propose"]]:
@@ -217,11 +285,45 @@ def _refuted(ctx: CampaignContext) -> list[RefutedChange]:
     return out
 
 
+def _knob_history(ctx: CampaignContext, knob: str) -> list[tuple[str, Any, float | None, str]]:
+    """This campaign's decided proposals of ``knob``: (proposal id, value, effect, outcome), for the optimizer."""
+    props = {p.id: p for p in ctx.store.list_proposals(ctx.campaign_id) if p.knob == knob}
+    decided = ctx.store.get_decisions(list(props))
+    return [(pid, props[pid].new, None if d.stats is None else d.stats.effect, d.outcome) for pid, d in decided.items()]
+
+
+def _check_draft(ctx: CampaignContext, harness: HarnessSpec, knob: str, value: Any, symptom: str,
+                 context: int | None) -> None:
+    """Raise ConfigError when ``knob=value`` may not be proposed (the propose node's last line of defence)."""
+    from evotrainer.agent.lessons import overflows_context, repeated_mistake
+    from evotrainer.errors import ConfigError
+
+    harness.with_knob(knob, value)  # brains validate too
+    if locked_knob(knob):
+        raise ConfigError(f"{knob} is locked: diagnostics and gates judge proposals")
+    inert = harness.inert_knobs()
+    if knob in inert:
+        raise ConfigError(f"{knob} changes nothing in this harness: {inert[knob]}")
+    if (why := overflows_context(knob, value, context)) is not None:
+        raise ConfigError(why)
+    mistake = repeated_mistake(ctx.library, harness, knob, value, symptom)
+    if mistake:
+        raise ConfigError(f"{knob}={value!r} repeats the known mistake {mistake} with no new symptom")
+
+
 def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[Literal["review", "distill"]]:
+    """Ask the brain which knobs to change; ask Optuna how far (numeric knobs); screen what rollouts can predict.
+
+    The brain is asked for a few drafts more than a round backtests, so that screened-out ones leave room for
+    the next. A draft that screens as nil is recorded as a proposal with status and decision ``screened``
+    (its numbers in the reasons) and is neither reviewed nor backtested.
+    """
     ctx, rnd = runtime.context, state["round"]
     existing = ctx.store.list_proposals(ctx.campaign_id, round=rnd)
     if not existing:
-        from evotrainer.agent.lessons import brain_inputs, overflows_context, repeated_mistake
+        from evotrainer.agent.lessons import brain_inputs
+        from evotrainer.agent.values import ValueOptimizer
+        from evotrainer.errors import ConfigError
 
         harness = _harness(ctx, state["harness_version"])
         findings = ctx.store.list_findings(ctx.campaign_id, round=rnd)
@@ -229,43 +331,77 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
         context = ctx.spec.policy.context_length()
         candidates, mistakes, known = brain_inputs(ctx.library, harness, findings, ctx.spec.task, store=ctx.store,
                                                    context=context)
+        k = ctx.spec.backtest.max_proposals
         bctx = BrainContext(harness=harness, findings=findings, candidates=candidates, mistakes=mistakes,
-                            refuted=_refuted(ctx) + known, max_proposals=ctx.spec.backtest.max_proposals,
+                            refuted=_refuted(ctx) + known, max_proposals=k + (2 if ctx.spec.screen else 0),
                             min_effect=ctx.spec.backtest.min_effect,
                             task=ctx.spec.task, seed=ctx.spec.seed, round=rnd)
         result = ctx.brain.propose(bctx)
         ctx.store.log_event(ctx.campaign_id, "brain", {"round": rnd, "brain": result.brain, "notes": result.notes,
                                                        "tokens": result.tokens})
         knobs = harness.knobs()
-        from evotrainer.errors import ConfigError
-
-        inert = harness.inert_knobs()
+        values = ValueOptimizer(ctx.home, ctx.campaign_id, ctx.spec.seed) if ctx.spec.values == "optuna" else None
+        kept = 0
         for i, d in enumerate(result.drafts):
+            if kept >= k:
+                break
+            pid = f"{ctx.campaign_id}:r{rnd:02d}:p{i}"
+            value, rationale = d.value, d.rationale
             try:
-                harness.with_knob(d.knob, d.value)  # brains validate too; this is the last line of defence
-                if locked_knob(d.knob):
-                    raise ConfigError(f"{d.knob} is locked: diagnostics and gates judge proposals")
-                if d.knob in inert:
-                    raise ConfigError(f"{d.knob} changes nothing in this harness: {inert[d.knob]}")
-                if (why := overflows_context(d.knob, d.value, context)) is not None:
-                    raise ConfigError(why)
-                mistake = repeated_mistake(ctx.library, harness, d.knob, d.value, d.hypothesis.symptom)
-                if mistake:
-                    raise ConfigError(f"{d.knob}={d.value!r} repeats the known mistake {mistake} with no new symptom")
+                _check_draft(ctx, harness, d.knob, value, d.hypothesis.symptom, context)
+                if values is not None:
+                    values.sync(harness, d.knob, _knob_history(ctx, d.knob))
+                    choice = values.suggest(pid, harness, d.knob, value, rnd)
+                    if choice.value != value:
+                        try:
+                            _check_draft(ctx, harness, d.knob, choice.value, d.hypothesis.symptom, context)
+                            value = choice.value
+                        except ConfigError as err:  # the draft's own value stands
+                            ctx.store.log_event(ctx.campaign_id, "value_refused", {
+                                "round": rnd, "knob": d.knob, "value": choice.value, "error": str(err)})
+                    if choice.source != "fixed":
+                        rationale = f"{rationale}; {choice.describe()}"[:2000]
             except ConfigError as err:
                 ctx.store.log_event(ctx.campaign_id, "invalid_draft", {"round": rnd, "knob": d.knob, "error": str(err)})
                 continue
+            screening = _screen(ctx, state, harness, d.knob, value) if ctx.spec.screen else None
+            status = "screened" if screening is not None and screening.nil else "pending_review"
             ctx.store.add_proposal(Proposal(
-                id=f"{ctx.campaign_id}:r{rnd:02d}:p{i}", campaign_id=ctx.campaign_id, round=rnd, knob=d.knob,
-                old=knobs[d.knob], new=d.value, hypothesis=d.hypothesis, rationale=d.rationale,
-                cited_skills=d.cited_skills, brain=result.brain, status="pending_review",
-                harness_version=harness.version, created=_now()))
+                id=pid, campaign_id=ctx.campaign_id, round=rnd, knob=d.knob, old=knobs[d.knob], new=value,
+                hypothesis=d.hypothesis, rationale=rationale, cited_skills=d.cited_skills, brain=result.brain,
+                status=status, harness_version=harness.version, created=_now()))
+            if screening is not None and screening.screenable:
+                ctx.store.log_event(ctx.campaign_id, "screening", {"round": rnd, "proposal": pid,
+                                                                   **screening.model_dump(mode="json")})
+            if status == "screened":
+                ctx.store.add_decision(Decision(proposal_id=pid, outcome="screened", at=_now(), reasons=[
+                    screening.describe(), "not backtested: the change would leave the training signal as it is"]))
+            else:
+                kept += 1
         existing = ctx.store.list_proposals(ctx.campaign_id, round=rnd)
     for p in existing:
-        ctx.log(f"proposal {p.id}: {p.knob} {p.old!r} → {p.new!r} ({p.hypothesis.symptom})")
-    if not existing:
+        ctx.log(f"proposal {p.id}: {p.knob} {p.old!r} → {p.new!r} ({p.hypothesis.symptom})"
+                + (" — screened out, predicted no effect on the training signal" if p.status == "screened" else ""))
+    live = [p for p in existing if p.status != "screened"]
+    if not live:
         return Command(goto="distill", update={"proposal_ids": [], "approved_ids": []})
-    return Command(goto="review", update={"proposal_ids": [p.id for p in existing]})
+    return Command(goto="review", update={"proposal_ids": [p.id for p in live]})
+
+
+def _screen(ctx: CampaignContext, state: CampaignState, harness: HarnessSpec, knob: str, value: Any):
+    """Screen a change on this round's segment rollouts (None when it cannot be, or the screening failed)."""
+    from evotrainer.screening import SCREENABLE, screen_run
+    from evotrainer.tasks import get_task
+
+    if knob not in SCREENABLE or not state.get("segment_run"):
+        return None
+    try:
+        return screen_run(ctx.home / "jobs" / state["segment_run"], harness, knob, value,
+                          get_task(ctx.spec.task, ctx.spec.task_options))
+    except Exception as err:  # noqa: BLE001 - screening is an optimisation: a failure means "backtest it"
+        ctx.store.log_event(ctx.campaign_id, "screening_error", {"round": state["round"], "knob": knob,
+                                                                 "error": f"{type(err).__name__}: {err}"})
+        return None
 
 
 def review(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[Literal["backtest", "distill"]]:
@@ -290,71 +426,173 @@ def _seeds(ctx: CampaignContext, rnd: int) -> list[int]:
     return [10_000 + 100 * rnd + 7 * ctx.spec.seed + i for i in range(ctx.spec.backtest.seeds)]
 
 
+def _branch_name(ctx: CampaignContext, rnd: int, role: str, index: int | None, seed: int) -> str:
+    return f"{ctx.campaign_id}__r{rnd:02d}__{role}{'' if index is None else index}__s{seed}"
+
+
+def _wasted(ctx: CampaignContext, mainline: PolicyVersion | None) -> int:
+    """Steps spent so far outside the current mainline's lineage (its global step counts the lineage's steps)."""
+    return ctx.store.ledger_total(ctx.campaign_id) - (mainline.step if mainline is not None else 0)
+
+
+def _affordable(ctx: CampaignContext, k: int, mainline: PolicyVersion | None) -> str | None:
+    """Why a backtest of ``k`` proposals cannot start now (budget, exploration share), or None when it can."""
+    b, budget = ctx.spec.backtest, ctx.spec.budget
+    cost = (1 + k) * b.seeds * b.branch_steps
+    if _remaining(ctx) < cost:
+        return f"it needs {cost} steps and {_remaining(ctx)} remain"
+    allowance = budget.explore_share * budget.total_steps
+    discard = cost - b.branch_steps  # at most every branch but the one the mainline continues from
+    if _wasted(ctx, mainline) + discard > allowance:
+        return (f"it could discard {discard} steps beside the {_wasted(ctx, mainline)} already outside the mainline, "
+                f"over budget.explore_share {budget.explore_share:g} × {budget.total_steps} = {allowance:g}")
+    return None
+
+
+def _at_look(b: BranchResult, look: int) -> BranchResult:
+    """A branch as it stood at one of its looks (1-based); a failed branch stays failed."""
+    if look > len(b.looks):
+        return b.model_copy(update={"status": "failed", "eval_accuracy": None,
+                                    "error": b.error or f"stopped before look {look}"})
+    entry = b.looks[look - 1]
+    return b.model_copy(update={
+        "status": entry["status"], "error": entry.get("error"), "eval_accuracy": entry["eval_accuracy"],
+        "train_reward": entry["train_reward"], "gate_passed": entry.get("gate_passed"),
+        "gate_reasons": list(entry.get("gate_reasons") or []), "step": entry["step"]})
+
+
+def _decide_look(ctx: CampaignContext, pid: str, branches: list[BranchResult], look: int,
+                 undecided: str | None = None) -> Decision | None:
+    """The decision rule for ``pid`` at ``look`` (None: undecided there), pairing branches per problem."""
+    from evotrainer.evaluation import read_outcomes
+
+    b = ctx.spec.backtest
+    control = [_at_look(x, look) for x in branches if x.role == "control"]
+    treat = [_at_look(x, look) for x in branches if x.proposal_id == pid]
+    outcomes: dict[tuple[str, int], list[int]] = {}
+    for x in [*control, *treat]:
+        if x.status == "finished" and x.step is not None:
+            o = read_outcomes(ctx.home / "jobs" / x.run_name, x.step)
+            if o is not None:
+                outcomes[("control" if x.role == "control" else pid, x.seed)] = o
+    step = next((x.step for x in treat if x.step is not None), None)
+    rel = None if step is None else b.branch_steps * look // b.looks
+    return decide(pid, control, treat, b.min_effect, b.confidence, look=look, looks=b.looks, step=rel,
+                  outcomes=outcomes or None, undecided=undecided)
+
+
 def backtest(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[Literal["decide", "distill"]]:
+    """Control and treatments × paired seeds from the mainline's checkpoint, one look at a time.
+
+    At each look every open arm's branches train to the look's step (paused jobs resume) and are evaluated on
+    the decision split; each open proposal then gets the sequential rule (``evotrainer.backtest``). A decided
+    proposal's branches stop there; the control goes on while any proposal is open; a promotion ends the
+    backtest (only one change is adopted a round, so the others would be re-tested on the new mainline
+    anyway). Everything is re-derived from the job directories, so a re-run after ``kill -9`` retrains nothing
+    and decides the same.
+    """
     from evotrainer.diagnostics.gates import check_gate
     from evotrainer.diagnostics.registry import Registry
+    from evotrainer.evidence import evidence_upto
+    from evotrainer.store import NotFound
 
     ctx, rnd = runtime.context, state["round"]
     bt_id = f"{ctx.campaign_id}:r{rnd:02d}:backtest"
     b = ctx.spec.backtest
     seeds = _seeds(ctx, rnd)
-    from evotrainer.store import NotFound
-
+    parent = ctx.store.get_policy_version(state["mainline"])
     try:
         planned = ctx.store.get_backtest(bt_id)
     except NotFound:
         planned = None
     if planned is None:
         approved = list(state["approved_ids"])
-        k = len(approved)
-        while k and _remaining(ctx) < (1 + k) * len(seeds) * b.branch_steps:
+        k, why = len(approved), None
+        while k and (why := _affordable(ctx, k, parent)) is not None:
             k -= 1
         for pid in approved[k:]:
             ctx.store.set_proposal_status(pid, "skipped_budget")
+        if k < len(approved):
+            ctx.store.log_event(ctx.campaign_id, "backtest_trimmed", {
+                "round": rnd, "skipped": approved[k:], "reason": why or _affordable(ctx, len(approved), parent)})
         if k == 0:
-            ctx.log("backtest skipped: it does not fit in the remaining budget")
+            ctx.log(f"backtest skipped: {why}")
             return Command(goto="distill", update={"backtest_id": None})
         ctx.store.add_backtest(bt_id, ctx.campaign_id, rnd, approved[:k], seeds, b.branch_steps)
         planned = ctx.store.get_backtest(bt_id)
     harness = _harness(ctx, state["harness_version"])
-    parent = ctx.store.get_policy_version(state["mainline"])
+    registry = Registry(harness)  # treatments are judged by the mainline's gate, not their own
     fork = f"{parent.run_name}@{parent.step}"
-    arms = [(None, "control", harness)] + [
-        (pid, "treatment", harness.with_knob((p := ctx.store.get_proposal(pid)).knob, p.new)) for pid in planned.proposal_ids]
+    arms = [(None, "control", None, harness)] + [
+        (pid, "treatment", i, harness.with_knob((p := ctx.store.get_proposal(pid)).knob, p.new))
+        for i, pid in enumerate(planned.proposal_ids, start=1)]
     for pid in planned.proposal_ids:
-        ctx.store.set_proposal_status(pid, "backtesting")
-    for seed in seeds:
-        for i, (pid, role, h) in enumerate(arms):
-            name = f"{ctx.campaign_id}__r{rnd:02d}__{role}{'' if pid is None else i}__s{seed}"
-            res = _run(ctx, name, h, b.branch_steps, seed, fork, b.branch_steps,
-                       {"evotrainer.role": role, "evotrainer.proposal": pid or "", "evotrainer.round": str(rnd),
-                        "evotrainer.seed": str(seed)})
-            gate = None
-            if role == "treatment" and res["status"] == "finished":  # judged by the mainline's gate, not its own
-                gate = check_gate(load_run_evidence(res["run_dir"]), Registry(harness))
-            ctx.store.add_branch(BranchResult(
-                backtest_id=bt_id, proposal_id=pid, role=role, seed=seed, run_name=name,
-                status="finished" if res["status"] == "finished" else "failed", error=res["error"],
-                eval_accuracy=res["eval_accuracy"], train_reward=res["train_reward"],
-                gate_passed=None if gate is None else gate.passed, gate_reasons=[] if gate is None else gate.reasons,
-                steps=res["steps"]))
+        if ctx.store.get_proposal(pid).status == "pending_review" or ctx.store.get_proposal(pid).status == "approved":
+            ctx.store.set_proposal_status(pid, "backtesting")
+    every = b.branch_steps // b.looks
+    branches: dict[tuple[str | None, int], BranchResult] = {}
+    open_ = list(planned.proposal_ids)
+    for look in range(1, b.looks + 1):
+        upto = parent.step + every * look
+        for seed in seeds:
+            for pid, role, index, h in arms:
+                if (pid is not None and pid not in open_) or (pid, seed) in branches and \
+                        branches[(pid, seed)].status == "failed":
+                    continue
+                name = _branch_name(ctx, rnd, role, index, seed)
+                res = _run(ctx, name, h, b.branch_steps, seed, fork, every,
+                           {"evotrainer.role": role, "evotrainer.proposal": pid or "", "evotrainer.round": str(rnd),
+                            "evotrainer.seed": str(seed)}, stop_at=upto)
+                gate = None
+                if role == "treatment" and res["status"] == "finished":
+                    gate = check_gate(evidence_upto(load_run_evidence(res["run_dir"]), upto), registry,
+                                      final=look == b.looks)
+                entry = {"look": look, "step": upto, "trained": every * look, "status": res["status"], "error": res["error"],
+                         "eval_accuracy": res["eval_accuracy"], "train_reward": res["train_reward"],
+                         # None for a control, and for a gate that had too little evidence yet at an interim look
+                         "gate_passed": None if gate is None else (False if gate.reasons else
+                                                                   (None if gate.undecided else True)),
+                         "gate_reasons": [] if gate is None else gate.reasons}
+                prev = branches.get((pid, seed))
+                branches[(pid, seed)] = BranchResult(
+                    backtest_id=bt_id, proposal_id=pid, role=role, seed=seed, run_name=name, status=res["status"],
+                    error=res["error"], eval_accuracy=res["eval_accuracy"], train_reward=res["train_reward"],
+                    gate_passed=entry["gate_passed"], gate_reasons=entry["gate_reasons"], steps=res["steps"],
+                    step=res["step"], looks=[*(prev.looks if prev else []), entry])
+        listed = list(branches.values())
+        decided = {pid: d for pid in open_ if (d := _decide_look(ctx, pid, listed, look)) is not None}
+        open_ = [pid for pid in open_ if pid not in decided]
+        if decided:
+            ctx.log(f"look {look}/{b.looks} (step {every * look}): "
+                    + ", ".join(f"{pid} {d.outcome}" for pid, d in decided.items()) + (f"; open: {', '.join(open_)}" if open_ else ""))
+        if any(d.outcome == "promote" for d in decided.values()):
+            open_ = []  # one change is adopted a round: the others are re-tested on the new mainline
+        if not open_:
+            break
+    for br in branches.values():
+        ctx.store.add_branch(br)
     return Command(goto="decide", update={"backtest_id": bt_id})
 
 
 def decide_node(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[Literal["distill"]]:
+    """Each proposal's decision at the look its branches stopped at (the rule the backtest stopped them by)."""
     ctx = runtime.context
     bt_id = state["backtest_id"]
     planned = ctx.store.get_backtest(bt_id)
     branches = ctx.store.list_branches(bt_id)
-    control = [x for x in branches if x.role == "control"]
     decisions = []
     for pid in planned.proposal_ids:
         existing = ctx.store.get_decision(pid)
         if existing is not None:
             decisions.append(existing)
             continue
-        treat = [x for x in branches if x.proposal_id == pid]
-        decisions.append(decide(pid, control, treat, ctx.spec.backtest.min_effect, ctx.spec.backtest.confidence))
+        last = max([len(x.looks) for x in branches if x.proposal_id == pid] or [1])
+        d = _decide_look(ctx, pid, branches, last, undecided="inconclusive")
+        if d.outcome == "inconclusive" and last < ctx.spec.backtest.looks:
+            d = d.model_copy(update={"reasons": [
+                *d.reasons, "the backtest stopped here because another proposal was promoted; re-test it on the "
+                            "new mainline"]})
+        decisions.append(d)
     promoted = [d for d in decisions if d.outcome == "promote"]
     best = max(promoted, key=lambda d: d.stats.effect).proposal_id if promoted else None
     for d in decisions:
@@ -377,6 +615,73 @@ def _guarded(ctx: CampaignContext, what: str, rnd: int, fn, default):
         return default
 
 
+def _keep_branch(ctx: CampaignContext, rnd: int, bt_id: str, best: str | None, version: str,
+                 mainline: str) -> PolicyVersion | None:
+    """Population-based training's "exploit": the mainline continues from the best finished branch trained under
+    the harness the round adopts — every seed of the promoted arm, or every control seed when nothing was
+    promoted. Each of them already trained its steps under that harness from the mainline's checkpoint, so the
+    steps of the one kept are not lost to the backtest.
+
+    "Best" is the selection split's greedy accuracy (disjoint from the decision split the backtest decided on
+    and from the confirmation split the campaign reports, so choosing does not bias either). The choice and
+    every candidate's numbers are recorded once as a ``kept_branch`` event (a re-run after ``kill -9`` finds
+    it and makes the same version).
+    """
+    branches = ctx.store.list_branches(bt_id)
+    arm = [x for x in branches if (x.proposal_id == best if best else x.role == "control") and x.status == "finished"
+           and x.step is not None]
+    if not arm:
+        return None
+    done = [e for e in ctx.store.events(ctx.campaign_id, kind="kept_branch") if e.message.get("round") == rnd]
+    if done:
+        chosen = next(x for x in arm if x.run_name == done[0].message["chosen"])
+    else:
+        budget = _harness(ctx, version).grpo.max_completion_length
+        cands = []
+        for x in arm:
+            ck = complete_checkpoints(ctx.home / "jobs" / x.run_name)
+            if x.step in ck:
+                cands.append((x, str(ck[x.step])))
+        if not cands:
+            return None
+        sel = _score(ctx, [(path, budget) for _, path in cands])
+        scored = []
+        for n, (x, path) in enumerate(cands):
+            acc = sel[n] if sel is not None else None
+            if acc is not None:
+                x = ctx.store.set_branch_selection(bt_id, x.proposal_id, x.role, x.seed, acc)
+            scored.append((x, path))
+        # best on the selection split; ties (or no scores) by the decision split, then the lowest seed
+        chosen = max(scored, key=lambda t: (t[0].selection_accuracy if t[0].selection_accuracy is not None else -1,
+                                            t[0].eval_accuracy or 0.0, -t[0].seed))[0]
+        ctx.store.log_event(ctx.campaign_id, "kept_branch", {
+            "round": rnd, "arm": best or "control", "chosen": chosen.run_name, "split": "selection",
+            "n": ctx.spec.eval.n, "candidates": [
+                {"run": x.run_name, "seed": x.seed, "step": x.step, "selection_accuracy": x.selection_accuracy,
+                 "decision_accuracy": x.eval_accuracy} for x, _ in scored]})
+        ctx.log(f"round {rnd}: the mainline continues from {chosen.run_name} (selection split "
+                f"{chosen.selection_accuracy}, best of {len(scored)} {'promoted' if best else 'control'} branches)")
+    meta = _meta(ctx.home / "jobs" / chosen.run_name) or {}
+    step = chosen.step
+    ck = complete_checkpoints(ctx.home / "jobs" / chosen.run_name)
+    return ctx.store.add_policy_version(PolicyVersion(
+        id=f"{ctx.campaign_id}:r{rnd:02d}:{'promoted' if best else 'control'}", campaign_id=ctx.campaign_id,
+        parent_id=mainline, harness_version=version, checkpoint=str(ck[step]), run_name=chosen.run_name,
+        mlflow_run_id=meta.get("run_id"), eval_accuracy=chosen.eval_accuracy, step=step, created=_now(),
+        selection_accuracy=chosen.selection_accuracy))
+
+
+def _freed(ctx: CampaignContext, bt_id: str | None) -> int:
+    """Steps a backtest planned but did not spend (it stopped early): the next segment trains them."""
+    if not bt_id:
+        return 0
+    bt = ctx.store.get_backtest(bt_id)
+    planned = (1 + len(bt.proposal_ids)) * len(bt.seeds) * bt.branch_steps
+    names = {x.run_name for x in ctx.store.list_branches(bt_id)}
+    spent = sum(e.steps for e in ctx.store.ledger(ctx.campaign_id) if e.run_name in names)
+    return max(0, planned - spent)
+
+
 def distill(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[Literal["train_segment", "finish"]]:
     ctx, rnd = runtime.context, state["round"]
     harness = _harness(ctx, state["harness_version"])
@@ -395,27 +700,16 @@ def distill(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
     from evotrainer.agent.revise import campaign_revisions, refuted_blocks
 
     harness = _guarded(ctx, "revision", rnd, lambda: campaign_revisions(ctx, rnd, bt_id, harness), harness)
-    ops = _guarded(ctx, "curation", rnd, lambda: curate_round(ctx, bt_id, refuted_blocks(ctx.store, ctx.campaign_id)), [])
+    ops = _guarded(ctx, "curation", rnd, lambda: curate_round(ctx, rnd, refuted_blocks(ctx.store, ctx.campaign_id)), [])
     if ops:
         ctx.store.log_event(ctx.campaign_id, "curation", {"round": rnd, "ops": ops})
         ctx.log("library: " + ", ".join(f"{o['op']} {o['slug']}" for o in ops))
+    if ctx.spec.values == "optuna":
+        _guarded(ctx, "optimizer", rnd, lambda: _tell_optimizer(ctx, rnd, harness), None)
     version = harness.version
     if bt_id:
-        branches = ctx.store.list_branches(bt_id)
-        seed0 = _seeds(ctx, rnd)[0]
-        if best:
-            pick = [x for x in branches if x.proposal_id == best and x.seed == seed0 and x.status == "finished"]
-        else:
-            pick = [x for x in branches if x.role == "control" and x.seed == seed0 and x.status == "finished"]
-        if pick:  # the branch already trained the next steps under the (new) mainline harness: keep them
-            br = pick[0]
-            meta = json.loads((ctx.home / "jobs" / br.run_name / "meta.json").read_text())
-            ck = complete_checkpoints(ctx.home / "jobs" / br.run_name)
-            pv = PolicyVersion(id=f"{ctx.campaign_id}:r{rnd:02d}:{'promoted' if best else 'control'}",
-                               campaign_id=ctx.campaign_id, parent_id=mainline, harness_version=version,
-                               checkpoint=str(ck[max(ck)]), run_name=br.run_name, mlflow_run_id=meta.get("run_id"),
-                               eval_accuracy=br.eval_accuracy, step=max(ck), created=_now())
-            ctx.store.add_policy_version(pv)
+        pv = _keep_branch(ctx, rnd, bt_id, best, version, mainline)
+        if pv is not None:
             mainline = _keep_best(ctx, rnd, pv).id
             ctx.store.set_campaign(ctx.campaign_id, mainline_version=mainline)
     acc = ctx.store.get_policy_version(mainline).eval_accuracy
@@ -423,8 +717,9 @@ def distill(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
     improved = acc is not None and (prev_best is None or acc > prev_best + ctx.spec.backtest.min_effect)
     streak = 0 if best or improved else state.get("rounds_without_promotion", 0) + 1
     seen = [a for a in (acc, prev_best) if a is not None]
+    freed = _freed(ctx, bt_id)
     update = {"round": rnd + 1, "mainline": mainline, "harness_version": version, "rounds_without_promotion": streak,
-              "best_accuracy": max(seen) if seen else None,
+              "best_accuracy": max(seen) if seen else None, "bonus_steps": freed,
               "proposal_ids": [], "approved_ids": [], "backtest_id": None, "promoted": None, "segment_run": None}
     if ctx.mlflow_run_id:
         ctx.tracker.log_metrics(ctx.mlflow_run_id, rnd, {"campaign/mainline_accuracy": acc if acc is not None else float("nan"),
@@ -439,6 +734,17 @@ def distill(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
     if _out_of_time(ctx):
         return Command(goto="finish", update={**update, "stop_reason": "wall-clock cap reached"})
     return Command(goto="train_segment", update=update)
+
+
+def _tell_optimizer(ctx: CampaignContext, rnd: int, harness: HarnessSpec) -> None:
+    """Record this round's decided numeric changes in their knobs' Optuna studies (asked ones are told)."""
+    from evotrainer.agent.values import ValueOptimizer
+
+    vo = ValueOptimizer(ctx.home, ctx.campaign_id, ctx.spec.seed)
+    for knob in {p.knob for p in ctx.store.list_proposals(ctx.campaign_id, round=rnd)}:
+        history = _knob_history(ctx, knob)
+        if any(isinstance(v, (int, float)) and not isinstance(v, bool) for _, v, _, _ in history):
+            vo.sync(harness, knob, history)
 
 
 def finish(state: CampaignState, runtime: Runtime[CampaignContext]) -> dict:

@@ -14,9 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 ProposalStatus = Literal[
     "pending_review", "approved", "rejected", "backtesting", "promoted", "refuted", "inconclusive", "blocked", "failed",
-    "skipped_budget",
+    "skipped_budget", "screened",
 ]
-Outcome = Literal["promote", "reject", "inconclusive", "blocked", "failed"]
+# 'screened': not backtested, because re-scoring the last segment's rollouts predicted no effect on the training
+# signal (evotrainer.screening)
+Outcome = Literal["promote", "reject", "inconclusive", "blocked", "failed", "screened"]
 CampaignStatus = Literal["created", "running", "waiting_review", "stopped", "finished", "failed"]
 # What a campaign *is*, as every reader sees it: the stored status, except that "running" (or "created") without
 # a live owner is "interrupted" — the owner died (kill -9, the OOM killer, a reboot) and nothing runs it now.
@@ -89,6 +91,11 @@ class BranchResult(_Model):
     gate_passed: bool | None = None
     gate_reasons: list[str] = Field(default_factory=list)
     steps: int = 0
+    step: int | None = Field(None, description="Global step of the branch's last look (the checkpoint its "
+                                                "eval_accuracy and selection_accuracy belong to).")
+    looks: list[dict[str, Any]] = Field(default_factory=list, description="Per look: step, eval_accuracy, train_reward.")
+    selection_accuracy: float | None = Field(None, description="Greedy accuracy on the selection split at its last "
+                                                               "look (set for the branches the mainline may continue from).")
 
 
 class BacktestStats(_Model):
@@ -102,6 +109,11 @@ class BacktestStats(_Model):
     method: str
     control_mean: float
     treatment_mean: float
+    look: int = Field(1, description="The look (1-based) the decision was taken at.")
+    looks: int = Field(1, description="Looks planned (evaluations of every branch at evenly spaced steps).")
+    step: int | None = Field(None, description="Branch steps trained at that look.")
+    se: float | None = Field(None, description="Standard error of the effect.")
+    df: float | None = Field(None, description="Degrees of freedom of the t interval.")
 
 
 class Decision(_Model):
@@ -124,6 +136,8 @@ class PolicyVersion(_Model):
     eval_accuracy: float | None
     step: int
     created: datetime
+    selection_accuracy: float | None = Field(None, description="Greedy accuracy on the selection split (which version "
+                                                               "the mainline continues from or rolls back to).")
 
 
 class HarnessVersion(_Model):

@@ -25,6 +25,16 @@ class BudgetSpec(_S):
                              description="Trainer steps for the whole campaign, segments and every backtest branch included.")
     wall_clock_minutes: float | None = Field(None, gt=0, description="Stop starting new work after this many minutes.")
     llm_tokens: int | None = Field(None, ge=0, description="LLM tokens the brain may spend; then it falls back to the heuristic.")
+    explore_share: float = Field(
+        0.4, ge=0.0, le=1.0,
+        description="Largest share of total_steps that may go to branches the mainline does not continue from (every "
+                    "backtest arm and seed but the kept branch). A backtest starts only if the most it could discard "
+                    "fits beside what earlier ones discarded; otherwise fewer proposals are tried, and none once the "
+                    "share is spent (rounds then train the mainline). Keeps the useful share (steps in the final "
+                    "mainline's lineage / steps spent) at about 1 − explore_share or more.")
+    job_timeout_minutes: float | None = Field(
+        None, gt=0, description="Minutes one job (segment, branch leg or scoring) may run before it is ended and "
+                                "recorded failed with that reason (null: $EVOTRAINER_JOB_TIMEOUT_S, else no limit).")
 
 
 class BacktestSpec(_S):
@@ -33,6 +43,23 @@ class BacktestSpec(_S):
     max_proposals: int = Field(2, ge=1, le=8, description="Proposals backtested per round (they share one control).")
     min_effect: float = Field(0.0, ge=-1.0, le=1.0, description="Held-out accuracy gain the interval must exceed to promote.")
     confidence: float = Field(0.8, gt=0.5, lt=1.0, description="Confidence level of the paired interval.")
+    looks: int | None = Field(
+        None, ge=1, le=20,
+        description="Evaluations of every branch at evenly spaced steps (branch_steps / looks apart). A proposal stops "
+                    "at the first look that decides it: promoted early under alpha spending, rejected early for "
+                    "futility, blocked as soon as a gate trips (evotrainer/backtest.py); its unspent steps go to the "
+                    "next mainline segment. 1 = a single evaluation at the end (fixed horizon). null = 3, or 2 or 1 "
+                    "when branch_steps is not a multiple of 3.")
+
+    @model_validator(mode="after")
+    def _looks(self) -> BacktestSpec:
+        if self.looks is None:
+            self.looks = next(k for k in (3, 2, 1) if self.branch_steps % k == 0)
+        if self.branch_steps % self.looks:
+            fits = [k for k in range(1, min(20, self.branch_steps) + 1) if self.branch_steps % k == 0]
+            raise ValueError(f"branch_steps={self.branch_steps} is not a multiple of looks={self.looks}; use looks "
+                             f"{', '.join(map(str, fits))} or change branch_steps")
+        return self
 
 
 class LLMBrainSpec(_S):
@@ -112,6 +139,14 @@ class CampaignSpec(_S):
                           "skills/); an earlier campaign's HOME/campaigns/ID/library carries over what it learned.")
     library_in_place: bool = Field(
         False, description="Curate the library folder itself (review with git diff) instead of a copy under the campaign.")
+    screen: bool = Field(
+        True, description="Pre-screen reward and data changes on the last segment's rollouts (evotrainer/screening.py): "
+                          "a change predicted to leave the training signal unchanged is recorded 'screened' with the "
+                          "numbers instead of backtested.")
+    values: Literal["optuna", "brain"] = Field(
+        "optuna", description="Where the value of a numeric knob comes from: 'optuna' asks a TPE study conditioned on "
+                              "this campaign's decided backtests of that knob (evotrainer/agent/values.py; the brain's "
+                              "value until there is one), 'brain' keeps the brain's own value.")
     confirm: bool = Field(
         True, description="When the campaign finishes, evaluate the base policy and the final mainline once on "
                           "eval.n fresh held-out problems (seed eval.seed + 1, none of the campaign's own): the "

@@ -81,8 +81,10 @@ def _cap_address_space(headroom_mb: int) -> tuple[int, int]:
     return old
 
 
-def run_branch(job: dict[str, Any], home: str, fork: str | None, resume: str | None) -> dict[str, Any]:
-    """Worker entry point: run one job; never raises (the error is the result).
+def run_branch(job: dict[str, Any], home: str, fork: str | None, resume: str | None,
+               stop_at: int | None = None) -> dict[str, Any]:
+    """Worker entry point: run one job (to ``stop_at`` when given: a backtest look); never raises (the error
+    is the result).
 
     Fault injection, for the tests that show one bad branch does not stop a campaign (all unset in normal
     use; each is a regular expression over run names):
@@ -115,7 +117,7 @@ def run_branch(job: dict[str, Any], home: str, fork: str | None, resume: str | N
                 bytearray(256 << 20)
             from evotrainer.jobs.runner import JobSpec, run_job
 
-            res = run_job(JobSpec.model_validate(job), Path(home), resume=resume, fork=fork)
+            res = run_job(JobSpec.model_validate(job), Path(home), resume=resume, fork=fork, stop_at=stop_at)
         finally:
             if restore is not None:  # before the error is formatted: that needs memory too
                 import resource
@@ -237,16 +239,26 @@ class BranchPool:
         self._get()
 
     def run(self, job: dict[str, Any], home: Path, fork: str | None = None, resume: str | None = None,
-            timeout_s: float | None = _UNSET) -> dict[str, Any]:
+            timeout_s: float | None = _UNSET, stop_at: int | None = None) -> dict[str, Any]:
         """Run one job in a worker; ``{"ok": True, "result": ...}`` or ``{"ok": False, "error": ...}``.
 
-        ``timeout_s`` overrides the pool's per-job timeout for this job. Raises ``PoolStopped`` after ``stop()``.
+        ``timeout_s`` overrides the pool's per-job timeout for this job; ``stop_at`` pauses the job at that
+        global step (see ``run_job``). Raises ``PoolStopped`` after ``stop()``.
         """
+        return self._call(run_branch, job, str(home), fork, resume, stop_at, timeout_s=timeout_s)
+
+    def score(self, request: dict[str, Any], timeout_s: float | None = _UNSET) -> dict[str, Any]:
+        """Greedy accuracy of saved policies on a held-out split, in a worker (``evotrainer.jobs.scoring``)."""
+        from evotrainer.jobs.scoring import score_policies
+
+        return self._call(score_policies, request, timeout_s=timeout_s)
+
+    def _call(self, fn: Callable[..., dict[str, Any]], *args: Any, timeout_s: float | None = _UNSET) -> dict[str, Any]:
         if self._stopping:
             raise PoolStopped("the pool was asked to stop; the job was not started")
         limit = self.timeout_s if timeout_s is _UNSET else timeout_s
         try:
-            out = self._get().submit(run_branch, job, str(home), fork, resume).result(timeout=limit)
+            out = self._get().submit(fn, *args).result(timeout=limit)
         except FutureTimeout:
             self.kill()
             return {"ok": False, "error": f"timed out: the job ran longer than its {limit:g} s per-job timeout "

@@ -164,6 +164,7 @@ class PolicyVersionRow(Base):
     eval_accuracy: Mapped[float | None] = mapped_column(Float)
     step: Mapped[int] = mapped_column(Integer)
     created: Mapped[datetime] = mapped_column(UTCDateTime)
+    selection_accuracy: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class FindingRow(Base):
@@ -262,6 +263,9 @@ class BranchRow(Base):
     gate_passed: Mapped[bool | None] = mapped_column(Boolean)
     gate_reasons: Mapped[list[str]] = mapped_column(JSON)
     steps: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    looks: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
+    selection_accuracy: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class DecisionRow(Base):

@@ -129,7 +129,8 @@ def _harness(r: HarnessVersionRow) -> HarnessVersion:
 def _policy(r: PolicyVersionRow) -> PolicyVersion:
     return PolicyVersion(id=r.id, campaign_id=r.campaign_id, parent_id=r.parent_id, harness_version=r.harness_version,
                          checkpoint=r.checkpoint, run_name=r.run_name, mlflow_run_id=r.mlflow_run_id,
-                         eval_accuracy=r.eval_accuracy, step=r.step, created=r.created)
+                         eval_accuracy=r.eval_accuracy, step=r.step, created=r.created,
+                         selection_accuracy=r.selection_accuracy)
 
 
 def _proposal(r: ProposalRow) -> Proposal:
@@ -154,7 +155,7 @@ def _branch(r: BranchRow) -> BranchResult:
     return BranchResult(backtest_id=r.backtest_id, proposal_id=r.proposal_id, role=r.role, seed=r.seed,
                         run_name=r.run_name, status=r.status, error=r.error, eval_accuracy=r.eval_accuracy,
                         train_reward=r.train_reward, gate_passed=r.gate_passed, gate_reasons=list(r.gate_reasons),
-                        steps=r.steps)
+                        steps=r.steps, step=r.step, looks=list(r.looks or []), selection_accuracy=r.selection_accuracy)
 
 
 def _decision(r: DecisionRow) -> Decision:
@@ -353,6 +354,14 @@ class Store(OwnershipMixin):
             return PolicyVersionRow(**pv.model_dump())
 
         return self._once(lambda s: s.get(PolicyVersionRow, pv.id), make, _policy)
+
+    def set_selection_accuracy(self, id: str, accuracy: float) -> PolicyVersion:
+        """Record a policy version's accuracy on the selection split (measured after the version was made)."""
+        with self._write() as s:
+            r = self._get(s, PolicyVersionRow, id, "policy version")
+            r.selection_accuracy = float(accuracy)
+            s.flush()
+            return _policy(r)
 
     def get_policy_version(self, id: str) -> PolicyVersion:
         with self._read() as s:
@@ -570,6 +579,20 @@ class Store(OwnershipMixin):
             return BranchRow(**b.model_dump(), proposal_key=slot)
 
         return self._once(find, make, _branch)
+
+    def set_branch_selection(self, backtest_id: str, proposal_id: str | None, role: str, seed: int,
+                             accuracy: float) -> BranchResult:
+        """Record a recorded branch's accuracy on the selection split (measured when its arm was adopted)."""
+        with self._write() as s:
+            r = s.scalar(select(BranchRow).where(
+                BranchRow.backtest_id == backtest_id, BranchRow.proposal_key == (proposal_id or ""),
+                BranchRow.role == role, BranchRow.seed == seed))
+            if r is None:
+                raise NotFound(f"backtest '{backtest_id}' has no {role} branch of seed {seed}"
+                               f"{'' if proposal_id is None else ' for ' + proposal_id}")
+            r.selection_accuracy = float(accuracy)
+            s.flush()
+            return _branch(r)
 
     def list_branches(self, backtest_id: str) -> list[BranchResult]:
         with self._read() as s:

@@ -1,0 +1,48 @@
+"""Scoring saved policies on a held-out split, in a pool worker (which has torch and the task loaded).
+
+Why a worker: the campaign process does not import torch for its own bookkeeping, and a worker already
+holds the training stack. A campaign scores on the *selection* split the branches its mainline may continue
+from, and the segment checkpoints a rollback may return to (:mod:`evotrainer.evaluation` explains the three
+splits). Like ``run_branch`` it never raises: the error is the result.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evotrainer.evaluation import EvalSpec, Split
+
+
+class ScoreRequest(BaseModel):
+    """What to score: policies (checkpoint or base directories), each within its completion budget."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: str
+    task_options: dict[str, Any] = Field(default_factory=dict)
+    eval: EvalSpec
+    split: Split = "selection"
+    policies: list[tuple[str, int]] = Field(..., description="(path, max_new_tokens) pairs.")
+
+
+def score_policies(request: dict[str, Any]) -> dict[str, Any]:
+    """``{"ok": True, "accuracies": [...]}`` in the order of ``request.policies``, or ``{"ok": False, "error"}``."""
+    try:
+        from evotrainer.evaluation import policy_accuracy, split_problems
+        from evotrainer.tasks import get_task
+
+        req = ScoreRequest.model_validate(request)
+        task = get_task(req.task, req.task_options)
+        problems = split_problems(task, req.eval, req.split)
+        accs: list[float] = []
+        cache: dict[str, Any] = {}
+        for path, budget in req.policies:
+            if path not in cache:
+                cache.clear()  # one policy in memory at a time (a real model is hundreds of MB)
+            accs.append(policy_accuracy(path, task, problems, req.eval, budget, cache=cache))
+        return {"ok": True, "accuracies": accs, "n": len(problems)}
+    except BaseException as err:  # noqa: BLE001 - reported to the campaign, which records it and goes on
+        return {"ok": False, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-4000:]}
