@@ -29,8 +29,9 @@ $(STAMP): pyproject.toml | $(PY)
 setup: $(STAMP)
 
 # The main job: the demo campaign end to end (heuristic brain, automatic approval), then its summary.
+# SEED=1 (or 2) runs it from another warm start: the promised outcome holds on each.
 demo: setup
-	$(VENV)/bin/evotrainer campaign start campaigns/arith-demo.yaml
+	$(VENV)/bin/evotrainer campaign start campaigns/arith-demo.yaml $(if $(SEED),--seed $(SEED))
 
 # A single 60-step GRPO job and its diagnosis (the building blocks the campaign uses).
 demo-train: setup

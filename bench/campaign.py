@@ -1,28 +1,44 @@
-"""Benchmark (issue 4): does a heuristic-brain campaign beat the static baseline at an equal step budget?
+"""Benchmark (issues 4 and 14): does a campaign earn its cost? Three arms at equal total trainer steps.
 
-For each task and seed: (a) the static baseline harness trained for the whole budget as one job, and
-(b) a heuristic-brain campaign (auto approval) whose budget counts every segment and every backtest
-branch. Reports held-out greedy accuracy of each (mean and a t interval over seeds), the decisions the
-campaigns made, and the share of campaign wall time spent outside trainer steps (target <= 10 %). A
-trainer step is the Trainer's whole optimiser step (``step_wall_time``: generation, scoring, backward and
-the optimiser update); the share outside TRL's own ``step_time``, which stops before the update, is
-reported beside it.
+For each task, each start (``flawed``: the tuned recipe with a learning rate ten times too small, the demo's
+flaw; ``tuned``: the task's baseline recipe) and each seed, every arm starts from the same warm-started
+policy and may spend the same number of trainer steps (every segment, branch leg and trial counts):
 
-    .venv/bin/python bench/campaign.py [--tasks arith countdown] [--seeds 0 1 2] [--budget 400]
+(a) **static**: the starting recipe for the whole budget, one job;
+(b) **campaign**: heuristic brain, automatic approval, sequential backtests, the kept branch, screening and
+    Optuna values (the defaults of ``evotrainer.agent.spec``);
+(c) **optuna**: Optuna's TPE sampler with its median pruner over the knobs the campaign may change (every
+    library skill's knob, resolved against the starting recipe: numeric knobs on a range around the start
+    value, the others over the values the skills name), each trial a job from the warm start for
+    ``--trial-steps`` steps, reporting held-out accuracy (decision split) three times to the pruner; trials
+    go on until the budget is spent; the result is the best finished trial's policy.
 
-Both arms start from the same warm-started policy and the same harness (the baseline recipe at 32 prompts
-per step unless --harness is given). Results are merged into bench/results/campaign.json by task, so
-the tasks can be run in separate invocations.
+Each arm's result is the greedy accuracy of its final policy on the **confirmation split** (problems no arm
+chose on; ``evotrainer.evaluation.split_problems``), with a t interval over seeds. The campaign also reports
+its decisions, its useful share (steps in the final mainline's lineage / steps spent), and the share of its
+wall time outside trainer steps (a trainer step being the Trainer's whole optimiser step, ``step_wall_time``).
+
+    .venv/bin/python bench/campaign.py --tasks arith --starts flawed tuned --seeds 0 1 2 [--budget 400]
+
+Rows are merged into bench/results/campaign.json by (task, start, seed, arm): an interrupted bench resumes
+where it stopped, and tasks can run in separate invocations.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 from _common import ROOT, parser, save
+
+RESULTS = ROOT / "bench" / "results" / "campaign.json"
+BASELINES = {"arith": "grpo-baseline.yaml", "countdown": "grpo-baseline.yaml", "agentic": "agentic-baseline.yaml",
+             "code": "code-baseline.yaml"}
 
 
 def _interval(xs: list[float], confidence: float = 0.9) -> list[float]:
@@ -34,97 +50,238 @@ def _interval(xs: list[float], confidence: float = 0.9) -> list[float]:
     return [round(statistics.fmean(xs) - half, 4), round(statistics.fmean(xs) + half, 4)]
 
 
-def _static(task: str, seed: int, a, home: Path) -> tuple[float, float]:
-    """The static arm: the starting harness trained for the whole budget as one job."""
+def start_harness(task: str, start: str, prompts: int, home: Path) -> Path:
+    """The task's baseline recipe at ``prompts`` prompts per step; ``flawed`` divides its learning rate by ten."""
+    doc = yaml.safe_load((ROOT / "harnesses" / BASELINES[task]).read_text())
+    doc["name"] = f"bench-{task}-{start}"
+    doc["grpo"]["prompts_per_step"] = prompts
+    if start == "flawed":
+        doc["optim"]["learning_rate"] = doc["optim"]["learning_rate"] / 10
+    path = home / f"{doc['name']}-p{prompts}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def confirmation_accuracy(task: str, checkpoint: str, budget: int, n: int) -> float:
+    from evotrainer.evaluation import EvalSpec, policy_accuracy, split_problems
+    from evotrainer.tasks import get_task
+
+    t = get_task(task)
+    ev = EvalSpec(n=n, k=1)
+    return policy_accuracy(checkpoint, t, split_problems(t, ev, "confirmation"), ev, budget)
+
+
+# ---------------------------------------------------------------------------------------------- arms
+def run_static(task: str, harness: Path, seed: int, a: Any, home: Path) -> dict[str, Any]:
+    from evotrainer.config import load_harness
     from evotrainer.evaluation import EvalSpec
-    from evotrainer.evidence import read_metrics
     from evotrainer.jobs.runner import JobSpec, run_job
 
     t = time.perf_counter()
-    static = run_job(JobSpec(task=task, harness=a.harness, steps=a.budget, seed=seed, save_every=a.budget,
-                             eval=EvalSpec(every=a.budget, n=300, k=1)), home)
-    acc = float(read_metrics(Path(static.run_dir))["eval/greedy_accuracy"].dropna().iloc[-1])
-    return acc, time.perf_counter() - t
+    res = run_job(JobSpec(task=task, harness=str(harness), steps=a.budget, seed=seed, save_every=a.budget,
+                          name=f"static-{harness.stem}-s{seed}-b{a.budget}",
+                          eval=EvalSpec(every=a.budget, n=a.eval_n, k=1)), home)
+    budget = load_harness(harness).grpo.max_completion_length
+    return {"accuracy": confirmation_accuracy(task, res.checkpoint, budget, a.eval_n), "steps": res.steps_done,
+            "wall_s": round(time.perf_counter() - t, 1)}
+
+
+def run_campaign(task: str, harness: Path, seed: int, a: Any, home: Path) -> dict[str, Any]:
+    from evotrainer.agent.campaign import start_campaign
+    from evotrainer.evidence import read_metrics
+    from evotrainer.reports import campaign_summary
+    from evotrainer.store import Store
+
+    spec = {"name": f"bench-{harness.stem}-s{seed}", "task": task, "harness": str(harness), "seed": seed,
+            "segment_steps": a.segment, "budget": {"total_steps": a.budget},
+            "backtest": {"branch_steps": a.branch, "seeds": 3, "max_proposals": 2, "min_effect": 0.01},
+            "autonomy": "auto", "eval": {"every": 0, "n": a.eval_n, "k": 1}, "stop": {"plateau_rounds": 100}}
+    spec_file = home / f"{spec['name']}.yaml"
+    spec_file.write_text(yaml.safe_dump(spec))
+    t = time.perf_counter()
+    cid = start_campaign(spec_file, home, log=lambda m: print(f"  [{task} {harness.stem} s{seed}] {m}", flush=True))
+    wall = time.perf_counter() - t
+    summary = campaign_summary(home, cid)
+    train_s = trl_s = 0.0
+    store = Store.for_home(home)
+    for run in {e.run_name for e in store.ledger(cid)}:
+        m = read_metrics(home / "jobs" / run)
+        trl = float(m["step_time"].dropna().sum()) if "step_time" in m else 0.0
+        trl_s += trl
+        train_s += float(m["step_wall_time"].dropna().sum()) if "step_wall_time" in m else trl
+    conf = summary["confirmation"] or {}
+    return {"accuracy": conf.get("end"), "start_accuracy": conf.get("start"), "steps": summary["budget"]["spent"],
+            "campaign": cid, "useful_share": summary["spend"]["useful_share"], "spend": summary["spend"],
+            "decisions": [(d["knob"], d["new"], d["outcome"]) for d in summary["decisions"]],
+            "outside_trainer_share": round(1 - train_s / wall, 3), "outside_trl_step_time_share": round(1 - trl_s / wall, 3),
+            "wall_s": round(wall, 1)}
+
+
+def search_space(harness, task: str) -> dict[str, Any]:
+    """What the campaign may change, as Optuna distributions: every library skill's knob resolved against the start."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    from evotrainer.agent.lessons import SEED_LIBRARY, brain_inputs
+    from evotrainer.agent.values import LOG_KNOBS, _bounds
+
+    cands, _, _ = brain_inputs(SEED_LIBRARY, harness, [], task)
+    knobs = harness.knobs()
+    space: dict[str, Any] = {}
+    values: dict[str, list[Any]] = {}
+    for c in cands:
+        if c.knob in ("env.leak_tool", "reward.efficiency.weight", "reward.correctness.tests"):
+            continue  # the traps: a user's search would not include them either
+        values.setdefault(c.knob, [knobs[c.knob]]).append(c.value)
+    for knob, vals in values.items():
+        cur = knobs[knob]
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
+        if numeric and cur is not None:
+            lo_b, hi_b, integer = _bounds(harness, knob)
+            if knob in LOG_KNOBS and cur > 0:
+                lo, hi = max(cur / 10, lo_b, 1e-8), min(cur * 10, hi_b)
+                space[knob] = FloatDistribution(lo, hi, log=True)
+            else:
+                d = max(abs(v - cur) for v in vals) * 2
+                lo, hi = max(cur - d, lo_b), min(cur + d, hi_b)
+                space[knob] = IntDistribution(int(math.ceil(lo)), int(hi)) if integer else FloatDistribution(lo, hi)
+        else:
+            choices = list(dict.fromkeys(json.dumps(v) for v in vals))
+            space[knob] = CategoricalDistribution(choices)
+    return space
+
+
+def run_optuna(task: str, harness: Path, seed: int, a: Any, home: Path) -> dict[str, Any]:
+    import optuna
+
+    from evotrainer.agent.values import _quiet
+    from evotrainer.config import dump_harness, load_harness
+    from evotrainer.errors import ConfigError
+    from evotrainer.evaluation import EvalSpec
+    from evotrainer.evidence import read_metrics
+    from evotrainer.jobs.runner import JobSpec, complete_checkpoints, run_job
+
+    _quiet()
+    start = load_harness(harness)
+    space = search_space(start, task)
+    storage = optuna.storages.RDBStorage(f"sqlite:///{home / 'optuna-bench.db'}")
+    name = f"{harness.stem}-s{seed}-b{a.budget}"
+    study = optuna.create_study(study_name=name, storage=storage, load_if_exists=True, direction="maximize",
+                                sampler=optuna.samplers.TPESampler(seed=seed),
+                                pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0))
+    every = a.trial_steps // 3
+    spent, t0 = 0, time.perf_counter()
+    results: list[dict[str, Any]] = []
+    while a.budget - spent >= every:
+        trial = study.ask(space)
+        h = start
+        try:
+            for knob, v in trial.params.items():
+                h = h.with_knob(knob, json.loads(v) if isinstance(space[knob], optuna.distributions.CategoricalDistribution) else v)
+        except ConfigError as err:  # a combination the harness refuses (e.g. a clip below epsilon): no steps spent
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            results.append({"trial": trial.number, "params": trial.params, "error": str(err)[:200]})
+            continue
+        hfile = home / f"optuna-{name}-t{trial.number}.yaml"
+        hfile.write_text(dump_harness(h))
+        steps = min(a.trial_steps, (a.budget - spent) // every * every)
+        run = f"optuna-{name}-t{trial.number}"
+        job = JobSpec(task=task, harness=str(hfile), steps=steps, seed=seed, save_every=every, name=run,
+                      eval=EvalSpec(every=every, n=a.eval_n, k=1))
+        last, pruned = None, False
+        for upto in range(every, steps + 1, every):
+            res = run_job(job, home, resume=run if upto > every else None, stop_at=upto if upto < steps else None)
+            m = read_metrics(Path(res.run_dir))
+            last = float(m.loc[m["step"] == upto, "eval/greedy_accuracy"].dropna().iloc[-1])
+            trial.report(last, upto)
+            if upto < steps and trial.should_prune():
+                pruned = True
+                break
+        trained = int(read_metrics(Path(res.run_dir))["loss"].notna().sum())
+        spent += trained
+        if pruned:
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            study.tell(trial, last)
+        results.append({"trial": trial.number, "params": trial.params, "steps": trained, "accuracy": last,
+                        "pruned": pruned, "checkpoint": str(complete_checkpoints(Path(res.run_dir))[upto]),
+                        "budget": h.grpo.max_completion_length})
+    done = [r for r in results if "accuracy" in r and not r["pruned"]] or [r for r in results if "accuracy" in r]
+    best = max(done, key=lambda r: r["accuracy"])
+    return {"accuracy": confirmation_accuracy(task, best["checkpoint"], best["budget"], a.eval_n), "steps": spent,
+            "trials": len(results), "pruned": sum(1 for r in results if r.get("pruned")),
+            "best_params": best["params"], "wall_s": round(time.perf_counter() - t0, 1)}
+
+
+ARMS = {"static": run_static, "campaign": run_campaign, "optuna": run_optuna}
 
 
 def main() -> None:
     p = parser(__doc__, "bench-campaign")
     p.add_argument("--tasks", nargs="+", default=["arith", "countdown"])
+    p.add_argument("--starts", nargs="+", default=["flawed", "tuned"], choices=["flawed", "tuned"])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--budget", type=int, default=400)
-    p.add_argument("--segment", type=int, default=40)
-    p.add_argument("--branch", type=int, default=20)
-    p.add_argument("--reuse-static", action="store_true",
-                   help="take each (task, seed)'s static arm from the previous bench/results/campaign.json instead of "
-                        "retraining it (valid while the budget, harness and trainer are unchanged)")
-    p.add_argument("--harness", default=None, help="starting harness (default: grpo-baseline at 32 prompts/step)")
+    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    p.add_argument("--budget", type=int, default=400, help="trainer steps per arm")
+    p.add_argument("--prompts", type=int, default=32, help="prompts per step of the starting recipes")
+    p.add_argument("--segment", type=int, default=20)
+    p.add_argument("--branch", type=int, default=30)
+    p.add_argument("--trial-steps", type=int, default=99, help="steps of one Optuna trial (a multiple of 3)")
+    p.add_argument("--eval-n", type=int, default=500, help="problems in each held-out split")
     a = p.parse_args()
+    if a.trial_steps % 3:
+        p.error("--trial-steps must be a multiple of 3 (the pruner sees three evaluations)")
 
-    from evotrainer.agent.campaign import start_campaign
-    from evotrainer.cli import campaign_summary
-    from evotrainer.evidence import read_metrics
     from evotrainer.home import resolve_home
-    from evotrainer.store import Store
 
     home = resolve_home(a.home)
     home.mkdir(parents=True, exist_ok=True)
-    if a.harness is None:
-        base = yaml.safe_load((ROOT / "harnesses" / "grpo-baseline.yaml").read_text())
-        base["name"], base["grpo"]["prompts_per_step"] = "bench-32", 32
-        a.harness = str(home / "bench-32.yaml")
-        Path(a.harness).write_text(yaml.safe_dump(base, sort_keys=False))
-    rows = []
-    prev_file = ROOT / "bench" / "results" / "campaign.json"
-    prev_static = {}
-    if a.reuse_static and prev_file.exists():
-        import json
-
-        prev = json.loads(prev_file.read_text())
-        if prev.get("budget") == a.budget:
-            prev_static = {(r["task"], r["seed"]): r for r in prev.get("runs", [])}
+    prev = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    rows = [r for r in prev.get("runs", []) if "arm" in r]  # rows of this version (with an arm) are kept
+    key = lambda r: (r["task"], r["start"], r["seed"], r["arm"], r["budget"])  # noqa: E731
+    have = {key(r) for r in rows}
     for task in a.tasks:
-        for seed in a.seeds:
-            if (task, seed) in prev_static:
-                acc_static, static_wall = prev_static[(task, seed)]["static"], prev_static[(task, seed)]["static_wall_s"]
-            else:
-                acc_static, static_wall = _static(task, seed, a, home)
-            spec = {"name": f"bench-{task}-s{seed}", "task": task, "harness": a.harness, "seed": seed,
-                    "segment_steps": a.segment, "budget": {"total_steps": a.budget},
-                    "backtest": {"branch_steps": a.branch, "seeds": 2, "max_proposals": 2, "min_effect": 0.01},
-                    "autonomy": "auto",
-                    "eval": {"every": 0, "n": 300, "k": 1}, "stop": {"plateau_rounds": 100}}
-            spec_file = home / f"{spec['name']}.yaml"
-            spec_file.write_text(yaml.safe_dump(spec))
-            t = time.perf_counter()
-            cid = start_campaign(spec_file, home, log=print)
-            wall = time.perf_counter() - t
-            summary = campaign_summary(home, cid)
-            # trainer-step time: the Trainer's whole optimiser step (step_wall_time); TRL's step_time, which
-            # stops before the optimiser update, is reported beside it
-            train_s = trl_s = 0.0
-            for e in Store.for_home(home).ledger(cid):
-                m = read_metrics(home / "jobs" / e.key)
-                trl = float(m["step_time"].dropna().sum()) if "step_time" in m else 0.0
-                trl_s += trl
-                train_s += float(m["step_wall_time"].dropna().sum()) if "step_wall_time" in m else trl
-            rows.append({"task": task, "seed": seed, "static": acc_static, "campaign": summary["accuracy"]["end"],
-                         "campaign_start": summary["accuracy"]["start"], "steps_spent": summary["budget"]["spent"],
-                         "decisions": [(d["knob"], d["new"], d["outcome"]) for d in summary["decisions"]],
-                         "outside_trainer_share": round(1 - train_s / wall, 3),
-                         "outside_trl_step_time_share": round(1 - trl_s / wall, 3), "campaign_wall_s": round(wall, 1),
-                         "static_wall_s": round(static_wall, 1), "stop_reason": summary["campaign"].get("error")})
-            print(rows[-1], flush=True)
-    prev = ROOT / "bench" / "results" / "campaign.json"
-    if prev.exists():  # keep other tasks' rows from earlier invocations
-        import json
+        for start in a.starts:
+            harness = start_harness(task, start, a.prompts, home)
+            for seed in a.seeds:
+                for arm in a.arms:
+                    k = (task, start, seed, arm, a.budget)
+                    if k in have:
+                        continue
+                    print(f"== {task} {start} seed {seed}: {arm}", flush=True)
+                    out = ARMS[arm](task, harness, seed, a, home)
+                    rows.append({"task": task, "start": start, "seed": seed, "arm": arm, "budget": a.budget, **out})
+                    print(json.dumps(rows[-1], default=str), flush=True)
+                    _save(prev, rows)
+    _save(prev, rows)
 
-        rows = [r for r in json.loads(prev.read_text()).get("runs", []) if r["task"] not in a.tasks] + rows
-    out = {}
-    for task in sorted({r["task"] for r in rows}):
-        r = [x for x in rows if x["task"] == task]
-        out[task] = {k: {"mean": round(statistics.fmean([x[k] for x in r]), 4), "ci90": _interval([x[k] for x in r])}
-                     for k in ("static", "campaign")}
-    save("campaign", {"budget": a.budget, "segment": a.segment, "branch": a.branch, "runs": rows, "summary": out})
+
+def _save(prev: dict, rows: list[dict]) -> None:
+    summary: dict[str, Any] = {}
+    for task, start, budget in sorted({(r["task"], r["start"], r["budget"]) for r in rows}):
+        cell: dict[str, Any] = {}
+        by_arm = {arm: {r["seed"]: r for r in rows if (r["task"], r["start"], r["budget"], r["arm"]) == (task, start, budget, arm)}
+                  for arm in ARMS}
+        for arm, runs in by_arm.items():
+            accs = [r["accuracy"] for r in runs.values() if r.get("accuracy") is not None]
+            if accs:
+                cell[arm] = {"mean": round(statistics.fmean(accs), 4), "ci90": _interval(accs), "seeds": len(accs)}
+        for other in ("static", "optuna"):  # paired over seeds: campaign − other
+            seeds = sorted(set(by_arm["campaign"]) & set(by_arm[other]))
+            d = [by_arm["campaign"][s]["accuracy"] - by_arm[other][s]["accuracy"] for s in seeds
+                 if by_arm["campaign"][s].get("accuracy") is not None and by_arm[other][s].get("accuracy") is not None]
+            if d:
+                cell[f"campaign_minus_{other}"] = {"mean": round(statistics.fmean(d), 4), "ci90": _interval(d)}
+        useful = [r["useful_share"] for r in by_arm["campaign"].values() if r.get("useful_share") is not None]
+        if useful:
+            cell["useful_share"] = {"mean": round(statistics.fmean(useful), 3), "min": min(useful)}
+        outside = [r["outside_trainer_share"] for r in by_arm["campaign"].values() if "outside_trainer_share" in r]
+        if outside:
+            cell["outside_trainer_share"] = {"mean": round(statistics.fmean(outside), 3), "max": max(outside)}
+        summary[f"{task}/{start}/{budget}"] = cell
+    save("campaign", {"runs": rows, "summary": summary,
+                      "previous_version": prev.get("previous_version") or {k: prev[k] for k in ("budget", "summary")
+                                                                           if k in prev and "runs" in prev and
+                                                                           not any("arm" in r for r in prev["runs"])}})
 
 
 if __name__ == "__main__":
