@@ -349,3 +349,66 @@ def test_llm_brain_drives_a_campaign_round_through_the_openai_client(tmp_path):
     assert (p.brain, p.knob, p.old, p.new) == ("llm", "grpo.max_completion_length", 2, 4)
     assert p.cited_skills == ["longer-completions"]
     assert store.get_decision(p.id) is not None
+
+
+NULL_SKILL = """---
+name: A weight decay too small to matter
+description: Set AdamW's weight decay to 1e-12, which float32 parameters cannot feel (a change with no effect).
+kind: skill
+triggers:
+- symptom: truncation
+intervention:
+  knob: optim.weight_decay
+  op: set
+  arg: 1.0e-12
+  available: true
+evidence: []
+counters:
+  helpful: 0
+  harmful: 0
+  uses: 0
+status: active
+version: 1
+sources:
+- title: Test fixture
+---
+# A weight decay too small to matter
+
+## When to use
+- Never; a test fixture.
+
+## Why it works
+It does not: p * (1 - lr * 1e-12) rounds to p in float32.
+
+## How to apply
+Set `optim.weight_decay` to 1e-12.
+
+## When not to
+- Always.
+"""
+
+
+def test_a_backtest_of_a_change_with_no_effect_stops_at_the_first_look_and_the_mainline_gets_the_steps(tmp_path):
+    """A real change with exactly no effect (common random numbers make both arms the same run): the first look
+    rejects it for futility, its branches stop there, and the steps they did not spend lengthen the next segment."""
+    lib = tmp_path / "lib" / "tiny-decay"
+    lib.mkdir(parents=True)
+    (lib / "SKILL.md").write_text(NULL_SKILL)
+    home = tmp_path / "home"
+    spec = _spec(tmp_path, library=str(tmp_path / "lib"), backtest={"looks": 2, "max_proposals": 1, "min_effect": 0.01})
+    cid = start_campaign(spec, home, log=lambda m: None)
+    store = Store.for_home(home)
+    (d,) = store.list_decisions(cid)
+    assert d.outcome == "reject" and d.reasons[-1].startswith("futility") and "stopped early" in d.reasons[-1]
+    assert (d.stats.look, d.stats.looks, d.stats.effect, d.stats.ci_high) == (1, 2, 0.0, 0.0)
+    branches = store.list_branches(store.list_backtests(cid)[0].id)
+    assert len(branches) == 4 and all(len(b.looks) == 1 and b.steps == 1 for b in branches)
+    # 2 arms × 2 seeds × 1 step of the 2 planned: 4 steps freed, trained by the next segment (2 + 4)
+    meta = json.loads((home / "jobs" / f"{cid}__r01__segment" / "meta.json").read_text())
+    assert meta["spec"]["steps"] == 6
+    assert store.ledger_total(cid) == 12
+    summary = json.loads(subprocess.run([sys.executable, "-m", "evotrainer.cli", "campaign", "status", cid, "--json",
+                                         "--home", str(home)], capture_output=True, text=True, cwd=REPO).stdout)
+    sp = summary["spend"]
+    assert sp["spent"] == 12 and sp["mainline_segments"] + sp["kept_branches"] + sp["discarded"] == 12
+    assert sp["kept_branches"] == 1 and sp["useful_share"] == pytest.approx((2 + 1 + 6) / 12, abs=1e-4)
