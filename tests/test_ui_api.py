@@ -134,6 +134,9 @@ def home(tmp_path) -> Path:
     for key, kind, steps in ((seg0, "segment", 4), (ctl, "branch", 4), (trt, "branch", 4)):
         store.ledger_add(LedgerEntry(campaign_id=CID, key=key, kind=kind, run_name=key, steps=steps, at=T0))
     store.log_event(CID, "brain", {"round": 1, "notes": "<script>x</script>"})
+    store.log_event(CID, "kept_branch", {"round": 0, "arm": f"{CID}:r00:p0", "chosen": trt, "split": "selection",
+                                         "n": 300, "candidates": [{"run": trt, "seed": 1, "step": 8,
+                                                                   "selection_accuracy": 0.345, "decision_accuracy": 0.36}]})
     store.close()
     return h
 
@@ -181,7 +184,11 @@ def test_every_page_renders_with_the_data_and_untrusted_text_escaped(home, libra
     pages = {
         "/": ["demo", "waiting review", "1 waiting", "20.0 % → <strong>36.0 %</strong>", "12 / 100"],
         f"/campaigns/{CID}": ["Lineage", "grpo.epsilon_high", "promote", "run-seg0", "<svg", "held-out accuracy",
-                              "effect +0.050 above 0.01", f"{CID}__r00__segment"],
+                              "effect +0.050 above 0.01", f"{CID}__r00__segment", "Kept branches",
+                              "seed 1: 34.5 % (decision split 36.0 %, step 8)",
+                              # 4 segment steps + 4 of the kept branch in the lineage, of 12 spent
+                              "useful share <strong>66.7 %</strong>: 4 in mainline segments, 4 in kept branches, 4 in "
+                              "branches not kept"],
         "/reviews": ["optim.learning_rate", "grpo.temperature", "other-20261101130000:r00:p0"],
         f"/proposals/{CID}:r00:p0": ["Backtest", "seed 1: control vs treatment", "+5.00", "passed", "promote",
                                      "Clip-higher"],
