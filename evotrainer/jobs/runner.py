@@ -501,7 +501,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     # TRL 1.16 calls transformers APIs deprecated for v6 on every step; the warnings say nothing to our users.
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers(\.|$)")
     from evotrainer.data import build_pool, segment_problems, selection_weights, to_dataset
-    from evotrainer.evaluation import evaluate, heldout_problems
+    from evotrainer.evaluation import evaluate, heldout_problems, write_outcomes
     from evotrainer.evidence import RolloutRecorder, prompt_pass_stats
     from evotrainer.jobs.trainer import EvidenceCallback, EvoGRPOTrainer
     from evotrainer.policy import load_policy
@@ -542,8 +542,12 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
 
     eval_problems = heldout_problems(task, spec.eval) if spec.eval.every else []
 
-    def _eval():
-        return evaluate(trainer.model, tokenizer, task, eval_problems, spec.eval, harness.grpo.max_completion_length)
+    def _eval(step: int):
+        outcomes: list[bool] = []
+        metrics = evaluate(trainer.model, tokenizer, task, eval_problems, spec.eval, harness.grpo.max_completion_length,
+                           outcomes)
+        write_outcomes(run_dir, step, outcomes)  # per problem: backtests pair arms problem by problem
+        return metrics
 
     synced_upto = [tracker.max_step(run_id, "reward")]  # rollout files after it go up at the next checkpoint
     from evotrainer.evidence import read_metrics

@@ -69,7 +69,7 @@ class EvidenceCallback(TrainerCallback):
         recorder: RolloutRecorder,
         log_metrics: Callable[[int, dict[str, float]], None],
         on_checkpoint: Callable[[int], None],
-        evaluate: Callable[[], dict[str, float]] | None,
+        evaluate: Callable[[int], dict[str, float]] | None,
         eval_every: int,
         eval_at_start: bool,
         max_steps: int,
@@ -103,7 +103,7 @@ class EvidenceCallback(TrainerCallback):
         if self.evaluate is None:
             return
         t = time.perf_counter()
-        self._emit(step, self.evaluate())
+        self._emit(step, self.evaluate(step))
         self.eval_seconds += time.perf_counter() - t
 
     def on_train_begin(self, args, state, control, **kw):
