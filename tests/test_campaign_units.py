@@ -454,3 +454,36 @@ def test_effect_interval_adds_the_problem_sample_to_the_seed_spread():
     assert (effect, df) == (pytest.approx(0.2), 2) and half == pytest.approx(0.1686, abs=1e-3)
     # identical arms: a zero-width interval at zero
     assert effect_interval([[0, 0], [0, 0]], 0.8)[1:] == (0.0, 1.0, 0.0)
+
+
+def test_a_backtest_starts_only_within_the_budget_and_the_exploration_share(tmp_path):
+    from datetime import datetime, timezone
+    from pathlib import Path
+
+    from evotrainer.agent.nodes import _affordable
+    from evotrainer.agent.schemas import LedgerEntry, PolicyVersion
+    from evotrainer.agent.spec import CampaignSpec
+    from evotrainer.agent.state import CampaignContext
+    from evotrainer.store import Store
+
+    now = datetime.now(timezone.utc)
+    spec = CampaignSpec(name="b", segment_steps=10, budget={"total_steps": 100, "explore_share": 0.4},
+                        backtest={"branch_steps": 5, "seeds": 2})
+    store = Store.for_home(tmp_path)
+    store.create_campaign("b", "b", spec.model_dump(mode="json"), "b")
+    ctx = CampaignContext(campaign_id="b", spec=spec, home=Path(tmp_path), store=store, brain=None, pool=None,
+                          tracker=None)
+    store.ledger_add(LedgerEntry(campaign_id="b", key="seg", kind="segment", run_name="seg", steps=10, at=now))
+    store.ledger_add(LedgerEntry(campaign_id="b", key="br@15", kind="branch", run_name="br", steps=20, at=now))
+    mainline = PolicyVersion(id="v", campaign_id="b", parent_id=None, harness_version="h", checkpoint="c", run_name="seg",
+                             mlflow_run_id=None, eval_accuracy=None, step=10, created=now)
+    # 20 steps already outside the mainline; one proposal could discard (1 + 1) × 2 × 5 − 5 = 15 more: 35 ≤ 40
+    assert _affordable(ctx, 1, mainline) is None
+    # two could discard 25: 45 > 0.4 × 100
+    why = _affordable(ctx, 2, mainline)
+    assert why and "explore_share 0.4 × 100 = 40" in why and "25 steps" in why
+    # and never more than the budget left: 70 remain, 4 proposals need (1 + 4) × 2 × 5 = 50 but 8 need 90
+    roomy = spec.model_copy(update={"budget": spec.budget.model_copy(update={"explore_share": 1.0})})
+    ctx.spec = roomy
+    assert _affordable(ctx, 4, mainline) is None
+    assert "needs 90 steps and 70 remain" in _affordable(ctx, 8, mainline)
