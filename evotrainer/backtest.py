@@ -20,8 +20,10 @@ when the lower bound of a two-sided (1 − α·f_j) interval clears ``min_effect
 f_j = (j/K)³ − ((j−1)/K)³. The looks are combined by the union (Bonferroni) bound, which holds whatever the
 dependence between looks, so the false-promotion rate stays at or below α/2, the one-sided error of the
 fixed-horizon rule (simulated in ``tests/test_campaign_units.py``). Futility is non-binding: at an interim
-look a proposal whose ``confidence`` interval lies wholly below ``min_effect`` is rejected early (stopping
-for futility can only lower the false-promotion rate). With K = 1 the rule is the fixed-horizon one.
+look a proposal whose ``confidence`` interval lies wholly below the futility threshold (``futility_effect``,
+by default ``min_effect``: a gain not worth having) is rejected early; stopping for futility can only lower
+the false-promotion rate, so the threshold may sit above ``min_effect``. With K = 1 the rule is the
+fixed-horizon one.
 
 The outcomes:
 
@@ -32,8 +34,8 @@ The outcomes:
   reach, stays flat or drops). A high score reached by an exploit must never be promoted, and the record
   says it was blocked, not merely unhelpful; a trip stops the proposal at the look it shows up;
 - **promote**: the look's efficacy interval lies above ``min_effect`` and every treatment branch passed the gate;
-- **reject** (refuted): the mean effect is ≤ 0 or the interval lies entirely below ``min_effect`` (at the
-  last look), or the futility rule fires (earlier);
+- **reject** (refuted): the mean effect is ≤ 0 or the interval lies entirely below the futility threshold
+  (at the last look), or the futility rule fires (earlier);
 - **inconclusive**: anything else at the last look (the interval straddles ``min_effect``).
 """
 
@@ -108,7 +110,8 @@ def effect_interval(diffs_by_seed: list[list[float]], confidence: float) -> tupl
 
 def decide(proposal_id: str, control: list[BranchResult], treatment: list[BranchResult], min_effect: float,
            confidence: float, *, look: int = 1, looks: int = 1, step: int | None = None,
-           outcomes: dict[tuple[str, int], list[int]] | None = None, undecided: str | None = None) -> Decision | None:
+           outcomes: dict[tuple[str, int], list[int]] | None = None, undecided: str | None = None,
+           futility_effect: float | None = None) -> Decision | None:
     """Apply the decision rule to one proposal's branches (matched by seed) at look ``look`` of ``looks``.
 
     ``outcomes`` maps (``"control"`` or the proposal id, seed) to each branch's per-problem correctness at this
@@ -118,6 +121,7 @@ def decide(proposal_id: str, control: list[BranchResult], treatment: list[Branch
     """
     now = datetime.now(timezone.utc)
     final = look >= looks
+    futile = min_effect if futility_effect is None else futility_effect
     ctrl = {b.seed: b for b in control if b.status == "finished" and b.eval_accuracy is not None}
     treat = {b.seed: b for b in treatment if b.status == "finished" and b.eval_accuracy is not None}
     seeds = sorted(set(ctrl) & set(treat))
@@ -172,18 +176,18 @@ def decide(proposal_id: str, control: list[BranchResult], treatment: list[Branch
         reasons.append(f"the whole interval is above the minimum effect {min_effect:+.3f}"
                        + (" (stopped early)" if not final else ""))
     elif not final:
-        if effect + half_futility < min_effect:
+        if effect + half_futility < futile:
             outcome = "reject"
             reasons.append(f"futility: the {confidence:.0%} interval (up to {effect + half_futility:+.3f}) is wholly "
-                           f"below the minimum effect {min_effect:+.3f} (stopped early)")
+                           f"below {futile:+.3f}, a gain not worth having (stopped early)")
         elif undecided is None:
             return None
         else:
             outcome = undecided
             reasons.append(f"undecided at look {look} of {looks}")
-    elif st.effect <= 0 or st.ci_high < min_effect:
+    elif st.effect <= 0 or effect + half_futility < futile:
         outcome = "reject"
-        reasons.append(f"no improvement beyond {min_effect:+.3f}")
+        reasons.append(f"no improvement beyond {futile:+.3f}")
     else:
         outcome = "inconclusive"
         reasons.append(f"the interval straddles the minimum effect {min_effect:+.3f}")

@@ -436,6 +436,13 @@ def test_a_sequential_backtest_stops_early_on_a_large_effect_and_on_a_null_one()
     same = [(c, c.copy()) for c, _ in _simulate(rng, 3, 1000, 3, effect=0.0, correlated=True)]
     d, at = _run_sequential(same, 3, 0.8, min_effect=0.01)
     assert (d.outcome, at) == ("reject", 1) and d.reasons[-1].startswith("futility")
+    # promotion may ask only for significance (min_effect 0) while futility still stops changes too small to matter
+    c = same[0][0]
+    outcomes = {**{("control", s): list(c[s]) for s in range(3)}, **{("p", s): list(c[s]) for s in range(3)}}
+    args = (_look_branches(list(c.mean(axis=1)), "control"), _look_branches(list(c.mean(axis=1)), "treatment", "p"))
+    assert decide("p", *args, 0.0, 0.8, look=1, looks=3, outcomes=outcomes) is None  # 0 is not below 0: go on
+    d = decide("p", *args, 0.0, 0.8, look=1, looks=3, outcomes=outcomes, futility_effect=0.01)
+    assert d.outcome == "reject" and "not worth having" in d.reasons[-1]
     # a real but modest effect is not stopped for futility: it gets to later looks
     modest = _simulate(rng, 3, 1000, 3, effect=0.03, correlated=True)
     d, at = _run_sequential(modest, 3, 0.8, min_effect=0.01)

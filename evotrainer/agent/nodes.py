@@ -478,7 +478,7 @@ def _decide_look(ctx: CampaignContext, pid: str, branches: list[BranchResult], l
     step = next((x.step for x in treat if x.step is not None), None)
     rel = None if step is None else b.branch_steps * look // b.looks
     return decide(pid, control, treat, b.min_effect, b.confidence, look=look, looks=b.looks, step=rel,
-                  outcomes=outcomes or None, undecided=undecided)
+                  outcomes=outcomes or None, undecided=undecided, futility_effect=b.futility_effect)
 
 
 def backtest(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[Literal["decide", "distill"]]:

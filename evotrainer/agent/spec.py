@@ -42,6 +42,11 @@ class BacktestSpec(_S):
     seeds: int = Field(3, ge=2, le=16, description="Paired seeds per branch pair (control and treatment share them).")
     max_proposals: int = Field(2, ge=1, le=8, description="Proposals backtested per round (they share one control).")
     min_effect: float = Field(0.0, ge=-1.0, le=1.0, description="Held-out accuracy gain the interval must exceed to promote.")
+    futility_effect: float | None = Field(
+        None, ge=-1.0, le=1.0,
+        description="A proposal whose interval (at `confidence`) lies wholly below this gain is rejected: early at an "
+                    "interim look (non-binding futility: it can only lower the false-promotion rate), else at the last "
+                    "look. Above min_effect it stops changes too small to be worth having; null = min_effect.")
     confidence: float = Field(0.8, gt=0.5, lt=1.0, description="Confidence level of the paired interval.")
     looks: int | None = Field(
         None, ge=1, le=20,
@@ -53,6 +58,9 @@ class BacktestSpec(_S):
 
     @model_validator(mode="after")
     def _looks(self) -> BacktestSpec:
+        if self.futility_effect is not None and self.futility_effect < self.min_effect:
+            raise ValueError(f"futility_effect={self.futility_effect} is below min_effect={self.min_effect}: a change "
+                             "could then be promoted and refuted at once; set futility_effect >= min_effect or null")
         if self.looks is None:
             self.looks = next(k for k in (3, 2, 1) if self.branch_steps % k == 0)
         if self.branch_steps % self.looks:
