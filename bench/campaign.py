@@ -72,6 +72,12 @@ def confirmation_accuracy(task: str, checkpoint: str, budget: int, n: int) -> fl
 
 
 # ---------------------------------------------------------------------------------------------- arms
+def _policy(a: Any):
+    from evotrainer.policy import PolicySpec
+
+    return PolicySpec(seed=a.policy_seed)
+
+
 def run_static(task: str, harness: Path, seed: int, a: Any, home: Path) -> dict[str, Any]:
     from evotrainer.config import load_harness
     from evotrainer.evaluation import EvalSpec
@@ -79,7 +85,7 @@ def run_static(task: str, harness: Path, seed: int, a: Any, home: Path) -> dict[
 
     t = time.perf_counter()
     res = run_job(JobSpec(task=task, harness=str(harness), steps=a.budget, seed=seed, save_every=a.budget,
-                          name=f"static-{harness.stem}-s{seed}-b{a.budget}",
+                          name=f"static-{harness.stem}-s{seed}-b{a.budget}", policy=_policy(a),
                           eval=EvalSpec(every=a.budget, n=a.eval_n, k=1)), home)
     budget = load_harness(harness).grpo.max_completion_length
     return {"accuracy": confirmation_accuracy(task, res.checkpoint, budget, a.eval_n), "steps": res.steps_done,
@@ -93,6 +99,7 @@ def run_campaign(task: str, harness: Path, seed: int, a: Any, home: Path) -> dic
     from evotrainer.store import Store
 
     spec = {"name": f"bench-{harness.stem}-s{seed}", "task": task, "harness": str(harness), "seed": seed,
+            "policy": _policy(a).model_dump(mode="json"),
             "segment_steps": a.segment, "budget": {"total_steps": a.budget},
             "backtest": {"branch_steps": a.branch, "seeds": 3, "max_proposals": 2, "min_effect": 0.01},
             "autonomy": "auto", "eval": {"every": 0, "n": a.eval_n, "k": 1}, "stop": {"plateau_rounds": 100}}
@@ -186,7 +193,7 @@ def run_optuna(task: str, harness: Path, seed: int, a: Any, home: Path) -> dict[
         steps = min(a.trial_steps, (a.budget - spent) // every * every)
         run = f"optuna-{name}-t{trial.number}"
         job = JobSpec(task=task, harness=str(hfile), steps=steps, seed=seed, save_every=every, name=run,
-                      eval=EvalSpec(every=every, n=a.eval_n, k=1))
+                      policy=_policy(a), eval=EvalSpec(every=every, n=a.eval_n, k=1))
         last, pruned = None, False
         for upto in range(every, steps + 1, every):
             res = run_job(job, home, resume=run if upto > every else None, stop_at=upto if upto < steps else None)
@@ -227,6 +234,8 @@ def main() -> None:
     p.add_argument("--branch", type=int, default=30)
     p.add_argument("--trial-steps", type=int, default=99, help="steps of one Optuna trial (a multiple of 3)")
     p.add_argument("--eval-n", type=int, default=500, help="problems in each held-out split")
+    p.add_argument("--policy-seed", type=int, default=None,
+                   help="one warm start for every seed (default: each seed warm-starts its own policy)")
     a = p.parse_args()
     if a.trial_steps % 3:
         p.error("--trial-steps must be a multiple of 3 (the pruner sees three evaluations)")

@@ -14,7 +14,8 @@ Screenable changes (``SCREENABLE``): reward term weights (correctness, format, o
 efficiency), the matching rule and test set of the correctness term (single-turn tasks: completions are
 re-verified against the problems of the segment's pool), the overlong buffer and repetition n-gram,
 advantage scaling (``grpo.scale_rewards``), group size (``grpo.num_generations``: the dead share from each
-prompt's observed pass rate, p^G + (1−p)^G), segment-level dynamic sampling (``data.drop_all_correct`` /
+prompt's observed pass rate, p^G + (1−p)^G), DAPO's overlong filtering (``grpo.mask_truncated_completions``:
+truncated completions leave the loss), segment-level dynamic sampling (``data.drop_all_correct`` /
 ``drop_all_wrong``), difficulty-targeted sampling and its target, and difficulty ranges whose levels the
 segment saw. Anything else (learning rate, temperature, loss type…) needs new rollouts and is not screened.
 
@@ -25,8 +26,8 @@ Signal measures (:class:`Signal`), per completion of the segment's recorded step
   batch's standard deviation + 1e-4 unless ``scale_rewards`` is none);
 - ``misaligned_share``: share of the positive advantage mass on completions that are not strictly correct
   (the reward/strict-correctness gap an exploit opens);
-- ``kept_share``: expected share of the batch drawn from prompts the data rules keep (sampling weight of
-  the segment's prompts relative to uniform).
+- ``kept_share``: expected share of the batch that reaches the loss: drawn from prompts the data rules keep
+  (sampling weight of the segment's prompts relative to uniform), and not masked as truncated.
 
 Nil (``Screening.nil``): the advantage vector moves by less than ``ADV_TOL`` of its norm, the dead share
 by less than ``DEAD_TOL``, the misaligned share by less than ``DEAD_TOL`` and the kept share by less than
@@ -56,7 +57,8 @@ SELF_CHECK_TOL = 1e-3  # max |re-scored − recorded advantage| for the re-scori
 SCREENABLE = frozenset({
     "reward.correctness.weight", "reward.format.weight", "reward.overlong.weight", "reward.repetition.weight",
     "reward.efficiency.weight", "reward.correctness.match", "reward.correctness.tests", "reward.overlong.buffer",
-    "reward.repetition.ngram", "grpo.scale_rewards", "grpo.num_generations", "data.drop_all_correct",
+    "reward.repetition.ngram", "grpo.scale_rewards", "grpo.num_generations", "grpo.mask_truncated_completions",
+    "data.drop_all_correct",
     "data.drop_all_wrong", "data.sampling", "data.target_pass_rate", "data.difficulty",
 })
 
@@ -251,6 +253,16 @@ def screen(harness: HarnessSpec, knob: str, value: Any, rollouts: pd.DataFrame, 
         predicted = _signal(adv0, dead0, rs.groups, rs.correct, w1, kept1)
         # the update a batch drawn under the new weights would make, relative to the current one
         change = float(np.linalg.norm(adv0 * (w1 / w1.mean() - w0 / w0.mean())) / max(np.linalg.norm(adv0), 1e-12))
+    elif knob == "grpo.mask_truncated_completions":
+        trunc = df["truncated"].to_numpy(dtype=bool)
+        masked = trunc if value else np.zeros(len(df), dtype=bool)
+        was = trunc if harness.grpo.mask_truncated_completions else np.zeros(len(df), dtype=bool)
+        current = current.model_copy(update={"kept_share": float(1 - was.mean())})
+        adv_in = np.where(was, 0.0, adv0)
+        adv1 = np.where(masked, 0.0, adv0)
+        predicted = current.model_copy(update={"advantage_mass": float(np.abs(adv1).mean()),
+                                               "kept_share": float(1 - masked.mean())})
+        change = float(np.linalg.norm(adv1 - adv_in) / max(np.linalg.norm(adv_in), 1e-12))
     elif knob == "grpo.num_generations":
         p = pd.Series(rs.correct.astype(float)).groupby(df["prompt_id"].to_numpy()).mean()
         g_new, g_old = int(value), harness.grpo.num_generations

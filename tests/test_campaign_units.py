@@ -463,11 +463,11 @@ def test_effect_interval_adds_the_problem_sample_to_the_seed_spread():
     assert effect_interval([[0, 0], [0, 0]], 0.8)[1:] == (0.0, 1.0, 0.0)
 
 
-def test_a_backtest_starts_only_within_the_budget_and_the_exploration_share(tmp_path):
+def test_a_backtest_look_runs_only_within_the_budget_and_the_exploration_share(tmp_path):
     from datetime import datetime, timezone
     from pathlib import Path
 
-    from evotrainer.agent.nodes import _affordable
+    from evotrainer.agent.nodes import _explore_spent, _look_budget
     from evotrainer.agent.schemas import LedgerEntry, PolicyVersion
     from evotrainer.agent.spec import CampaignSpec
     from evotrainer.agent.state import CampaignContext
@@ -475,7 +475,7 @@ def test_a_backtest_starts_only_within_the_budget_and_the_exploration_share(tmp_
 
     now = datetime.now(timezone.utc)
     spec = CampaignSpec(name="b", segment_steps=10, budget={"total_steps": 100, "explore_share": 0.4},
-                        backtest={"branch_steps": 5, "seeds": 2})
+                        backtest={"branch_steps": 5, "seeds": 2})  # one look of 5 steps
     store = Store.for_home(tmp_path)
     store.create_campaign("b", "b", spec.model_dump(mode="json"), "b")
     ctx = CampaignContext(campaign_id="b", spec=spec, home=Path(tmp_path), store=store, brain=None, pool=None,
@@ -484,13 +484,21 @@ def test_a_backtest_starts_only_within_the_budget_and_the_exploration_share(tmp_
     store.ledger_add(LedgerEntry(campaign_id="b", key="br@15", kind="branch", run_name="br", steps=20, at=now))
     mainline = PolicyVersion(id="v", campaign_id="b", parent_id=None, harness_version="h", checkpoint="c", run_name="seg",
                              mlflow_run_id=None, eval_accuracy=None, step=10, created=now)
-    # 20 steps already outside the mainline; one proposal could discard (1 + 1) × 2 × 5 − 5 = 15 more: 35 ≤ 40
-    assert _affordable(ctx, 1, mainline) is None
-    # two could discard 25: 45 > 0.4 × 100
-    why = _affordable(ctx, 2, mainline)
-    assert why and "explore_share 0.4 × 100 = 40" in why and "25 steps" in why
-    # and never more than the budget left: 70 remain, 4 proposals need (1 + 4) × 2 × 5 = 50 but 8 need 90
-    roomy = spec.model_copy(update={"budget": spec.budget.model_copy(update={"explore_share": 1.0})})
-    ctx.spec = roomy
-    assert _affordable(ctx, 4, mainline) is None
-    assert "needs 90 steps and 70 remain" in _affordable(ctx, 8, mainline)
+    # 20 steps already outside the mainline; control + 1 proposal could discard 2 × 2 × 5 − 5 = 15 more: 35 ≤ 40
+    assert _look_budget(ctx, 0, mainline, 2, []) is None
+    # control + 2 proposals could discard 25: 45 > 0.4 × 100
+    why = _look_budget(ctx, 0, mainline, 3, [])
+    assert why and "explore_share 0.4 × 100 = 40" in why and "discard 25 steps beside the 20" in why
+    assert not _explore_spent(ctx, mainline)
+    # and never more than the budget left: 70 remain, 5 arms need 50 but 9 need 90
+    ctx.spec = spec.model_copy(update={"budget": spec.budget.model_copy(update={"explore_share": 1.0})})
+    assert _look_budget(ctx, 0, mainline, 5, []) is None
+    assert "needs 90 steps and 70 remain" in _look_budget(ctx, 0, mainline, 9, [])
+    # later looks count the legs the earlier ones planned (not the ledger's partial state after a kill): three
+    # looks of 10 steps, 3 arms at the first look: 60 planned, 10 left for the second look's 40
+    ctx.spec = ctx.spec.model_copy(update={"backtest": ctx.spec.backtest.model_copy(update={"branch_steps": 30,
+                                                                                          "looks": 3})})
+    assert "needs 40 steps and 10 remain" in _look_budget(ctx, 0, mainline, 2, [3])
+    # the exploration share spent: not one look of one proposal fits, the mainline trains the rest
+    ctx.spec = ctx.spec.model_copy(update={"budget": spec.budget.model_copy(update={"explore_share": 0.3})})
+    assert _explore_spent(ctx, mainline)  # 20 + 2 × 2 × 10 − 10 = 50 > 30

@@ -220,15 +220,19 @@ def train_segment(state: CampaignState, runtime: Runtime[CampaignContext]) -> Co
     ctx, rnd = runtime.context, state["round"]
     name = f"{ctx.campaign_id}__r{rnd:02d}__segment"
     meta = _meta(ctx.home / "jobs" / name)
-    # the steps a backtest freed by stopping early go to the mainline (within what the budget still holds)
+    # the steps a backtest freed by stopping early go to the mainline (within what the budget still holds); once the
+    # exploration share cannot pay for one more look, nothing is left to backtest: the mainline trains the rest
+    parent = ctx.store.get_policy_version(state["mainline"]) if state.get("mainline") else None
     steps = min(ctx.spec.segment_steps + int(state.get("bonus_steps") or 0), max(_remaining(ctx), 0))
+    last = _explore_spent(ctx, parent) and _remaining(ctx) >= ctx.spec.segment_steps
+    if last:
+        steps = _remaining(ctx)
     if meta is not None:
         steps = int(meta["spec"]["steps"])
     elif _remaining(ctx) < ctx.spec.segment_steps:
         return _finish(f"budget: {_remaining(ctx)} steps left, a segment needs {ctx.spec.segment_steps}")
     elif _out_of_time(ctx):
         return _finish("wall-clock cap reached")
-    parent = ctx.store.get_policy_version(state["mainline"]) if state.get("mainline") else None
     fork = f"{parent.run_name}@{parent.step}" if parent and parent.run_name else None
     harness = _harness(ctx, state["harness_version"])
     res = _run(ctx, name, harness, steps, ctx.spec.seed, fork, steps,
@@ -248,7 +252,12 @@ def train_segment(state: CampaignState, runtime: Runtime[CampaignContext]) -> Co
             f"(selection split {pv.selection_accuracy})")
     keep = _keep_best(ctx, rnd, pv)  # the backtest forks from here; the segment's evidence is still diagnosed
     ctx.store.set_campaign(ctx.campaign_id, mainline_version=keep.id)
-    return Command(goto="diagnose", update={"mainline": keep.id, "segment_run": name, "bonus_steps": 0})
+    update = {"mainline": keep.id, "segment_run": name, "bonus_steps": 0}
+    if _remaining(ctx) <= 0 and steps > ctx.spec.segment_steps:
+        # this segment trained the rest of the budget (nothing was left to backtest): done
+        return Command(goto="finish", update={**update, "stop_reason": f"budget spent: the last segment trained the "
+                                                                       f"remaining {steps} steps on the mainline"})
+    return Command(goto="diagnose", update=update)
 
 
 def diagnose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[Literal["propose"]]:
@@ -430,23 +439,43 @@ def _branch_name(ctx: CampaignContext, rnd: int, role: str, index: int | None, s
     return f"{ctx.campaign_id}__r{rnd:02d}__{role}{'' if index is None else index}__s{seed}"
 
 
-def _wasted(ctx: CampaignContext, mainline: PolicyVersion | None) -> int:
-    """Steps spent so far outside the current mainline's lineage (its global step counts the lineage's steps)."""
-    return ctx.store.ledger_total(ctx.campaign_id) - (mainline.step if mainline is not None else 0)
+def _look_budget(ctx: CampaignContext, rnd: int, mainline: PolicyVersion, open_arms: int,
+                 earlier_arms: list[int]) -> str | None:
+    """Why the next look of round ``rnd``'s backtest cannot run (budget, exploration share), or None when it can.
 
-
-def _affordable(ctx: CampaignContext, k: int, mainline: PolicyVersion | None) -> str | None:
-    """Why a backtest of ``k`` proposals cannot start now (budget, exploration share), or None when it can."""
+    ``open_arms`` arms (the control and the open proposals) would each train ``seeds`` branches one look further;
+    ``earlier_arms`` lists how many arms trained at each earlier look. The count is deterministic (planned legs,
+    not the ledger's partial state), so a re-run after ``kill -9`` takes the same path. Steps that go to branches
+    the mainline will not keep are at most every branch of the look but one; with what earlier rounds and looks
+    already discarded they must fit in ``budget.explore_share`` of the budget.
+    """
     b, budget = ctx.spec.backtest, ctx.spec.budget
-    cost = (1 + k) * b.seeds * b.branch_steps
-    if _remaining(ctx) < cost:
-        return f"it needs {cost} steps and {_remaining(ctx)} remain"
+    leg = b.branch_steps // b.looks
+    prefix = f"{ctx.campaign_id}__r{rnd:02d}__"
+    before = sum(e.steps for e in ctx.store.ledger(ctx.campaign_id)
+                 if not (e.kind == "branch" and (e.run_name or "").startswith(prefix)))
+    so_far = sum(earlier_arms) * b.seeds * leg
+    cost = open_arms * b.seeds * leg
+    remaining = budget.total_steps - before - so_far
+    if remaining < cost:
+        return f"its next look needs {cost} steps and {remaining} remain"
     allowance = budget.explore_share * budget.total_steps
-    discard = cost - b.branch_steps  # at most every branch but the one the mainline continues from
-    if _wasted(ctx, mainline) + discard > allowance:
-        return (f"it could discard {discard} steps beside the {_wasted(ctx, mainline)} already outside the mainline, "
-                f"over budget.explore_share {budget.explore_share:g} × {budget.total_steps} = {allowance:g}")
+    wasted = before - mainline.step + so_far - len(earlier_arms) * leg  # the kept branch's looks are not waste
+    discard = cost - leg
+    if wasted + discard > allowance:
+        return (f"its next look could discard {discard} steps beside the {wasted} already outside the mainline, over "
+                f"budget.explore_share {budget.explore_share:g} × {budget.total_steps} = {allowance:g}")
     return None
+
+
+def _explore_spent(ctx: CampaignContext, mainline: PolicyVersion | None) -> bool:
+    """True when not even one look of a one-proposal backtest fits the exploration share any more."""
+    if mainline is None:
+        return False
+    b, budget = ctx.spec.backtest, ctx.spec.budget
+    leg = b.branch_steps // b.looks
+    wasted = ctx.store.ledger_total(ctx.campaign_id) - mainline.step
+    return wasted + 2 * b.seeds * leg - leg > budget.explore_share * budget.total_steps
 
 
 def _at_look(b: BranchResult, look: int) -> BranchResult:
@@ -508,13 +537,13 @@ def backtest(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command
     if planned is None:
         approved = list(state["approved_ids"])
         k, why = len(approved), None
-        while k and (why := _affordable(ctx, k, parent)) is not None:
+        while k and (why := _look_budget(ctx, rnd, parent, 1 + k, [])) is not None:
             k -= 1
         for pid in approved[k:]:
             ctx.store.set_proposal_status(pid, "skipped_budget")
         if k < len(approved):
             ctx.store.log_event(ctx.campaign_id, "backtest_trimmed", {
-                "round": rnd, "skipped": approved[k:], "reason": why or _affordable(ctx, len(approved), parent)})
+                "round": rnd, "skipped": approved[k:], "reason": why or _look_budget(ctx, rnd, parent, 1 + len(approved), [])})
         if k == 0:
             ctx.log(f"backtest skipped: {why}")
             return Command(goto="distill", update={"backtest_id": None})
@@ -532,7 +561,15 @@ def backtest(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command
     every = b.branch_steps // b.looks
     branches: dict[tuple[str | None, int], BranchResult] = {}
     open_ = list(planned.proposal_ids)
+    arms_at: list[int] = []
     for look in range(1, b.looks + 1):
+        if look > 1 and (why := _look_budget(ctx, rnd, parent, 1 + len(open_), arms_at)) is not None:
+            if not any(e.message.get("round") == rnd for e in ctx.store.events(ctx.campaign_id, kind="backtest_stopped")):
+                ctx.store.log_event(ctx.campaign_id, "backtest_stopped", {"round": rnd, "look": look - 1, "reason": why,
+                                                                          "open": open_})
+            ctx.log(f"backtest stopped after look {look - 1}: {why}")
+            break
+        arms_at.append(1 + len(open_))
         upto = parent.step + every * look
         for seed in seeds:
             for pid, role, index, h in arms:
@@ -589,9 +626,11 @@ def decide_node(state: CampaignState, runtime: Runtime[CampaignContext]) -> Comm
         last = max([len(x.looks) for x in branches if x.proposal_id == pid] or [1])
         d = _decide_look(ctx, pid, branches, last, undecided="inconclusive")
         if d.outcome == "inconclusive" and last < ctx.spec.backtest.looks:
-            d = d.model_copy(update={"reasons": [
-                *d.reasons, "the backtest stopped here because another proposal was promoted; re-test it on the "
-                            "new mainline"]})
+            stopped = [e.message for e in ctx.store.events(ctx.campaign_id, kind="backtest_stopped")
+                       if e.message.get("round") == planned.round]
+            why = (f"the backtest stopped here: {stopped[0]['reason']}" if stopped else
+                   "the backtest stopped here because another proposal was promoted; re-test it on the new mainline")
+            d = d.model_copy(update={"reasons": [*d.reasons, why]})
         decisions.append(d)
     promoted = [d for d in decisions if d.outcome == "promote"]
     best = max(promoted, key=lambda d: d.stats.effect).proposal_id if promoted else None
