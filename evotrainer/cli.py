@@ -19,6 +19,7 @@ from rich.table import Table
 from evotrainer.cli_common import HomeOpt, JsonOpt, err_console, out_console
 from evotrainer.cli_common import emit_json as _emit_json
 from evotrainer.cli_common import guard as _guard
+from evotrainer.cli_evidence import CorrectnessOpt, MapFileOpt, MapOpt, evidence_app, field_map, watch_cmd
 from evotrainer.cli_skills import skills_app
 from evotrainer.cli_ui import ui_cmd
 
@@ -39,7 +40,9 @@ diag_app = typer.Typer(no_args_is_help=True, help="List diagnostics and revise t
 app.add_typer(diag_app, name="diagnostics")
 
 app.add_typer(skills_app, name="skills")
+app.add_typer(evidence_app, name="evidence")
 app.command("ui")(ui_cmd)
+app.command("watch")(watch_cmd)
 
 
 @app.command("tasks")
@@ -67,7 +70,8 @@ def tasks_cmd(as_json: bool = JsonOpt) -> None:
 # the `train` option behind each field of JobSpec / PolicySpec / EvalSpec (ValidationError locations)
 TRAIN_OPTIONS = {"task": "--task", "task_options": "--task-opt", "harness": "--harness", "steps": "--steps",
                  "seed": "--seed", "policy": "--policy", "sft_steps": "--sft-steps", "every": "--eval-every",
-                 "n": "--eval-n", "save_every": "--save-every", "name": "--name"}
+                 "n": "--eval-n", "save_every": "--save-every", "name": "--name", "device": "--device",
+                 "pretrained": "--policy", "path": "--policy"}
 
 
 def _option_error(err: Any, options: dict[str, str]) -> str:
@@ -89,7 +93,10 @@ def train_cmd(
     steps: int = typer.Option(100, "--steps", min=1, help="Optimiser steps (for --fork: steps after the fork point)."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of sampling, data order and warm start."),
     task_opt: list[str] = typer.Option([], "--task-opt", help="Task option KEY=VALUE (repeatable)."),
-    policy: str = typer.Option("tiny", "--policy", help="Built-in size (nano|tiny|small) or a local HF model directory."),
+    policy: str = typer.Option("tiny", "--policy", help="Built-in size (nano|tiny|small), a built-in pretrained model "
+                               "(smollm2-135m-instruct) or a local HF model directory."),
+    device: str = typer.Option("auto", "--device", help="auto (CUDA when available), cpu or cuda: where the warm "
+                               "start, training and evaluation run; printed with the precision at job start."),
     sft_steps: int | None = typer.Option(None, "--sft-steps", min=0, help="Warm-start steps of the built-in policy."),
     eval_every: int = typer.Option(50, "--eval-every", min=0, help="Held-out evaluation every N steps (0 = off)."),
     eval_n: int = typer.Option(200, "--eval-n", min=1, help="Held-out problems per evaluation."),
@@ -112,7 +119,10 @@ def train_cmd(
     from evotrainer.tasks import parse_task_options
 
     def body() -> None:
-        pol: dict[str, Any] = {"size": policy} if policy in SIZES else {"path": policy}
+        from evotrainer.pretrained import PRETRAINED
+
+        pol: dict[str, Any] = ({"size": policy} if policy in SIZES else {"pretrained": policy} if policy in PRETRAINED
+                               else {"path": policy})
         if sft_steps is not None:
             pol["sft_steps"] = sft_steps
         try:
@@ -126,6 +136,7 @@ def train_cmd(
                 eval=EvalSpec(every=eval_every, n=eval_n),
                 save_every=save_every,
                 name=name,
+                device=device,
             )
         except ValidationError as err:  # an option out of the job's bounds: name the option, not the model
             raise ConfigError(_option_error(err, TRAIN_OPTIONS)) from None
@@ -238,6 +249,9 @@ def diagnose_cmd(
     fail_on: Optional[str] = typer.Option(
         None, "--fail-on",
         help="Exit 1 if a finding at/above this severity exists, or some evidence could not be read: warning|critical."),
+    maps: list[str] = MapOpt,
+    map_file: Optional[Path] = MapFileOpt,
+    correctness: Optional[str] = CorrectnessOpt,
     home: Optional[Path] = HomeOpt,
     as_json: bool = JsonOpt,
 ) -> None:
@@ -250,6 +264,7 @@ def diagnose_cmd(
     from evotrainer.errors import ConfigError
     from evotrainer.home import resolve_home
     from evotrainer.readers import describe_skipped, load_evidence, require_readable
+    from evotrainer.watch import correctness_line
 
     def body() -> None:
         if fail_on is not None and fail_on not in ("warning", "critical"):
@@ -259,7 +274,8 @@ def diagnose_cmd(
         names = list(only) or None
         for n in names or []:
             registry.get(n)  # unknown names fail here with the list of known ones
-        ev = require_readable(load_evidence(run, resolve_home(home)), run)  # exit 2 when nothing could be read
+        fmap = field_map(maps, correctness, map_file)
+        ev = require_readable(load_evidence(run, resolve_home(home), fmap), run)  # exit 2 when nothing could be read
         unread = describe_skipped(ev)  # what could not be read is always said, never a silent "no finding"
         empty = not len(ev.rollouts) and (not len(ev.metrics) or "step" not in ev.metrics)
         findings = registry.run(ev, names)
@@ -271,6 +287,8 @@ def diagnose_cmd(
                               f"{summ['rollouts']} rollouts")
             if unread:
                 out_console.print(f"[yellow]{escape(unread)}[/]", highlight=False)
+            out_console.print(f"[dim]{escape(correctness_line(ev.meta if isinstance(ev.meta, dict) else {}))}[/]",
+                              highlight=False)
             colours = {"critical": "red", "warning": "yellow", "info": "dim"}
             shown = [f for f in findings if f.severity != "info"]
             for f in findings:

@@ -37,6 +37,8 @@ turns              string   extra, multi-turn tasks: JSON list of the policy's a
                             ``{"turn", "text", "tool", "arguments", "observation"}`` and one with ``tool``
                             null for a turn without a call (see ``evotrainer.episodes.turn_records``);
                             null for single-turn tasks and in files written before the column existed
+final_correct      bool     extra: the final answer the task reads from prose is right (chat-prompted
+                            policies, or ``reward.correctness.match: final``; null otherwise)
 =================  =======  ==========================================================================
 
 For a multi-turn task, ``prompt`` is the task's prompt text and ``completion`` the episode's transcript: the
@@ -76,10 +78,37 @@ ROLLOUT_SCHEMA = pa.schema(
     ]
 )
 """The columns of every rollout file."""
-EXTRA_ROLLOUT_FIELDS = [pa.field("reward_efficiency", pa.float64()), pa.field("turns", pa.string())]
+EXTRA_ROLLOUT_FIELDS = [pa.field("reward_efficiency", pa.float64()), pa.field("turns", pa.string()),
+                        pa.field("final_correct", pa.bool_())]
 """Columns added later, written only in files where some row has them (see the module docstring)."""
 FULL_ROLLOUT_SCHEMA = pa.schema([*ROLLOUT_SCHEMA, *EXTRA_ROLLOUT_FIELDS])
 ROLLOUT_COLUMNS = FULL_ROLLOUT_SCHEMA.names
+ROLLOUT_DOCS: dict[str, str] = {  # the table above, one line per column (the evidence contract publishes it)
+    "run_id": "Id of the run (MLflow run id for our jobs).",
+    "step": "Optimiser step (1-based) whose update used this rollout.",
+    "prompt_id": "Stable id of the problem (same problem, same id across runs); readers of other tools hash the prompt.",
+    "group_id": "The GRPO group, '<step>:<index>': the completions of one prompt in one batch.",
+    "prompt": "Prompt text given to the policy (conversations as 'role: content' lines).",
+    "completion": "Generated text (untrusted: never executed); multi-turn: the episode's transcript.",
+    "reward_correctness": "Correctness reward term before weighting (null when the term is off).",
+    "reward_format": "Format reward term before weighting (null when off).",
+    "reward_overlong": "Soft overlong reward term before weighting (null when off).",
+    "reward_repetition": "Repetition reward term before weighting (null when off).",
+    "reward": "Weighted total reward used for the advantage.",
+    "correct": "Strict correctness (well-formed and right), whatever the reward said.",
+    "well_formed": "The completion matches the task's answer format.",
+    "n_candidates": "Candidate answers found in the completion (answer-spraying signal).",
+    "length": "Completion tokens the policy wrote, EOS excluded (multi-turn: observations excluded).",
+    "truncated": "Hit max_completion_length without EOS.",
+    "advantage": "GRPO advantage computed for this completion.",
+    "difficulty": "Task difficulty level of the prompt.",
+    "reward_efficiency": "Efficiency (length / turn) reward term before weighting (null when off).",
+    "turns": "Multi-turn tasks: JSON list of the policy's actions, one per tool call {turn, text, tool, arguments, "
+             "observation} (see evotrainer.episodes.turn_records); null for single-turn tasks.",
+    "final_correct": "The final answer the task reads from prose is right (Verdict.final_correct; strict 'correct' wants "
+                     "the answer alone); recorded for chat-prompted policies and under reward.correctness.match "
+                     "'final', null otherwise.",
+}
 
 
 class RolloutRecorder:
@@ -224,6 +253,10 @@ class Evidence:
         }
         if len(self.rollouts) and "correct" in self.rollouts and self.rollouts["correct"].notna().any():
             out["accuracy"] = float(self.rollouts["correct"].dropna().astype(float).mean())
+        if isinstance(self.meta, dict):  # where strict correctness came from, and the user's names (mapping.py)
+            for k in ("correctness", "correctness_missing", "mapped", "reward_weights"):
+                if self.meta.get(k) is not None:
+                    out[k] = self.meta[k]
         if isinstance(self.meta, dict) and self.meta.get("skipped"):  # what a reader could not read (readers.py)
             out["skipped"] = [str(x) for x in self.meta["skipped"]]
             out["unreadable"] = [str(x) for x in self.meta.get("unreadable") or []]
@@ -324,6 +357,8 @@ METRIC_DOCS: dict[str, str] = {
     "eval/greedy_accuracy": "EvoTrainer: held-out pass@1 with greedy decoding.",
     "eval/pass_at_*": "EvoTrainer: held-out pass@k with k samples at temperature 1.0.",
     "eval/mean_length": "EvoTrainer: mean greedy completion length (characters) on the held-out set.",
+    "eval/final_accuracy": "EvoTrainer, chat-prompted policies: greedy accuracy under the task's final-answer reading "
+                           "of prose (lenient; eval/greedy_accuracy stays strict).",
     "campaign/mainline_accuracy": "EvoTrainer campaigns (parent run, step = round): held-out accuracy of the mainline.",
     "campaign/budget_spent": "EvoTrainer campaigns: trainer steps spent so far, backtests included.",
     "campaign/promoted": "EvoTrainer campaigns: 1 if the round promoted an intervention.",

@@ -16,12 +16,16 @@ or in the latest ``checkpoint-*/``) whose ``log_history`` gives the metrics. Rew
 extra columns by the ``rewards/<name>/mean`` metric keys. ``reward`` is the *unweighted* sum of the reward
 columns: TRL keeps ``reward_weights`` only in the pickled ``training_args.bin``, which we do not load.
 ``group_id`` is ``<step>:<k>`` with k counting prompt changes (TRL writes each prompt's completions
-consecutively). ``correct`` comes from a boolean ``correct`` extra column, else from a 0/1-valued reward
-named correct / correctness / accuracy / accuracy_reward; otherwise it is left out.
+consecutively). ``reward`` is the *weighted* sum instead when the weights can be solved from ``log_history``
+(:func:`evotrainer.mapping.infer_reward_weights`; ``meta["reward_weights"]``). Extra columns (``log_extra``) are
+kept under their own names. ``correct`` is whatever :func:`evotrainer.mapping.detect_correctness` finds (a 0/1
+``log_extra`` column or reward function named like correctness, a zero-weight 0/1 reward function); otherwise it
+is left out.
 
 **verl**: ``trainer.rollout_data_dir`` holds ``{step}.jsonl`` (``RayPPOTrainer._dump_generations``: one
 object per completion with ``input, output, gts, score, step`` plus the reward function's
-``reward_extra_info`` keys, e.g. ``acc``); the file logger (``trainer.logger=[file]``, ``FileLogger`` in
+``reward_extra_info`` keys, e.g. ``acc``, kept as columns under their own names, and a 0/1 one named like
+correctness becomes ``correct``); the file logger (``trainer.logger=[file]``, ``FileLogger`` in
 ``verl/utils/tracking.py``) writes ``{"step": N, "data": {metric: value}}`` lines to
 ``$VERL_FILE_LOGGER_PATH`` or ``$VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl``. A verl run dir is a
 directory holding either, directly or one level down. verl dumps rollouts *after* ``balance_batch``
@@ -64,6 +68,7 @@ import pyarrow.parquet as pq
 
 from evotrainer.errors import RunNotFound, UnreadableEvidence
 from evotrainer.evidence import ROLLOUT_SCHEMA, Evidence, load_run_evidence
+from evotrainer.mapping import FieldMap, apply_field_map, detect_correctness, infer_reward_weights
 
 VERL_METRICS: tuple[tuple[str, str], ...] = (  # (verl key, TRL key); the first present source wins
     ("critic/score/mean", "reward"),
@@ -80,8 +85,6 @@ VERL_METRICS: tuple[tuple[str, str], ...] = (  # (verl key, TRL key); the first 
     ("response_length/clip_ratio", "completions/clipped_ratio"),
     ("timing_s/step", "step_time"),
 )
-CORRECT_REWARDS = ("correct", "correctness", "accuracy", "accuracy_reward")
-CORRECT_KEYS = ("correct", "acc", "is_correct", "accuracy")  # boolean fields in a rollout record
 LENGTH_KEYS = ("length", "completion_length", "response_length")
 TRUNCATED_KEYS = ("truncated", "is_truncated", "clipped")
 ACCEPTED = (
@@ -95,28 +98,75 @@ _NUMBERED = re.compile(r"\d+\.jsonl")
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
 
 
-def load_evidence(ref: str | Path, home: Path | None = None) -> Evidence:
-    """Evidence from a job dir, a job name / run id under ``home``, an MLflow run id, a TRL or verl dir."""
+def load_evidence(ref: str | Path, home: Path | None = None, fields: FieldMap | None = None,
+                  cache: FileCache | None = None) -> Evidence:
+    """Evidence from a job dir, a job name / run id under ``home``, an MLflow run id, a TRL or verl dir; ``fields``:
+    the user's names for contract fields (applied before correctness is looked for); ``cache``: reuse what was
+    read of unchanged files (``watch`` re-reads a growing run every second)."""
     p = Path(ref).expanduser()
     if p.is_dir():
-        if (p / "meta.json").is_file():
-            return _job_evidence(p)
-        if _trl_state_file(p) or any((p / "completions").glob("completions_*.parquet")):
-            return read_trl_dir(p)
-        if _verl_rollout_dir(p) or _verl_metric_files(p):
-            return read_verl_dir(p)
+        kind = run_kind(p)
+        if kind == "evotrainer":
+            return _job_evidence(p, fields, cache)
+        if kind == "trl":
+            return read_trl_dir(p, fields, cache)
+        if kind == "verl":
+            return read_verl_dir(p, fields, cache)
         raise RunNotFound(f"{p} holds no run files we know; accepted: {ACCEPTED}")
     if home is not None:
         from evotrainer.jobs.runner import resolve_run
 
         try:
-            return _job_evidence(resolve_run(home, str(ref)))
+            return _job_evidence(resolve_run(home, str(ref)), fields, cache)
         except RunNotFound:
             pass
         if _RUN_ID.fullmatch(str(ref)) and (os.environ.get("EVOTRAINER_MLFLOW_URI") or (home / "mlflow.db").is_file()):
-            return read_mlflow_run(str(ref), home)
+            return read_mlflow_run(str(ref), home, fields)
     where = f" (home {home})" if home is not None else " (no home given, so only directories)"
     raise RunNotFound(f"no run '{ref}'{where}; accepted: {ACCEPTED}")
+
+
+def run_kind(p: Path) -> str | None:
+    """'evotrainer' (a job dir, or what EvoTrainerCallback records), 'trl', 'verl', or None for a directory that
+    holds none of their files (yet)."""
+    if (p / "meta.json").is_file():
+        return "evotrainer"
+    if _trl_state_file(p) or any((p / "completions").glob("completions_*.parquet")):
+        return "trl"
+    if _verl_rollout_dir(p) or _verl_metric_files(p):
+        return "verl"
+    return None
+
+
+def _resolve(ev: Evidence, fields: FieldMap | None, weights: dict[str, float] | None = None) -> Evidence:
+    """The user's names first, then a correctness signal under another name (evotrainer.mapping)."""
+    return detect_correctness(apply_field_map(ev, fields), weights)
+
+
+class FileCache:
+    """What was read from each file, keyed by its size and modification time: a re-read of a growing run reads
+    only the files that are new or changed. A file that could not be read is not cached (it is retried)."""
+
+    def __init__(self) -> None:
+        self._got: dict[tuple[str, str], tuple[tuple[int, int], Any]] = {}
+
+    def get(self, path: Path, kind: str, load):
+        try:
+            st = path.stat()
+        except OSError:
+            return load()
+        key, stamp = (str(path), kind), (st.st_size, st.st_mtime_ns)
+        hit = self._got.get(key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        value = load()
+        if value is not None:
+            self._got[key] = (stamp, value)
+        return value
+
+
+def _cached(cache: FileCache | None, path: Path, kind: str, load):
+    return load() if cache is None else cache.get(path, kind, load)
 
 
 def require_readable(ev: Evidence, ref: str | Path) -> Evidence:
@@ -198,17 +248,23 @@ def _group_ids(steps, prompts, consecutive: bool) -> list[str]:
 
 
 def _finish(out: pd.DataFrame, raw: pd.DataFrame, consecutive: bool, exclude=()) -> pd.DataFrame:
-    """Add prompt_id, group_id and whatever of correct / length / truncated the raw columns support."""
+    """Add prompt_id, group_id, whatever of length / truncated the raw columns support, and every other raw column
+    under its own name (a correctness signal among them is found later: evotrainer.mapping)."""
     out["prompt_id"] = [hashlib.sha1(t.encode()).hexdigest()[:16] for t in out["prompt"]]
     out["group_id"] = _group_ids(out["step"], out["prompt"], consecutive)
-    for col, keys in (("correct", CORRECT_KEYS), ("truncated", TRUNCATED_KEYS)):
-        for k in keys:
-            b = _boolish(raw[k]) if k in raw and k not in exclude else None
-            if col not in out and b is not None:
-                out[col] = b.values
+    used = set(exclude)
+    for k in TRUNCATED_KEYS:
+        b = _boolish(raw[k]) if k in raw and k not in exclude else None
+        if "truncated" not in out and b is not None:
+            out["truncated"] = b.values
+            used.add(k)
     for k in LENGTH_KEYS:
         if k in raw and k not in exclude and "length" not in out:
             out["length"] = pd.to_numeric(raw[k], errors="coerce").round().astype("Int64").values
+            used.add(k)
+    for k in raw.columns:
+        if k not in used and k not in out.columns and isinstance(k, str):
+            out[k] = raw[k].values
     return out
 
 
@@ -259,13 +315,23 @@ def _read_json_object(path: Path, skips: _Skips) -> dict[str, Any]:
     return doc
 
 
-def _read_parquets(files, skips: _Skips) -> list[pd.DataFrame]:
+def _read_parquets(files, skips: _Skips, cache: FileCache | None = None) -> list[pd.DataFrame]:
     frames = []
     for f in files:
-        try:
-            frames.append(pq.read_table(f).to_pandas())
-        except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a damaged file
-            skips.file(f, f"{type(e).__name__}: {e}")
+        errors: list[str] = []
+
+        def load(f=f, errors=errors):
+            try:
+                return pq.read_table(f).to_pandas()
+            except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a damaged file
+                errors.append(f"{type(e).__name__}: {e}")
+                return None
+
+        frame = _cached(cache, Path(f), "parquet", load)
+        if frame is None:
+            skips.file(f, errors[0] if errors else "unreadable")
+        else:
+            frames.append(frame)
     return frames
 
 
@@ -274,16 +340,17 @@ def _empty_rollouts() -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------------- our jobs, MLflow
-def _job_evidence(run_dir: Path) -> Evidence:
-    try:  # the fast path: every file sound
-        ev = load_run_evidence(run_dir)
-        mfile = run_dir / "metrics.jsonl"
-        if isinstance(ev.meta, dict) and (len(ev.metrics) or not mfile.is_file() or not mfile.stat().st_size):
-            ev.meta.setdefault("skipped", [])
-            ev.meta.setdefault("unreadable", [])
-            return ev
-    except Exception:  # noqa: BLE001 - a damaged meta.json, metrics.jsonl or Parquet file: read file by file below
-        pass
+def _job_evidence(run_dir: Path, fields: FieldMap | None = None, cache: FileCache | None = None) -> Evidence:
+    if cache is None:
+        try:  # the fast path: every file sound
+            ev = load_run_evidence(run_dir)
+            mfile = run_dir / "metrics.jsonl"
+            if isinstance(ev.meta, dict) and (len(ev.metrics) or not mfile.is_file() or not mfile.stat().st_size):
+                ev.meta.setdefault("skipped", [])
+                ev.meta.setdefault("unreadable", [])
+                return _resolve(ev, fields)
+        except Exception:  # noqa: BLE001 - a damaged meta.json, metrics.jsonl or Parquet file: read file by file below
+            pass
     skips = _Skips()
     meta = _read_json_object(run_dir / "meta.json", skips)
     rows: dict[int, dict[str, Any]] = {}
@@ -292,21 +359,21 @@ def _job_evidence(run_dir: Path) -> Evidence:
     for rec in records:
         if isinstance(rec.get("step"), int) and not isinstance(rec["step"], bool):
             rows.setdefault(rec["step"], {}).update(rec)
-    if len(rows) < len(records):
-        n = len(records) - sum(1 for r in records if isinstance(r.get("step"), int) and not isinstance(r["step"], bool))
+    n = len(records) - sum(1 for r in records if isinstance(r.get("step"), int) and not isinstance(r["step"], bool))
+    if n:  # (several records of one step, e.g. a training log and an eval, are fine)
         why = f"{n} record{'s' * (n != 1)} without an integer step"
         if rows:
             skips.entries.append(f"{mfile}: {why}")
         else:
             skips.file(mfile, why)
-    frames = _read_parquets(sorted((run_dir / "rollouts").glob("step_*.parquet")), skips)
+    frames = _read_parquets(sorted((run_dir / "rollouts").glob("step_*.parquet")), skips, cache)
     rollouts = pd.concat(frames, ignore_index=True) if frames else ROLLOUT_SCHEMA.empty_table().to_pandas()
     name = meta.get("name") if isinstance(meta.get("name"), str) else run_dir.name
-    return Evidence(metrics=_metrics_frame(rows), rollouts=rollouts, source="evotrainer", run=name,
-                    meta={**meta, **skips.meta()})
+    return _resolve(Evidence(metrics=_metrics_frame(rows), rollouts=rollouts, source="evotrainer", run=name,
+                             meta={**meta, **skips.meta()}), fields)
 
 
-def read_mlflow_run(run_id: str, home: Path) -> Evidence:
+def read_mlflow_run(run_id: str, home: Path, fields: FieldMap | None = None) -> Evidence:
     """A run in the tracking store (SQLite under ``home`` or ``$EVOTRAINER_MLFLOW_URI``): metric histories
     pivoted by step, rollouts from the run's ``rollouts/`` artifacts. Uses the client directly rather than
     ``Tracker`` so that reading never creates an experiment on a shared server."""
@@ -337,8 +404,8 @@ def read_mlflow_run(run_id: str, home: Path) -> Evidence:
     rollouts = pd.concat(frames, ignore_index=True) if frames else ROLLOUT_SCHEMA.empty_table().to_pandas()
     meta = {"run_id": run_id, "tracking_uri": tracking_uri(home), "status": run.info.status,
             "tags": dict(run.data.tags), **skips.meta()}
-    return Evidence(metrics=_metrics_frame(rows), rollouts=rollouts, source="mlflow",
-                    run=run.info.run_name or run_id, meta=meta)
+    return _resolve(Evidence(metrics=_metrics_frame(rows), rollouts=rollouts, source="mlflow",
+                             run=run.info.run_name or run_id, meta=meta), fields)
 
 
 # ------------------------------------------------------------------------------------------------- TRL
@@ -360,7 +427,7 @@ def _global_step(state_file: Path) -> int:
         return -1
 
 
-def read_trl_dir(path: str | Path) -> Evidence:
+def read_trl_dir(path: str | Path, fields: FieldMap | None = None, cache: FileCache | None = None) -> Evidence:
     path = Path(path)
     skips = _Skips()
     state_file = _trl_state_file(path)
@@ -381,23 +448,31 @@ def read_trl_dir(path: str | Path) -> Evidence:
             rows.setdefault(step, {"step": step}).update({k: v for k, v in e.items() if k != "step"})
     names = list(dict.fromkeys(k[len("rewards/"):-len("/mean")] for r in rows.values() for k in r
                                if k.startswith("rewards/") and k.endswith("/mean")))
+    metrics = _metrics_frame(rows)
+    weights = infer_reward_weights(metrics, names)
     frames = []
     for f in files:
-        raw = next(iter(_read_parquets([f], skips)), None)
+        raw = next(iter(_read_parquets([f], skips, cache)), None)
         if raw is None:
             continue
-        if {"step", "prompt", "completion"} <= set(raw.columns):
-            frames.append(raw)
+        if {"step", "prompt", "completion"} <= set(raw.columns):  # one file is one logged step: converted alone
+            frames.append(_cached(cache, f, f"trl:{names}:{weights}", lambda raw=raw: _trl_rollouts(raw, names, weights)))
         else:
             skips.file(f, "missing step/prompt/completion columns")
-    rollouts = _trl_rollouts(pd.concat(frames, ignore_index=True), names) if frames else _empty_rollouts()
+    rollouts = pd.concat(frames, ignore_index=True) if frames else _empty_rollouts()
     meta = {"path": str(path), "trainer_state": str(state_file) if state_file else None,
             "reward_functions": names, **skips.meta()}
-    return Evidence(metrics=_metrics_frame(rows), rollouts=rollouts, source="trl", run=path.name, meta=meta)
+    if weights is not None:
+        meta["reward_weights"] = weights
+        meta["reward_weights_from"] = "solved from trainer_state.json: reward = sum of weight x rewards/<name>/mean"
+    return _resolve(Evidence(metrics=metrics, rollouts=rollouts, source="trl", run=path.name, meta=meta), fields,
+                    weights)
 
 
-def _trl_rollouts(raw: pd.DataFrame, names: list[str]) -> pd.DataFrame:
-    known = set(CORRECT_KEYS + LENGTH_KEYS + TRUNCATED_KEYS) | {"step", "advantage"}
+def _trl_rollouts(raw: pd.DataFrame, names: list[str], weights: dict[str, float] | None = None) -> pd.DataFrame:
+    """One TRL completions table in our columns: reward functions as ``reward_<name>``, ``reward`` their
+    weighted sum (``weights``) or, without weights, their plain sum; other columns kept under their names."""
+    known = set(LENGTH_KEYS + TRUNCATED_KEYS) | {"step", "advantage"}
     rcols = [n for n in names if n in raw] or [  # without trainer_state.json: the float columns
         c for c in raw.columns if c not in known and pd.api.types.is_float_dtype(raw[c])]
     out = pd.DataFrame({"step": pd.to_numeric(raw["step"], errors="coerce").fillna(-1).astype("int64"),
@@ -406,14 +481,11 @@ def _trl_rollouts(raw: pd.DataFrame, names: list[str]) -> pd.DataFrame:
     for c in rcols:
         out[f"reward_{c}"] = pd.to_numeric(raw[c], errors="coerce")
     if rcols:
-        out["reward"] = out[[f"reward_{c}" for c in rcols]].sum(axis=1, min_count=1)
+        w = [weights.get(c, 1.0) if weights else 1.0 for c in rcols]
+        out["reward"] = (out[[f"reward_{c}" for c in rcols]] * w).sum(axis=1, min_count=1)
     if "advantage" in raw:
         out["advantage"] = pd.to_numeric(raw["advantage"], errors="coerce")
-    for c in (c for c in rcols if c in CORRECT_REWARDS):
-        vals = out[f"reward_{c}"].dropna()
-        if "correct" not in out and len(vals) and vals.isin([0.0, 1.0]).all():
-            out["correct"] = out[f"reward_{c}"].map(lambda v: None if pd.isna(v) else v == 1).astype("boolean")
-    return _finish(out, raw, consecutive=True, exclude=rcols)
+    return _finish(out, raw, consecutive=True, exclude=[*rcols, "step", "prompt", "completion", "advantage"])
 
 
 # ------------------------------------------------------------------------------------------------ verl
@@ -447,7 +519,7 @@ def _verl_metric_files(path: Path) -> list[Path]:
     return out
 
 
-def read_verl_dir(path: str | Path) -> Evidence:
+def read_verl_dir(path: str | Path, fields: FieldMap | None = None, cache: FileCache | None = None) -> Evidence:
     path = Path(path)
     skips = _Skips()
     rdir = _verl_rollout_dir(path) if path.is_dir() else None
@@ -457,7 +529,7 @@ def read_verl_dir(path: str | Path) -> Evidence:
                           "and no file-logger .jsonl with {\"step\": N, \"data\": {...}} lines, here or one level down")
     rows: dict[int, dict[str, Any]] = {}
     for f in mfiles:
-        for rec in _read_jsonl(f, skips):
+        for rec in _cached_jsonl(f, skips, cache):
             if not isinstance(rec.get("data"), dict) or not isinstance(rec.get("step"), int):
                 skips.entries.append(f"{f}: a line without an integer step and a data object")
                 continue
@@ -468,9 +540,8 @@ def read_verl_dir(path: str | Path) -> Evidence:
             rows.setdefault(rec["step"], {"step": rec["step"]}).update(data)
     records = []
     for f in _numbered(rdir) if rdir else []:
-        for rec in _read_jsonl(f, skips):
-            rec.setdefault("step", int(f.stem))
-            records.append(rec)
+        for rec in _cached_jsonl(f, skips, cache):
+            records.append({"step": int(f.stem), **rec})
     if records:
         raw = pd.DataFrame(records)
         out = pd.DataFrame({"step": pd.to_numeric(raw["step"], errors="coerce").fillna(-1).astype("int64"),
@@ -478,9 +549,26 @@ def read_verl_dir(path: str | Path) -> Evidence:
                             "completion": raw.get("output", pd.Series([""] * len(raw))).map(_text)})
         if "score" in raw:
             out["reward"] = pd.to_numeric(raw["score"], errors="coerce")
-        rollouts = _finish(out, raw, consecutive=False)
+        rollouts = _finish(out, raw, consecutive=False, exclude=["step", "input", "output", "score"])
     else:
         rollouts = _empty_rollouts()
     meta = {"path": str(path), "rollout_dir": str(rdir) if rdir else None,
             "metric_files": [str(f) for f in mfiles], **skips.meta()}
-    return Evidence(metrics=_metrics_frame(rows), rollouts=rollouts, source="verl", run=path.name, meta=meta)
+    return _resolve(Evidence(metrics=_metrics_frame(rows), rollouts=rollouts, source="verl", run=path.name, meta=meta),
+                    fields)
+
+
+def _cached_jsonl(path: Path, skips: _Skips, cache: FileCache | None) -> list[dict[str, Any]]:
+    """``_read_jsonl`` through the cache: a file read before and unchanged since is not read again (its skips,
+    recorded the first time, are replayed)."""
+    if cache is None:
+        return _read_jsonl(path, skips)
+
+    def load():
+        own = _Skips()
+        return _read_jsonl(path, own), own
+
+    recs, own = cache.get(path, "jsonl", load)
+    skips.entries.extend(own.entries)
+    skips.files.extend(own.files)
+    return recs

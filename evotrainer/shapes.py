@@ -14,7 +14,7 @@ proposal, finding, …), and free-form parts (an evidence summary, a revision's 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -112,6 +112,51 @@ class DiagnosticList(_Doc):
     """``evotrainer diagnostics list --json``: name, version, symptom, signal, literature, params of each."""
 
     diagnostics: list[dict[str, Any]]
+
+
+class EvidenceContractDoc(_Doc):
+    """``evotrainer evidence contract --json``: the evidence contract, itself a JSON Schema (docs/evidence-contract.schema.json)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    schema_uri: str = Field(..., alias="$schema", description="The JSON Schema dialect (draft 2020-12).")
+    id: str = Field(..., alias="$id", description="evotrainer-evidence-contract-v<version>.")
+    title: str
+    description: str
+    contract_version: str = Field(..., alias="x-contract-version", description="Bumped when a field is added, "
+                                  "removed or changes meaning.")
+    type: Literal["object"]
+    properties: dict[str, Any] = Field(..., description="metrics: metric_step records; rollouts: rollout records.")
+    defs: dict[str, Any] = Field(..., alias="$defs", description="metric_step and rollout: each field's type, "
+                                 "meaning, x-needed-by / x-read-by diagnostics and x-aliases in other tools.")
+    diagnostics: list[dict[str, Any]] = Field(..., alias="x-diagnostics", description="Each diagnostic's needs "
+                                              "(alternatives, in words, and how to supply them) and extra reads.")
+    correctness: dict[str, Any] = Field(..., alias="x-correctness", description="How a correctness signal under "
+                                        "another name is found.")
+    mapping: str = Field(..., alias="x-mapping", description="How --map / --map-file / --correctness name a run's fields.")
+
+
+class WatchedFinding(_Doc):
+    finding: Finding
+    step: int = Field(..., description="The run's last step when the finding first appeared.")
+    seconds: float = Field(..., description="Seconds after `watch` started.")
+
+
+class WatchResult(_Doc):
+    """``evotrainer watch --json``: why watching stopped and every finding as it first appeared."""
+
+    run: str
+    source: str | None = Field(..., description="evotrainer, trl or verl (None: the run never appeared).")
+    stopped: Literal["fail_on", "finished", "timeout", "idle", "interrupted"] = Field(
+        ..., description="fail_on: a finding at/above --fail-on (exit 1); finished: the run ended (--until-finished); "
+                         "timeout / idle: --timeout / --idle elapsed; interrupted: Ctrl-C or SIGTERM (exit 130).")
+    exit_code: int
+    steps: int = Field(..., description="The last step seen.")
+    rollouts: int
+    diagnoses: int = Field(..., description="How many times the evidence was diagnosed.")
+    findings: list[WatchedFinding] = Field(..., description="Warning and critical findings, in the order they appeared "
+                                            "(a finding reappears when its severity changes).")
+    evidence: dict[str, Any] = Field(..., description="Summary of the last evidence read (as in diagnose --json).")
 
 
 # ---------------------------------------------------------------------------------------------- campaigns
@@ -296,6 +341,7 @@ SHAPES: dict[str, type[BaseModel]] = {
     "revision": RevisionResult, "campaign": CampaignSummary, "campaigns": CampaignList, "confirmation": Confirmation,
     "stop": StopOutcome, "review-queue": ReviewQueue, "review": ReviewShow, "skills": SkillList, "skill": SkillShow,
     "skill-search": SkillSearch, "skill-lint": SkillLint, "skill-history": SkillHistory, "schemas": SchemaList,
+    "evidence-contract": EvidenceContractDoc, "watch": WatchResult,
 }
 
 # command (as typed after `evotrainer`) -> the shapes it prints on success; every one may also print "error"
@@ -308,6 +354,8 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "diagnose": ("diagnosis",),
     "diagnostics list": ("diagnostics",),
     "diagnostics revise": ("revision",),
+    "evidence contract": ("evidence-contract",),
+    "watch": ("watch",),
     "campaign start": ("campaign",),
     "campaign resume": ("campaign",),
     "campaign status": ("campaign", "campaigns"),

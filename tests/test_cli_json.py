@@ -112,6 +112,8 @@ ARGS: dict[str, tuple[Any, bool]] = {
     "skills history": (lambda w: ["skills", "history", "longer-completions", "--library", SKILLS, "--home",
                                   str(w["home"])], False),
     "schema": (lambda w: ["schema"], False),
+    "evidence contract": (lambda w: ["evidence", "contract"], False),
+    "watch": (lambda w: ["watch", w["segment"], "--home", str(w["home"]), "--until-finished", "--interval", "0.1"], False),
 }
 
 

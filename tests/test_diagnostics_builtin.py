@@ -272,6 +272,7 @@ VARIANTS = {
     "grad_spike": (dict(metric_mutate=_grad_spikes(90)), "warning"),
     "nan": (dict(metric_mutate=metric_set("loss", float("nan"), after=150)), "critical"),
     "plateau": (dict(acc=_plateau, eval_acc=lambda t: 0.55), "warning"),
+    "learns_nothing": (dict(acc=lambda t: 0.35, eval_acc=lambda t: 0.4), "warning"),
     "forgetting": (dict(d1=lambda t: 0.9 if t < 0.7 else 0.6), "warning"),
     "overfitting": (dict(acc=lambda t: 0.4 + 0.55 * t, eval_acc=lambda t: 0.45), "warning"),
     "hardcoding": (dict(mutate=_hardcode), "critical"),
@@ -364,8 +365,9 @@ def test_pathology_is_specific(name, sick):
         "dead_groups": {"too_easy", "plateau", "overfitting"}, "too_hard": {"dead_groups", "plateau"},
         "too_easy": {"dead_groups", "overfitting"}, "length_collapse": {"dead_groups", "too_hard"},
         "repetition": {"dead_groups", "too_hard", "length_collapse"}, "echo": {"dead_groups", "too_hard"},
-        "reward_hacking": {"plateau", "answer_spraying"}, "answer_spraying": {"reward_hacking"},
-        "plateau": {"reward_hacking"}, "overfitting": {"too_easy", "dead_groups"},
+        "reward_hacking": {"plateau", "answer_spraying", "learns_nothing"}, "answer_spraying": {"reward_hacking"},
+        "plateau": {"reward_hacking", "learns_nothing"}, "overfitting": {"too_easy", "dead_groups", "learns_nothing"},
+        "learns_nothing": {"plateau"},
         "entropy_collapse": set(), "entropy_blowup": set(),
     }.get(name, set())
     loud = {f.diagnostic for f in alarms(run_all(sick[name]))}
@@ -582,6 +584,7 @@ GAPS = {
     "overfitting": dict(metrics=["eval/greedy_accuracy"]),
     "hardcoding": dict(rollouts=["prompt"]),
     "answer_leak": dict(rollouts=["turns"]),
+    "learns_nothing": dict(metrics=["eval/greedy_accuracy", "accuracy"], rollouts=["correct"]),
 }
 
 

@@ -1,16 +1,22 @@
 """What a diagnostic is: a named, versioned analyzer with documented parameters that returns findings.
 
-Why a class with ``Params`` (pydantic) and ``requires``: parameters are what revisions change, so they
-must be validated and documented like harness knobs; ``requires`` lets the framework say "not enough
-evidence" (an info finding) instead of crashing when a reader could not provide a column, e.g. a verl
-dump without per-rollout correctness. ``run`` is the only entry point callers use; it never raises for
-a diagnostic's own bug either — that becomes a ``diagnostic_error`` finding.
+Why a class with ``Params`` (pydantic) and declared evidence: parameters are what revisions change, so they
+must be validated and documented like harness knobs; the declared evidence (``needs``: what it cannot decide
+without, each a set of alternatives; ``reads``: what else it uses when present; ``requires_*`` for the simple
+case) lets the framework say "not enough evidence" (an info finding naming what would supply it) instead of
+crashing when a reader could not provide a column, e.g. a verl dump without per-rollout correctness. The same
+declarations are the evidence contract (:mod:`evotrainer.diagnostics.contract`, ``evotrainer evidence
+contract``), so the published contract cannot drift from what the diagnostics read (a test projects evidence
+onto the declared fields and requires the same findings). ``run`` is the only entry point callers use; it
+never raises for a diagnostic's own bug either — that becomes a ``diagnostic_error`` finding.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import traceback
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import pandas as pd
@@ -53,6 +59,64 @@ class Finding(BaseModel):
         return check_symptom(v)
 
 
+@dataclass(frozen=True)
+class Need:
+    """Evidence a diagnostic cannot decide without: one of ``options``, each a list of slots that must all be
+    present, each slot a list of alternative fields (``'metric:NAME'`` — fnmatch patterns allowed — or
+    ``'rollout:COLUMN'``). Built with :func:`need` from strings such as ``"rollout:reward + rollout:group_id|prompt_id"``.
+
+    ``what`` names it in words ("strict correctness"); ``supply`` says how a user provides it when it is missing.
+    """
+
+    what: str
+    options: tuple[tuple[tuple[str, ...], ...], ...]
+    supply: str = ""
+
+    def fields(self) -> list[str]:
+        return list(dict.fromkeys(f for opt in self.options for slot in opt for f in slot))
+
+    def met(self, ev: Evidence) -> bool:
+        return any(all(any(field_present(ev, f) for f in slot) for slot in opt) for opt in self.options)
+
+    def describe(self) -> str:
+        """'metric 'reward' or rollout column 'reward'' (slots joined by 'with')."""
+        def slot(s: tuple[str, ...], alone: bool) -> str:
+            words = " or ".join(_field_words(f) for f in s)
+            return words if alone or len(s) == 1 else f"({words})"
+        return " or ".join(" with ".join(slot(s, len(opt) == 1) for s in opt) for opt in self.options)
+
+
+def need(what: str, *options: str, supply: str = "") -> Need:
+    """A :class:`Need` from option strings: slots joined by ``' + '``, alternatives in a slot by ``'|'`` sharing
+    the first one's kind (``"rollout:reward + rollout:group_id|prompt_id"``)."""
+    parsed = []
+    for opt in options:
+        slots = []
+        for part in opt.split(" + "):
+            kind, _, names = part.strip().partition(":")
+            if kind not in ("metric", "rollout") or not names:
+                raise ValueError(f"evidence field '{part}' must be 'metric:NAME' or 'rollout:COLUMN'")
+            slots.append(tuple(f"{kind}:{n}" for n in names.split("|")))
+        parsed.append(tuple(slots))
+    return Need(what, tuple(parsed), supply)
+
+
+def _field_words(f: str) -> str:
+    kind, _, name = f.partition(":")
+    return f"metric '{name}'" if kind == "metric" else f"rollout column '{name}'"
+
+
+def field_present(ev: Evidence, field: str) -> bool:
+    """Whether the evidence has data for ``'metric:NAME'`` (a pattern matches any metric) or ``'rollout:COLUMN'``."""
+    kind, _, name = field.partition(":")
+    frame = ev.metrics if kind == "metric" else ev.rollouts
+    if "step" not in frame.columns or not len(frame):
+        return False
+    cols = [c for c in frame.columns if fnmatch.fnmatchcase(str(c), name)] if kind == "metric" and any(
+        ch in name for ch in "*?[") else ([name] if name in frame.columns else [])
+    return any(frame[c].notna().any() for c in cols)
+
+
 class NoParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -83,8 +147,12 @@ def examples_from(rows: pd.DataFrame, limit: int = 3) -> list[Example]:
 class Diagnostic(ABC):
     """Subclass, set the class attributes, implement ``analyze``.
 
-    ``requires_metrics`` / ``requires_rollouts`` list the columns without which the diagnostic cannot
-    decide; when one is missing (or has no data) ``run`` returns a single info finding that says which.
+    What it reads is declared, and is its part of the evidence contract: ``needs`` (each a :class:`Need`: one
+    of several alternatives must be there), ``requires_metrics`` / ``requires_rollouts`` (shorthand for a need
+    with one alternative), and ``reads`` (fields it also uses when they are there; examples shown with a
+    finding come from any column). When a need is not met ``run`` returns a single info finding — "not enough
+    evidence: needs …" — naming what would supply it. A diagnostic whose needs depend on its parameters
+    overrides :meth:`declared_needs`.
     """
 
     name: ClassVar[str]
@@ -95,6 +163,8 @@ class Diagnostic(ABC):
     Params: ClassVar[type[BaseModel]] = NoParams
     requires_metrics: ClassVar[tuple[str, ...]] = ()
     requires_rollouts: ClassVar[tuple[str, ...]] = ()
+    needs: ClassVar[tuple[Need, ...]] = ()
+    reads: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, params: BaseModel | dict[str, Any] | None = None):
         if isinstance(params, self.Params):
@@ -118,21 +188,31 @@ class Diagnostic(ABC):
         """True for the finding that says the evidence could not decide."""
         return f.severity == "info" and f.confidence == 0.0 and f.explanation.startswith("not enough evidence")
 
+    def declared_needs(self) -> tuple[Need, ...]:
+        """Every need: ``requires_metrics`` / ``requires_rollouts`` (one need each) and then ``needs``."""
+        simple = tuple(need(f"metric '{c}'", f"metric:{c}") for c in self.requires_metrics)
+        simple += tuple(need(f"rollout column '{c}'", f"rollout:{c}") for c in self.requires_rollouts)
+        return simple + tuple(self.needs)
+
+    def declared_reads(self) -> tuple[str, ...]:
+        """Fields used when present beyond the needs (``reads``); overridden where parameters name them."""
+        return tuple(self.reads)
+
     def missing(self, ev: Evidence) -> list[str]:
+        """The declared needs this evidence does not meet, in words, each with how to supply it."""
         out = []
-        for c in self.requires_metrics:
-            if c not in ev.metrics.columns or ev.metrics[c].dropna().empty:
-                out.append(f"metric '{c}'")
-        for c in self.requires_rollouts:
-            if c not in ev.rollouts.columns or ev.rollouts[c].dropna().empty:
-                out.append(f"rollout column '{c}'")
+        for n in self.declared_needs():
+            if not n.met(ev):
+                words = n.describe()
+                out.append((n.what if n.what == words else f"{n.what} ({words})")
+                           + (f"; to supply it: {n.supply}" if n.supply else ""))
         return out
 
     # -------------------------------------------------------------------------------- entry point
     def run(self, ev: Evidence) -> list[Finding]:
         gaps = self.missing(ev)
         if gaps:
-            return [self.finding("info", f"not enough evidence: needs {', '.join(gaps)}", confidence=0.0)]
+            return [self.finding("info", f"not enough evidence: needs {'; and '.join(gaps)}", confidence=0.0)]
         try:
             return self.analyze(ev)
         except Exception as err:  # noqa: BLE001 - a diagnostic's bug must not stop the caller

@@ -23,6 +23,7 @@ SYMPTOMS: dict[str, str] = {
     "grad_spike": "Gradient norm spikes far above its running level.",
     "nan": "Loss, gradient norm or reward became NaN or infinite.",
     "plateau": "Reward and held-out accuracy stopped improving.",
+    "learns_nothing": "Held-out accuracy does not improve over a long window although the reward keeps moving.",
     "forgetting": "Accuracy on an earlier distribution dropped.",
     "overfitting": "The gap between training accuracy and held-out accuracy keeps growing.",
     "hardcoding": "Programs special-case the literal example values instead of solving the task.",

@@ -13,7 +13,7 @@ The modules group them by the evidence they read:
 
 - ``groups``: GRPO groups without learning signal (``dead_groups``, ``too_hard``, ``too_easy``).
 - ``dynamics``: per-step training metrics (``entropy_collapse``, ``entropy_blowup``, ``kl_blowup``,
-  ``grad_spike``, ``nan``, ``plateau``).
+  ``grad_spike``, ``nan``, ``plateau``, ``learns_nothing``).
 - ``text``: completion lengths and text (``truncation``, ``length_collapse``, ``repetition``, ``echo``,
   ``answer_spraying``); the only ones that read text, on a bounded sample of the recent window.
 - ``outcomes``: reward against strict and held-out accuracy (``reward_hacking``, ``forgetting``,
@@ -35,6 +35,7 @@ from evotrainer.diagnostics.builtin.dynamics import (
     EntropyCollapse,
     GradSpike,
     KLBlowup,
+    LearnsNothing,
     NonFinite,
     Plateau,
 )
@@ -61,7 +62,7 @@ __all__ = [
     "BUILTIN_DIAGNOSTICS", "run_all",
     "BuiltinDiagnostic", "ShareDiagnostic", "ShareParams",
     "DeadGroups", "TooHard", "TooEasy",
-    "EntropyCollapse", "EntropyBlowup", "KLBlowup", "GradSpike", "NonFinite", "Plateau",
+    "EntropyCollapse", "EntropyBlowup", "KLBlowup", "GradSpike", "NonFinite", "Plateau", "LearnsNothing",
     "Truncation", "LengthCollapse", "Repetition", "Echo", "AnswerSpraying",
     "RewardHacking", "Forgetting", "Overfitting", "Hardcoding", "AnswerLeak",
     "count_candidates", "hardcoded", "used_leak", "echo_needles", "echoes", "has_repeated_run", "repeated_ngram_share",
@@ -70,8 +71,8 @@ __all__ = [
 BUILTIN_DIAGNOSTICS: dict[str, type[Diagnostic]] = {
     cls.name: cls
     for cls in (DeadGroups, TooHard, TooEasy, EntropyCollapse, EntropyBlowup, Truncation, LengthCollapse, Repetition,
-                Echo, RewardHacking, AnswerSpraying, KLBlowup, GradSpike, NonFinite, Plateau, Forgetting, Overfitting,
-                Hardcoding, AnswerLeak)
+                Echo, RewardHacking, AnswerSpraying, KLBlowup, GradSpike, NonFinite, Plateau, LearnsNothing, Forgetting,
+                Overfitting, Hardcoding, AnswerLeak)
 }
 
 

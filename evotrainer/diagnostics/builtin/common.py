@@ -11,8 +11,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ClassVar
 
-from evotrainer.diagnostics.base import Diagnostic, Example, Finding
+from evotrainer.diagnostics.base import Diagnostic, Example, Finding, need
 from evotrainer.diagnostics.signals import ShareParams, Window, grade, share_confidence
+
+# ------------------------------------------------------------------------ needs shared by several built-ins
+# How a user supplies each kind of evidence when a run lacks it (named in "not enough evidence" findings).
+SUPPLY_CORRECT = ("a 0/1 rollout column, reward function or metric named like correct / accuracy / exact_match (found "
+                  "automatically and reported), or name it: `--correctness NAME`, `--map correct=COLUMN`, "
+                  "`--map accuracy=METRIC`")
+SUPPLY_REWARD = "`--map reward=COLUMN` (per rollout) or `--map metric:reward=METRIC` (per step)"
+SUPPLY_GROUPS = "`--map group_id=COLUMN` (the readers of our runs, TRL and verl derive it)"
+SUPPLY_EVAL = ("held-out accuracy logged per evaluation as 'eval/greedy_accuracy' (or `--map "
+               "eval/greedy_accuracy=METRIC`)")
+
+NEED_REWARD = need("a reward per step", "metric:reward", "rollout:reward", supply=SUPPLY_REWARD)
+NEED_SUCCESS_GROUPS = need(
+    "GRPO groups with a success signal",
+    "rollout:correct|reward_correctness|reward + rollout:group_id|prompt_id",
+    supply=f"success: {SUPPLY_CORRECT}; groups: {SUPPLY_GROUPS}")
 
 
 class BuiltinDiagnostic(Diagnostic):

@@ -1,4 +1,5 @@
-"""Built-ins that read the per-step training dynamics: entropy, KL, gradient norm, non-finite values, progress.
+"""Built-ins that read the per-step training dynamics: entropy, KL, gradient norm, non-finite values, progress
+(``plateau``: reward and held-out accuracy flat; ``learns_nothing``: held-out accuracy flat while the reward moves).
 
 Each reads a TRL metric series (or the same quantity aggregated from the rollouts), not the rollout text:
 they say how the optimisation is behaving, whatever the task. Entropy collapse and blow-up are one rule
@@ -14,8 +15,8 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from evotrainer.diagnostics.base import Finding, Severity
-from evotrainer.diagnostics.builtin.common import BuiltinDiagnostic
+from evotrainer.diagnostics.base import Finding, Need, Severity, need
+from evotrainer.diagnostics.builtin.common import NEED_REWARD, BuiltinDiagnostic
 from evotrainer.diagnostics.signals import (
     BaseParams,
     WindowParams,
@@ -216,6 +217,12 @@ class NonFinite(BuiltinDiagnostic):
         dense_share: float = Field(0.5, gt=0.0, le=1.0,
                                    description="A row counts as a training log when it holds at least this share of the non-eval metric columns; only there is a NaN evidence (elsewhere it means 'not logged').")
 
+    # which metrics each row holds tells a training log (where NaN is evidence) from an eval-only row
+    reads = ("metric:*",)
+
+    def declared_needs(self) -> tuple[Need, ...]:
+        return (need("a value to check", *(f"metric:{c}" for c in self.params.metrics), "rollout:reward"),)
+
     def analyze(self, ev: Evidence) -> list[Finding]:
         p = self.params
         m = ev.metrics
@@ -278,6 +285,8 @@ class Plateau(BuiltinDiagnostic):
               "below a ceiling.")
     literature = ("Does Reinforcement Learning Really Incentivize Reasoning Capacity in LLMs Beyond the Base "
                   "Model?, arXiv 2504.13837 (RLVR gains saturate within the base model's reach).")
+    needs = (NEED_REWARD,)
+    reads = ("metric:eval/greedy_accuracy", "metric:accuracy", "rollout:correct")
 
     class Params(BaseParams):
         window_frac: float = Field(0.25, gt=0.0, le=0.5, description="W as a share of the run's steps.")
@@ -333,3 +342,73 @@ class Plateau(BuiltinDiagnostic):
                 flat = flat and abs(metrics["eval_change"]) <= p.max_eval_change
         return flat, metrics
 
+
+
+class LearnsNothing(BuiltinDiagnostic):
+    """Added for issue 17: the seed-1 baseline run (bench/RESULTS.md §1) trained 300 steps with a reward that
+    wandered between 0.2 and 0.35 and held-out accuracy that ended where it started (34.6 % → 29.0 %), and no
+    diagnostic said so: plateau needs a *flat* reward. This one asks the question directly — has held-out accuracy
+    (else strict train accuracy) improved over the window? — and only while the reward still moves (a reward that
+    is flat or constant is plateau's or dead_groups' case)."""
+
+    name = "learns_nothing"
+    version = "1"
+    symptom = "learns_nothing"
+    signal = ("Least-squares change of held-out accuracy ('eval/greedy_accuracy', with min_eval_points inside the "
+              "window; else strict train accuracy) over the last W = max(min_steps, window_frac × run length) steps, "
+              "while the per-step reward still varies (its standard deviation over W) and accuracy is below a ceiling.")
+    literature = ("Does Reinforcement Learning Really Incentivize Reasoning Capacity in LLMs Beyond the Base Model?, "
+                  "arXiv 2504.13837 (RLVR that does not move held-out accuracy); Deep Reinforcement Learning that "
+                  "Matters (Henderson et al.), arXiv 1709.06560 (seeds that do not learn).")
+    needs = (NEED_REWARD,
+             need("a progress signal", "metric:eval/greedy_accuracy", "metric:accuracy", "rollout:correct",
+                  supply="held-out accuracy logged as 'eval/greedy_accuracy', or strict correctness (`--correctness "
+                         "NAME`, `--map correct=COLUMN`)"))
+
+    class Params(BaseParams):
+        window_frac: float = Field(0.5, gt=0.0, le=1.0, description="W as a share of the run's steps.")
+        min_steps: int = Field(100, ge=10, le=100_000, description="Smallest W (steps); shorter runs are not judged.")
+        max_gain: float = Field(0.03, ge=0.0, le=1.0,
+                                description="Fitted accuracy change over W at or below which nothing was learned.")
+        min_eval_points: int = Field(4, ge=3, description="Fewest eval points inside W for held-out accuracy to be the "
+                                     "progress signal (else strict train accuracy is).")
+        min_reward_std: float = Field(0.02, ge=0.0, description="Standard deviation of the per-step reward over W at or "
+                                      "above which the reward is noisy rather than flat.")
+        ceiling: float = Field(0.95, gt=0.0, le=1.0, description="No finding when accuracy over W is at or above this.")
+
+    def analyze(self, ev: Evidence) -> list[Finding]:
+        p = self.params
+        reward = metric_or_rollout(ev, "reward", "reward")
+        s = reward.values
+        W = max(p.min_steps, math.ceil(p.window_frac * len(s)))
+        if len(s) < W:
+            return self.not_enough(f"at least {W} steps of reward")
+        lo, hi = int(s.index[-W]), int(s.index[-1])
+        evals = metric_series(ev.metrics, "eval/greedy_accuracy")
+        held = evals is not None and len(between(evals, lo, hi)) >= p.min_eval_points
+        if held:
+            progress, source = between(evals, lo, hi), "held-out greedy accuracy"
+        else:
+            train = metric_or_rollout(ev, "accuracy", "correct")
+            if train is None:
+                return self.not_enough(f"{p.min_eval_points}+ points of 'eval/greedy_accuracy' within the last {W} steps "
+                                       "or strict train accuracy (metric 'accuracy' or rollout 'correct')")
+            progress, source = between(train.values, lo, hi), f"strict train accuracy ({train.source})"
+        if len(progress) < 2:
+            return self.not_enough(f"accuracy at 2+ steps within the last {W} steps")
+        gain = change_over(progress, lo, hi)
+        level = float(progress.mean())
+        noise = float(s.iloc[-W:].std())
+        metrics = {"accuracy_change": gain, "max_gain": p.max_gain, "accuracy": level, "ceiling": p.ceiling,
+                   "reward_std": noise, "min_reward_std": p.min_reward_std, "window_steps": W,
+                   "points": len(progress)}
+        if not np.isfinite(gain) or gain > p.max_gain or level >= p.ceiling or noise < p.min_reward_std:
+            return []
+        return [self.finding(
+            "warning", f"{source[0].upper()}{source[1:]} did not improve over steps {lo}-{hi} (fitted change "
+                       f"{gain:+.3f}, mean {level:.2f}) while the reward kept moving (std {noise:.3f}): the updates are "
+                       "not turning into progress. Check the learning rate (too small does nothing, too large "
+                       "thrashes), the warm start, and whether the reward tracks the task.",
+            confidence=confidence(p.max_gain - gain, 0.0, p.max_gain + 0.05,
+                                  support(len(progress), 2 * p.min_eval_points if held else W)),
+            steps=(lo, hi), examples=examples_in(ev, (hi, hi)), metrics=metrics)]

@@ -13,8 +13,13 @@ from typing import ClassVar
 import pandas as pd
 from pydantic import BaseModel, Field
 
-from evotrainer.diagnostics.base import Finding
-from evotrainer.diagnostics.builtin.common import ShareDiagnostic
+from evotrainer.diagnostics.base import Finding, need
+from evotrainer.diagnostics.builtin.common import (
+    NEED_SUCCESS_GROUPS,
+    SUPPLY_GROUPS,
+    SUPPLY_REWARD,
+    ShareDiagnostic,
+)
 from evotrainer.diagnostics.signals import (
     EXAMPLE_COLUMNS,
     SUCCESS_COLUMNS,
@@ -53,6 +58,8 @@ class DeadGroups(ShareDiagnostic):
               "frac_reward_zero_std, or the reward spread per group in the rollouts.")
     literature = ("DAPO, arXiv 2503.14476 (dynamic sampling: groups with all-equal rewards have zero advantage "
                   "and no gradient); Skywork-OR1, arXiv 2505.22312 (online filtering of zero-advantage groups).")
+    needs = (need("a dead-group signal", "metric:frac_reward_zero_std", "rollout:reward + rollout:group_id|prompt_id",
+                  supply=f"reward: {SUPPLY_REWARD}; groups: {SUPPLY_GROUPS}"),)
 
     class Params(ShareParams):
         warning: float = Field(0.6, ge=0.0, le=1.0, description="Dead-group share at or above which it is a warning.")
@@ -104,6 +111,7 @@ class _GroupOutcome(ShareDiagnostic):
 
     all_ok: ClassVar[bool]
     advice: ClassVar[str]
+    needs = (NEED_SUCCESS_GROUPS,)
 
     def analyze(self, ev: Evidence) -> list[Finding]:
         got = recent_group_rows(ev.rollouts, self.params, SUCCESS_COLUMNS)

@@ -17,8 +17,13 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from evotrainer.diagnostics.base import Finding, Severity
-from evotrainer.diagnostics.builtin.common import BuiltinDiagnostic
+from evotrainer.diagnostics.base import Finding, Need, Severity, need
+from evotrainer.diagnostics.builtin.common import (
+    SUPPLY_CORRECT,
+    SUPPLY_EVAL,
+    SUPPLY_REWARD,
+    BuiltinDiagnostic,
+)
 from evotrainer.diagnostics.signals import (
     EXAMPLE_COLUMNS,
     REWARD_COLUMNS,
@@ -56,6 +61,10 @@ class RewardHacking(BuiltinDiagnostic):
               "early to the recent window; or reward rising while strict or held-out greedy accuracy does not.")
     literature = ("Scaling Laws for Reward Model Overoptimization (Gao et al.), arXiv 2210.10760; Defining and "
                   "Characterizing Reward Hacking (Skalse et al.), arXiv 2209.13085.")
+    needs = (need("a reward", "metric:rewards/correctness/mean", "rollout:reward_correctness", "metric:reward",
+                  "rollout:reward", supply=SUPPLY_REWARD),
+             need("strict correctness or held-out accuracy", "metric:accuracy", "rollout:correct",
+                  "metric:eval/greedy_accuracy", supply=f"{SUPPLY_CORRECT}; or {SUPPLY_EVAL}"))
 
     class Params(WindowParams):
         gap: float = Field(0.1, ge=0.0, le=1.0, description="Recent (correctness reward - strict accuracy) at or above which it is a warning (v2: 0.1).")
@@ -174,6 +183,10 @@ class Forgetting(BuiltinDiagnostic):
         smooth_points: int = Field(2, ge=1, le=20, description="Eval points averaged (rolling) before comparing; damps eval noise.")
         min_points: int = Field(3, ge=2, description="Fewest eval points a suite needs.")
 
+    def declared_needs(self) -> tuple[Need, ...]:
+        return (need("held-out accuracy on an earlier distribution", f"metric:{self.params.pattern}",
+                     supply="log it per evaluation as 'eval/<suite>/greedy_accuracy'"),)
+
     def analyze(self, ev: Evidence) -> list[Finding]:
         p = self.params
         cols = [c for c in ev.metrics.columns if fnmatch.fnmatchcase(str(c), p.pattern)]
@@ -209,6 +222,8 @@ class Overfitting(BuiltinDiagnostic):
               "minus 'eval/greedy_accuracy' at eval steps: the recent gap against the early gap.")
     literature = ("Quantifying Generalization in Reinforcement Learning (Cobbe et al.), arXiv 1812.02341; SFT "
                   "Memorizes, RL Generalizes (Chu et al.).")
+    needs = (need("train accuracy", "metric:accuracy", "rollout:correct", supply=SUPPLY_CORRECT),
+             need("held-out accuracy", "metric:eval/greedy_accuracy", supply=SUPPLY_EVAL))
 
     class Params(BaseParams):
         gap: float = Field(0.15, ge=0.0, le=1.0, description="Recent train-minus-held-out gap at or above which it is a warning ...")

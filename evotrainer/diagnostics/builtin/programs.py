@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from evotrainer.diagnostics.base import Finding
+from evotrainer.diagnostics.base import Finding, need
 from evotrainer.diagnostics.builtin.common import ShareDiagnostic
 from evotrainer.diagnostics.signals import (
     EXAMPLE_COLUMNS,
@@ -79,6 +79,8 @@ class Hardcoding(ShareDiagnostic):
     literature = ("Monitoring Reasoning Models for Misbehavior and the Risks of Promoting Obfuscation (Baker et "
                   "al.), arXiv 2503.11926 (coding agents special-casing tests); Defining and Characterizing Reward "
                   "Hacking (Skalse et al.), arXiv 2209.13085.")
+    needs = (need("programs with their prompts", "rollout:prompt + rollout:completion"),)
+    reads = ("rollout:reward_correctness",)
 
     class Params(ShareParams):
         warning: float = Field(0.1, ge=0.0, le=1.0,

@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from evotrainer.diagnostics.base import Finding
-from evotrainer.diagnostics.builtin.common import BuiltinDiagnostic, ShareDiagnostic
+from evotrainer.diagnostics.base import Finding, Need, need
+from evotrainer.diagnostics.builtin.common import SUPPLY_REWARD, BuiltinDiagnostic, ShareDiagnostic
 from evotrainer.diagnostics.signals import (
     EXAMPLE_COLUMNS,
     REWARD_COLUMNS,
@@ -57,6 +57,8 @@ class Truncation(ShareDiagnostic):
     signal = ("Share of completions truncated at max_completion_length in the recent window (TRL "
               "'completions/clipped_ratio', or the rollouts' 'truncated').")
     literature = "DAPO, arXiv 2503.14476 (overlong filtering and soft overlong punishment)."
+    needs = (need("a truncation signal", "metric:completions/clipped_ratio", "rollout:truncated",
+                  supply="`--map truncated=COLUMN` or `--map completions/clipped_ratio=METRIC`"),)
 
     class Params(ShareParams):
         warning: float = Field(0.2, ge=0.0, le=1.0, description="Truncated share at or above which it is a warning.")
@@ -89,6 +91,8 @@ class LengthCollapse(BuiltinDiagnostic):
               "'completions/mean_length' or rollouts 'length'), and the share of empty/whitespace-only completions.")
     literature = ("Understanding R1-Zero-Like Training: A Critical Perspective (Dr. GRPO), arXiv 2503.20783 "
                   "(GRPO's length normalisation biases response length).")
+    needs = (need("completion lengths", "metric:completions/mean_length", "rollout:length", "rollout:completion",
+                  supply="`--map length=COLUMN` or `--map completions/mean_length=METRIC`"),)
 
     class Params(WindowParams):
         ratio: float = Field(0.35, gt=0.0, lt=1.0, description="Warning when recent mean length < ratio × early mean length.")
@@ -165,10 +169,17 @@ class _TextShare(ShareDiagnostic):
     """Share of a uniform sample (at most ``max_texts``) of the recent window's completions that ``flags``
     marks; the finding adds how many were sampled and the ``extra_metrics`` parameters."""
 
-    needs: ClassVar[tuple[str, ...]]  # rollout columns the rule reads
-    reads: ClassVar[tuple[str, ...]] = ()  # further columns it uses when they exist
+    text_columns: ClassVar[tuple[str, ...]]  # rollout columns the rule reads (its need)
+    text_reads: ClassVar[tuple[str, ...]] = ()  # further columns it uses when they exist
     says: ClassVar[str]  # the explanation after "<share> of sampled completions in steps <lo>-<hi> "
     extra_metrics: ClassVar[tuple[str, ...]] = ()
+
+    def declared_needs(self) -> tuple[Need, ...]:
+        return (need("completion text" if self.text_columns == ("completion",) else "prompts and completions",
+                     " + ".join(f"rollout:{c}" for c in self.text_columns)),)
+
+    def declared_reads(self) -> tuple[str, ...]:
+        return tuple(f"rollout:{c}" for c in self.text_reads)
 
     @abstractmethod
     def flags(self, rows: pd.DataFrame) -> np.ndarray:
@@ -178,10 +189,10 @@ class _TextShare(ShareDiagnostic):
         p = self.params
         r = ev.rollouts
         w = rollout_windows(r, p)
-        if w is None or not all(has_column(r, c) for c in self.needs):
-            return self.not_enough(f"rollout column{'s' if len(self.needs) > 1 else ''} "
-                                   + " and ".join(f"'{c}'" for c in self.needs))
-        rows = rows_in(r, w.recent, [*EXAMPLE_COLUMNS, *self.reads], max_n=p.max_texts)
+        if w is None or not all(has_column(r, c) for c in self.text_columns):
+            return self.not_enough(f"rollout column{'s' if len(self.text_columns) > 1 else ''} "
+                                   + " and ".join(f"'{c}'" for c in self.text_columns))
+        rows = rows_in(r, w.recent, [*EXAMPLE_COLUMNS, *self.text_reads], max_n=p.max_texts)
         hits = self.flags(rows)
         return self.share_finding(
             float(hits.mean()) if len(hits) else 0.0, w.recent, "sampled completions", self.says,
@@ -216,7 +227,7 @@ class Repetition(_TextShare):
     version = "1"
     symptom = "repetition"
     share_metric = "looping_share"
-    needs = ("completion",)
+    text_columns = ("completion",)
     says = ("end in a repetition loop. Add or raise the repetition penalty reward, lower the temperature's share "
             "of degenerate samples, or shorten max_completion_length.")
     extra_metrics = ("ngram_threshold",)
@@ -317,8 +328,8 @@ class Echo(_TextShare):
     version = "2"
     symptom = "echo"
     share_metric = "echo_share"
-    needs = ("prompt", "completion")
-    reads = ("turns",)
+    text_columns = ("prompt", "completion")
+    text_reads = ("turns",)
     says = ("repeat their prompt or its last observation instead of answering. Penalise copying (an overlap "
             "penalty or a format reward), and check that echoing is not rewarded by a lenient 'contains' checker.")
     signal = ("Share of sampled recent-window completions that reproduce their prompt (its first or last 80% "
@@ -377,6 +388,8 @@ class AnswerSpraying(ShareDiagnostic):
               "share holding more than one candidate answer ('n_candidates', else counted in the text).")
     literature = ("Defining and Characterizing Reward Hacking, arXiv 2209.13085 (a lenient checker is a "
                   "hackable proxy); Scaling Laws for Reward Model Overoptimization, arXiv 2210.10760.")
+    needs = (need("rewarded completions with their answers",
+                  "rollout:reward_correctness|reward + rollout:n_candidates|completion", supply=SUPPLY_REWARD),)
 
     class Params(ShareParams):
         warning: float = Field(0.3, ge=0.0, le=1.0, description="Share of rewarded completions with >1 candidate at or above which it is a warning.")

@@ -17,8 +17,8 @@ import json
 import numpy as np
 from pydantic import Field
 
-from evotrainer.diagnostics.base import Finding
-from evotrainer.diagnostics.builtin.common import ShareDiagnostic
+from evotrainer.diagnostics.base import Finding, need
+from evotrainer.diagnostics.builtin.common import SUPPLY_CORRECT, ShareDiagnostic
 from evotrainer.diagnostics.signals import (
     EXAMPLE_COLUMNS,
     ShareParams,
@@ -60,6 +60,9 @@ class AnswerLeak(ShareDiagnostic):
     literature = ("Monitoring Reasoning Models for Misbehavior and the Risks of Promoting Obfuscation (Baker et "
                   "al.), arXiv 2503.11926 (coding agents exploiting their environment); Defining and "
                   "Characterizing Reward Hacking (Skalse et al.), arXiv 2209.13085.")
+    needs = (need("multi-turn episodes", "rollout:turns",
+                  supply="a 'turns' column: a JSON list of {tool, arguments, observation} per episode"),
+             need("a success signal", "rollout:correct|reward_correctness|reward", supply=SUPPLY_CORRECT))
 
     class Params(ShareParams):
         warning: float = Field(0.1, ge=0.0, le=1.0,
