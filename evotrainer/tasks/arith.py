@@ -1,6 +1,8 @@
 """Multi-digit integer arithmetic: the simplest task whose answers can be checked exactly.
 
-``37+58=`` -> ``95``. Difficulty is the number of digits of each operand, so a curriculum can start where a
+``37+58=`` -> ``95``. A chat model is asked ``What is 37+58? Answer with the number only.``; its final answer in
+prose is the last integer it writes (``Verdict.final_correct``), while strict correctness wants the number alone.
+Difficulty is the number of digits of each operand, so a curriculum can start where a
 tiny character-level policy succeeds and move up. The reference answer is computed by folding the generated
 operands and operators with ordinary precedence in plain integer arithmetic; nothing is ever ``eval``-ed.
 """
@@ -83,6 +85,12 @@ class ArithTask(Task):
     Options = ArithOptions
 
     options: ArithOptions
+    chat_system = "You are a calculator. Reply with the number only."
+
+    def chat_messages(self, problem: Problem) -> list[dict[str, str]]:
+        """A chat model is asked ``What is 37+58? Answer with the number only.`` under a calculator system prompt."""
+        return [{"role": "system", "content": self.chat_system},
+                {"role": "user", "content": f"What is {problem.prompt.rstrip('=')}? Answer with the number only."}]
 
     def generate(self, rng: random.Random, difficulty: int) -> Problem:
         self.check_difficulty(difficulty)
@@ -120,6 +128,8 @@ class ArithTask(Task):
             n_candidates=len(literals),
             parsed=text if well_formed else None,
             reason=reason,
+            # prose: the last integer is the final answer ('12 + 35 = 47.', 'The answer is 47')
+            final_correct=bool(literals) and _canonical(literals[-1]) == reference,
         )
 
     def max_answer_chars(self, difficulty: int) -> int:

@@ -84,8 +84,17 @@ class Verdict(BaseModel):
         "(``reward.correctness.tests: visible``); None for tasks whose prompts show no examples.",
     )
 
+    final_correct: bool | None = Field(
+        default=None,
+        description="The final answer read from prose by the task (its last answer-like span, e.g. 47 in 'So 12 + 35 "
+        "= 47.') is right: the lenient reading a chat model's reward may pay (``reward.correctness.match: final``); "
+        "strict ``correct`` still asks for the answer alone. None when the task reads no final answer.",
+    )
+
     @model_validator(mode="after")
     def _consistent(self) -> Verdict:
+        if self.correct and self.final_correct is False:
+            raise ValueError("a correct verdict's final answer is correct too")
         if self.correct and not (self.well_formed and self.contains_answer):
             raise ValueError("a correct verdict must also be well_formed and contains_answer")
         if self.correct and self.score is not None and self.score < 1.0:
@@ -194,6 +203,10 @@ class Task(ABC):
     default_difficulty: ClassVar[int]
     Options: ClassVar[type[BaseModel]] = NoOptions
     heldout_fraction: ClassVar[float] = 0.2
+    raw_prompts: ClassVar[bool] = False
+    """True: a chat model gets the raw ``Problem.prompt`` too, never its chat template (see evotrainer.prompting)."""
+    chat_system: ClassVar[str] = "Reply with the answer only, nothing else."
+    """System message of :meth:`chat_messages`'s default."""
 
     def __init__(self, options: BaseModel | dict[str, Any] | None = None) -> None:
         type(self)._check_class()
@@ -219,6 +232,13 @@ class Task(ABC):
         self.check_difficulty(difficulty)
         rng = random.Random(f"max_answer_chars|{self.name}|{difficulty}")
         return max(len(self.generate(rng, difficulty).answer) for _ in range(256))
+
+    def chat_messages(self, problem: Problem) -> list[dict[str, str]]:
+        """The prompt for a chat model (a policy whose tokenizer has a chat template; see
+        :mod:`evotrainer.prompting`): a system message and the user's turn. The default is ``chat_system`` and
+        the raw prompt; built-in tasks phrase the problem in words and say what form the answer takes, so that
+        an instruct model can answer it and the strict verifier can read the answer alone."""
+        return [{"role": "system", "content": self.chat_system}, {"role": "user", "content": problem.prompt}]
 
     # -- multi-turn tasks (leave these alone for a single-turn task) ----------------------------------------
 

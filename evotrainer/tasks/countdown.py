@@ -89,6 +89,17 @@ class CountdownTask(Task):
     Options = CountdownOptions
 
     options: CountdownOptions
+    chat_system = "Reply with one arithmetic expression only, nothing else."
+
+    def chat_messages(self, problem: Problem) -> list[dict[str, str]]:
+        """A chat model is asked ``Using the numbers 3 5 7 (each at most once) and + - * / with parentheses, write
+        an expression that equals 22. Answer with the expression only.``"""
+        each = "each exactly once" if problem.meta.get("use_all") else "each at most once"
+        shown = " ".join(map(str, problem.meta["numbers"]))
+        return [{"role": "system", "content": self.chat_system},
+                {"role": "user", "content": f"Using the numbers {shown} ({each}) and + - * / with parentheses, write "
+                                            f"an expression that equals {problem.meta['target']}. Answer with the "
+                                            "expression only."}]
 
     def generate(self, rng: random.Random, difficulty: int) -> Problem:
         self.check_difficulty(difficulty)
@@ -161,6 +172,12 @@ class CountdownTask(Task):
                     break
             except ExprError:
                 continue
+        # prose: the final answer is the last candidate that is not the bare target ('3*5+7 = 22.' reads 3*5+7)
+        final = [c for c in candidates if c.strip() != str(target)]
+        try:
+            final_ok = bool(final) and not _fault(parse(final[-1]), numbers, target, use_all)
+        except ExprError:
+            final_ok = False
         try:
             expr = parse(completion.strip())
         except ExprError as exc:
@@ -170,6 +187,7 @@ class CountdownTask(Task):
                 contains_answer=contains,
                 n_candidates=len(candidates),
                 reason=f"not an expression: {exc}",
+                final_correct=final_ok,
             )
         fault = _fault(expr, numbers, target, use_all)
         return Verdict(
@@ -179,6 +197,7 @@ class CountdownTask(Task):
             n_candidates=len(candidates),
             parsed=to_text(expr),
             reason=fault,
+            final_correct=final_ok or not fault,
         )
 
     def max_answer_chars(self, difficulty: int) -> int:
