@@ -92,7 +92,14 @@ def test_valid_reply_gives_validated_drafts_and_tokens(ctx):
     assert res.tokens == 120 and b.tokens_used == 120
     (req,) = llm.requests
     assert req["model"] == "scripted" and req["temperature"] == 0.2 and req["max_tokens"] == 800
-    assert req["response_format"] == {"type": "json_object"}
+    rf = req["response_format"]  # the proposals' JSON schema: knobs and symptoms are enums, values typed
+    assert rf["type"] == "json_schema" and rf["json_schema"]["name"] == "proposals"
+    shapes = rf["json_schema"]["schema"]["properties"]["proposals"]["items"]["anyOf"]
+    by_knob = {sh["properties"]["knob"]["enum"][0]: sh["properties"] for sh in shapes}
+    assert by_knob["grpo.num_generations"]["value"] == {"type": "integer", "minimum": 2, "maximum": 256}
+    assert by_knob["grpo.loss_type"]["value"]["enum"][0] == "grpo" and "diagnostics.gate" not in by_knob
+    assert set(by_knob["grpo.beta"]["hypothesis"]["properties"]["symptom"]["enum"]) == set(SYMPTOMS)
+    assert by_knob["grpo.beta"]["cited_skills"]["items"]["enum"] == ["clip-higher", "entropy-bonus"]
     assert [m["role"] for m in req["messages"]] == ["system", "user"]
 
 
@@ -223,12 +230,40 @@ def test_connection_refused_falls_back(ctx):
 
 
 def test_server_without_json_mode(ctx):
-    with ScriptedLLM([reply(proposal())], reject_response_format=True) as llm:
+    with ScriptedLLM([reply(proposal())] * 2, reject_response_format=True) as llm:
         b = brain(llm, max_retries=0)[0]
         res = b.propose(ctx)
+        b.propose(ctx)  # the refusals are remembered: the next call asks without response_format at once
     assert res.brain == "llm" and len(res.drafts) == 1
-    assert "response_format" in llm.requests[0] and "response_format" not in llm.requests[1]
-    assert b.json_mode is False and any("rejected response_format" in n for n in res.notes)
+    formats = [r.get("response_format", {}).get("type") for r in llm.requests]
+    assert formats == ["json_schema", "json_object", "json_object", None, None]
+    assert "schema" in llm.requests[1]["response_format"] and "schema" not in llm.requests[2]["response_format"]
+    assert b.json_mode is False and sum("rejected response_format" in n for n in res.notes) == 3
+
+
+def test_structured_output_setting_picks_the_first_rung(ctx):
+    with ScriptedLLM([reply(proposal())] * 2) as llm:
+        brain(llm, structured_output="json_object")[0].propose(ctx)
+        brain(llm, structured_output="none")[0].propose(ctx)
+    assert llm.requests[0]["response_format"] == {"type": "json_object"} and "response_format" not in llm.requests[1]
+
+
+def test_compact_prompt_is_short_and_offers_few_knobs(ctx):
+    settings = LLMSettings(base_url="http://127.0.0.1:9/v1", model="m", prompt="compact")
+    text = render_prompt(ctx, settings)
+    full = render_prompt(ctx, settings.model_copy(update={"prompt": "full"}))
+    assert len(text) < 1500 < len(full) / 5
+    assert "clip-higher: grpo.epsilon_high = 0.28" in text and "entropy_collapse (critical)" in text
+    assert TAIL not in text and "IGNORE" not in text  # no rollout text at all
+    assert "grpo.temperature=1.2" in text  # refuted changes are listed
+    with ScriptedLLM([reply(proposal())]) as llm:
+        b = brain(llm, prompt="compact")[0]
+        assert b.propose(ctx).brain == "llm"
+    schema = llm.requests[0]["response_format"]["json_schema"]["schema"]
+    knobs = [sh["properties"]["knob"]["enum"][0] for sh in schema["properties"]["proposals"]["items"]["anyOf"]]
+    assert knobs[:2] == ["grpo.epsilon_high", "grpo.entropy_coef"] and len(knobs) == 6
+    symptoms = schema["properties"]["proposals"]["items"]["anyOf"][0]["properties"]["hypothesis"]["properties"]
+    assert symptoms["symptom"]["enum"] == ["entropy_collapse", "plateau"]
 
 
 def test_token_budget_stops_calls(ctx):

@@ -74,6 +74,15 @@ class LLMBrainSpec(_S):
     base_url: str = Field(..., description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (vLLM, Ollama).")
     model: str = Field(..., description="Model name at that endpoint.")
     api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key.")
+    prompt: Literal["full", "compact"] = Field(
+        "full", description="'compact' for small local models (SmolLM2-135M): a ~1.5k-character prompt with few knobs "
+                            "(see evotrainer/agent/brains/llm.py).")
+    structured_output: Literal["auto", "json_schema", "json_object", "none"] = Field(
+        "auto", description="Constrain replies to the proposals' JSON schema when the server can ('auto' steps down "
+                            "to JSON mode, then nothing, when refused).")
+    timeout_s: float = Field(60.0, gt=0.0, le=3600.0, description="Seconds one call may take (a small model on a CPU "
+                                                                   "needs minutes).")
+    max_tokens: int = Field(800, ge=16, le=32_768, description="Most tokens a reply may have.")
 
 
 class BrainSpec(_S):

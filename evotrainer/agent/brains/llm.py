@@ -17,6 +17,14 @@ Why it is built this way:
   safety net that proposals are judged by.
 * When no valid proposal comes back within the attempts, the fallback (heuristic) brain answers instead,
   ``brain="llm→heuristic"``, and the notes say why: a campaign never stalls on an LLM.
+* Small local models (SmolLM2-135M behind llama.cpp's server) need two more things. ``prompt: compact``
+  renders ``prompts/propose_compact.j2``: a few findings without rollout text, the top candidates, and only the
+  knobs they and a short default list name (~1.5k characters instead of ~14k). And the reply is constrained to
+  the proposal's JSON schema when the server can (``structured_output: auto``): knobs and symptoms are enums,
+  each knob's value has its type (and integer bounds), strings are short. ``auto`` asks in OpenAI's
+  ``json_schema`` form first, then llama-cpp-python's ``json_object`` + ``schema`` form, then plain JSON mode,
+  then nothing, stepping down once per refusal (HTTP 4xx) and remembering it. A server that ignores the field
+  (``transformers serve``) is simply unconstrained; the reply is validated the same either way.
 """
 
 from __future__ import annotations
@@ -50,6 +58,14 @@ FOLLOW_UP = ("Your reply could not be used:\n{errors}\nReply again with one JSON
              "and nothing else.")
 
 
+COMPACT_KNOBS = ("optim.learning_rate", "grpo.temperature", "grpo.num_generations", "grpo.max_completion_length",
+                 "grpo.entropy_coef", "grpo.scale_rewards", "reward.overlong.weight", "grpo.beta")
+"""Knobs the compact prompt offers after the candidates' own, in this order."""
+MAX_COMPACT = {"knobs": 6, "candidates": 4, "findings": 3}
+FORMATS = ("json_schema", "json_object_schema", "json_object", "none")
+"""The response_format ladder of structured_output 'auto' (see the module docstring)."""
+
+
 class LLMSettings(BaseModel):
     """How to reach the model and how much of the evidence to show it."""
 
@@ -68,6 +84,15 @@ class LLMSettings(BaseModel):
         160, ge=16, le=4000, description="Characters kept of each untrusted text (rollout prompt/completion, explanation).",
     )
     max_findings: int = Field(8, ge=1, le=64, description="Most findings shown to the model, most severe first.")
+    prompt: Literal["full", "compact"] = Field(
+        "full", description="'full': every knob with its documentation, the findings with example rollouts (~14k "
+                            "characters). 'compact': for small local models: 3 findings without rollout text, 4 "
+                            "candidates, 6 knobs (~1.5k characters).")
+    structured_output: Literal["auto", "json_schema", "json_object", "none"] = Field(
+        "auto", description="Constrain the reply: 'auto' asks for the proposals' JSON schema (OpenAI json_schema, then "
+                            "llama-cpp-python's json_object+schema), then JSON mode, then nothing, one step down per "
+                            "refusal; 'json_schema' starts at the schema too; 'json_object' is JSON mode only; "
+                            "'none' sends no response_format.")
 
 
 def clean(text: Any, limit: int) -> str:
@@ -101,8 +126,88 @@ def _knob_rows(harness: HarnessSpec) -> list[dict[str, Any]]:
             and d["knob"] not in harness.inert_knobs()]
 
 
+def compact_knobs(ctx: BrainContext) -> list[dict[str, Any]]:
+    """The knobs a compact prompt offers: the top candidates' own, then ``COMPACT_KNOBS``, at most 6."""
+    rows = {r["knob"]: r for r in _knob_rows(ctx.harness)}
+    order = [c.knob for c in ctx.candidates[: MAX_COMPACT["candidates"]]] + list(COMPACT_KNOBS)
+    out: list[dict[str, Any]] = []
+    for k in order:
+        if k in rows and all(r["knob"] != k for r in out):
+            out.append(rows[k])
+    return out[: MAX_COMPACT["knobs"]]
+
+
+def _sorted_findings(ctx: BrainContext) -> list:
+    return sorted(ctx.findings, key=lambda f: (-SEVERITY_RANK[f.severity], -f.confidence))
+
+
+def prompt_symptoms(ctx: BrainContext, settings: LLMSettings) -> list[str]:
+    """The symptoms a reply may name: the whole vocabulary, or in a compact prompt those shown (and plateau)."""
+    if settings.prompt == "full" or not ctx.findings:
+        return sorted(SYMPTOMS)
+    shown = {f.symptom for f in _sorted_findings(ctx)[: MAX_COMPACT["findings"]]} | {"plateau"}
+    return sorted(shown & set(SYMPTOMS))
+
+
+def _value_schema(knob: str, harness: HarnessSpec) -> dict[str, Any]:
+    choices = [c for c in _choices(knob) if c is not None]
+    if choices:
+        return {"enum": choices}
+    doc = next(d for d in knob_docs() if d["knob"] == knob)
+    t, b = doc["type"], doc["bounds"]
+    if t.startswith("tuple") or isinstance(harness.knobs()[knob], list):
+        return {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}
+    if t == "bool":
+        return {"type": "boolean"}
+    if t.startswith("int"):
+        out: dict[str, Any] = {"type": "integer"}
+        if "ge" in b or "gt" in b:
+            out["minimum"] = b["ge"] if "ge" in b else b["gt"] + 1
+        if "le" in b or "lt" in b:
+            out["maximum"] = b["le"] if "le" in b else b["lt"] - 1
+        return out
+    return {"type": "number"}
+
+
+def proposal_schema(ctx: BrainContext, settings: LLMSettings) -> dict[str, Any]:
+    """The JSON schema of a reply: ``{"proposals": [...]}``, one object shape per offered knob (its name as an enum,
+    its value's type), symptoms from the vocabulary, candidate ids as cited skills, short strings."""
+    rows = compact_knobs(ctx) if settings.prompt == "compact" else _knob_rows(ctx.harness)
+    n_cand = MAX_COMPACT["candidates"] if settings.prompt == "compact" else MAX_CANDIDATES
+    ids = [c.id for c in ctx.candidates[:n_cand]]
+    text = lambda n: {"type": "string", "minLength": 3, "maxLength": n}
+    hypothesis = {"type": "object", "additionalProperties": False,
+                  "required": ["symptom", "cause", "change", "expected_effect"],
+                  "properties": {"symptom": {"enum": prompt_symptoms(ctx, settings)}, "cause": text(200),
+                                 "change": text(120), "expected_effect": text(200)}}
+    cited = {"type": "array", "items": {"enum": ids}, "maxItems": 2} if ids else {"type": "array", "maxItems": 0}
+    shapes = [{"type": "object", "additionalProperties": False,
+               "required": ["knob", "value", "hypothesis", "rationale", "cited_skills"],
+               "properties": {"knob": {"enum": [r["knob"]]}, "value": _value_schema(r["knob"], ctx.harness),
+                              "hypothesis": hypothesis, "rationale": {"type": "string", "maxLength": 300},
+                              "cited_skills": cited}} for r in rows]
+    return {"type": "object", "additionalProperties": False, "required": ["proposals"],
+            "properties": {"proposals": {"type": "array", "minItems": 1, "maxItems": max(1, ctx.max_proposals),
+                                         "items": {"anyOf": shapes}}}}
+
+
+def response_format(kind: str, schema: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``response_format`` field of one rung of the ladder (None: send none)."""
+    if kind == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": "proposals", "schema": schema}}
+    if kind == "json_object_schema":  # llama-cpp-python's server (and Anyscale's): JSON mode with a schema
+        return {"type": "json_object", "schema": schema}
+    return {"type": "json_object"} if kind == "json_object" else None
+
+
 def render_prompt(ctx: BrainContext, settings: LLMSettings) -> str:
-    findings = sorted(ctx.findings, key=lambda f: (-SEVERITY_RANK[f.severity], -f.confidence))
+    findings = _sorted_findings(ctx)
+    if settings.prompt == "compact":
+        shown = findings[: MAX_COMPACT["findings"]]
+        return template_env(settings.max_example_chars).get_template("propose_compact.j2").render(
+            task=ctx.task, knobs=compact_knobs(ctx), findings=shown, candidates=ctx.candidates[: MAX_COMPACT["candidates"]],
+            refuted=ctx.refuted, max_proposals=ctx.max_proposals, symptoms=prompt_symptoms(ctx, settings),
+            metrics={k: v for k, v in ctx.metrics.items() if k in ("reward", "eval/greedy_accuracy", "entropy")})
     shown = findings[: settings.max_findings]
     marker = hashlib.sha256(json.dumps([f.model_dump(mode="json") for f in shown]).encode()).hexdigest()[:12]
     return template_env(settings.max_example_chars).get_template("propose.j2").render(
@@ -220,22 +325,31 @@ class LLMBrain:
     def __init__(self, settings: LLMSettings, fallback: Brain, token_budget: int | None = None):
         self.settings, self.fallback, self.token_budget = settings, fallback, token_budget
         self.tokens_used = 0  # over the brain's lifetime (the campaign), against token_budget
-        self.json_mode = True  # cleared for good once the server rejects response_format
+        start = {"auto": "json_schema", "json_schema": "json_schema"}.get(settings.structured_output,
+                                                                        settings.structured_output)
+        self.format = start  # steps down FORMATS for good when the server refuses one (see the module docstring)
 
-    def _call(self, messages: list[dict[str, str]], notes: list[str]) -> tuple[str, int]:
+    @property
+    def json_mode(self) -> bool:
+        """Whether replies are still asked for as JSON (some response_format is sent)."""
+        return self.format != "none"
+
+    def _call(self, messages: list[dict[str, str]], notes: list[str], schema: dict[str, Any]) -> tuple[str, int]:
         s = self.settings
         key = os.environ.get(s.api_key_env) or "EMPTY"
         args: dict[str, Any] = dict(model=s.model, messages=messages, temperature=s.temperature, max_tokens=s.max_tokens)
         with OpenAI(base_url=s.base_url, api_key=key, timeout=s.timeout_s, max_retries=0) as client:
-            try:
-                resp = client.chat.completions.create(
-                    **args, **({"response_format": {"type": "json_object"}} if self.json_mode else {}))
-            except APIStatusError as err:
-                if not (self.json_mode and 400 <= err.status_code < 500 and err.status_code not in (401, 403, 429)):
-                    raise
-                self.json_mode = False
-                notes.append(f"server rejected response_format (HTTP {err.status_code}); asking without it")
-                resp = client.chat.completions.create(**args)
+            while True:
+                rf = response_format(self.format, schema)
+                try:
+                    resp = client.chat.completions.create(**args, **({"response_format": rf} if rf else {}))
+                    break
+                except APIStatusError as err:
+                    if not (rf and 400 <= err.status_code < 500 and err.status_code not in (401, 403, 429)):
+                        raise
+                    was, self.format = self.format, FORMATS[FORMATS.index(self.format) + 1]
+                    notes.append(f"server rejected response_format {was} (HTTP {err.status_code}); asking "
+                                 + ("without it" if self.format == "none" else f"with {self.format}"))
         usage = getattr(resp, "usage", None)
         used = getattr(usage, "total_tokens", None)
         try:
@@ -248,13 +362,13 @@ class LLMBrain:
         notes: list[str] = []
         tokens, why = 0, "no attempt was made"
         base = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": render_prompt(ctx, self.settings)}]
-        messages = base
+        messages, schema = base, proposal_schema(ctx, self.settings)
         for attempt in range(1, self.settings.max_retries + 2):
             if self.token_budget is not None and self.tokens_used >= self.token_budget:
                 why = f"token budget of {self.token_budget} spent ({self.tokens_used} used)"
                 break
             try:
-                text, used = self._call(messages, notes)
+                text, used = self._call(messages, notes, schema)
             except OpenAIError as err:  # connection refused, timeout, 4xx/5xx: a failed attempt
                 why = f"attempt {attempt}: {_transport(err, self.settings)}"
                 notes.append(why)
