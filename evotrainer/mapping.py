@@ -71,6 +71,10 @@ def as_bool(s: pd.Series) -> pd.Series | None:
     vals = s.dropna()
     if not len(vals):
         return None
+    if pd.api.types.is_bool_dtype(s):
+        return s.astype("boolean")
+    if pd.api.types.is_numeric_dtype(s):  # vectorised: most columns are numbers
+        return (s == 1).astype("boolean").where(s.notna(), pd.NA) if vals.isin([0, 1]).all() else None
     try:
         uniq = set(vals.map(lambda v: v.strip().lower() if isinstance(v, str) else v).unique())
     except TypeError:  # unhashable values (lists, dicts): not a boolean column

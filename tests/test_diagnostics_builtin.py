@@ -640,3 +640,19 @@ def test_windows_helper():
     assert (w.early.lo, w.early.hi, w.recent.lo, w.recent.hi) == (1, 25, 76, 100) and w.disjoint
     w = windows(np.arange(1, 7), 0.25, 5)
     assert not w.disjoint and w.recent.n == 5
+
+
+def test_learns_nothing_needs_a_moving_reward_and_a_long_window(sick):
+    """The seed-1 case (held-out flat, reward moving) fires; a flat reward is plateau's case, and a run shorter than
+    min_steps is not judged; without held-out points inside the window, strict train accuracy is the signal."""
+    ev = sick["learns_nothing"]
+    [f] = alarms(fire("learns_nothing", ev))
+    assert "Held-out greedy accuracy" in f.explanation and f.metrics["accuracy_change"] <= 0.03
+    flat = Evidence(metrics=ev.metrics.assign(reward=0.3), rollouts=ev.rollouts.drop(columns=["reward"]))
+    assert not alarms(fire("learns_nothing", flat))
+    short = Evidence(metrics=ev.metrics[ev.metrics["step"] <= 60], rollouts=ev.rollouts[ev.rollouts["step"] <= 60])
+    [g] = fire("learns_nothing", short)
+    assert Diagnostic.insufficient(g) and "at least 100 steps" in g.explanation
+    train_only = strip(ev, metrics=["eval/greedy_accuracy"])
+    [h] = alarms(fire("learns_nothing", train_only))
+    assert "Strict train accuracy" in h.explanation

@@ -1,0 +1,232 @@
+"""Grow the labelled archive (issue 17): real runs of more domains, longer runs, and runs made by plain TRL scripts.
+
+The first archive (``bench/pathological_runs.py``) was 15 runs of 40-step ``arith``, and the diagnostics' four
+revisions were tuned on them, so its recall of 1.00 is in-sample. This script adds:
+
+- the same five arith recipes with two more RL seeds (the fixture's seed 0 is the third);
+- long runs: two healthy 300-step arith runs (for the precision of ``grad_spike`` and ``plateau``, which need
+  length to misfire), two 120-step runs at learning rate 1e-7 (labelled ``learns_nothing``: the reward moves by
+  sampling noise, nothing is learned), and the seed-1 baseline run of ``bench/RESULTS.md`` §1 (64 x 8, 300 steps),
+  the run that had no finding;
+- runs of ``countdown``, ``code`` and ``agentic`` (baseline recipes, a too-short budget, the agentic leak trap);
+- runs made by a plain TRL script (``bench/trl_script.py``: TRL's own output dir, no EvoTrainer in the loop).
+
+Every run is labelled **before** any diagnostic reads it, by what its recipe was made to break (``RUNS`` below), and
+**split once** into a tuning half and a held-out half (the ``split`` column below, fixed here before any revision:
+for each recipe its runs alternate between the halves, seed by seed, and a recipe with one run goes to the half
+that has fewer runs of its kind). ``--check`` prints, per run, the raw numbers behind the labels (dead / all-wrong /
+all-correct group shares, truncated share, entropy start and end, held-out accuracy start and end) computed from
+the records directly, not by the diagnostics, so a label can be checked against the run. Runs are exported
+compactly to ``--export`` (``meta.json``, ``metrics.jsonl``, ``rollouts/``; TRL runs: ``trainer_state.json`` and
+``completions/``), with ``archive.yaml``, ``archive-tuning.yaml`` and ``archive-heldout.yaml``.
+
+    .venv/bin/python bench/archive_runs.py [--only GROUP ...] [--check]
+
+Groups, in the order they run (each resumable: a run already exported is kept): trl, arith, lr, long1 (the held-out
+long run), countdown, agentic, code, long0, seed1 — most important first, because on a shared 2-core machine the
+whole list takes hours (bench/RESULTS.md says which groups ran).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from _common import ROOT, parser
+
+# name -> group, kind, spec, labels, invalid, split. kind 'job': our runner (task, harness or harness patch, steps,
+# seed, policy, eval every, eval n); kind 'trl': bench/trl_script.py (variant, steps, seed).
+H = "harnesses/"
+RUNS: dict[str, dict] = {}
+
+
+def _add(name, group, kind, spec, labels, split, invalid=False):
+    RUNS[name] = {"group": group, "kind": kind, "spec": spec, "labels": labels, "split": split, "invalid": invalid}
+
+
+# plain TRL script runs (the policy: our warm-started tiny arith model, as a plain HF dir)
+for seed, split in ((0, "tuning"), (1, "heldout")):
+    _add(f"trl-healthy-s{seed}", "trl", "trl", {"variant": "healthy", "steps": 60, "seed": seed}, [], split)
+    _add(f"trl-lenient-s{seed}", "trl", "trl", {"variant": "lenient", "steps": 60, "seed": seed},
+         ["answer_spraying", "reward_hacking", "too_hard", "truncation"], split, invalid=True)
+    _add(f"trl-short-s{seed}", "trl", "trl", {"variant": "short", "steps": 30, "seed": seed},
+         ["truncation", "too_hard", "dead_groups"], split)
+    _add(f"trl-lr-high-s{seed}", "trl", "trl", {"variant": "lr-high", "steps": 30, "seed": seed},
+         ["entropy_collapse", "truncation", "too_hard", "dead_groups"], split)
+# the five recipes of the first archive, two more RL seeds (policy seed 0, as the fixture's seed-0 runs)
+OLD = {"healthy": (H + "grpo-small.yaml", {}, []),
+       "lr-too-high": (H + "pathological/lr-too-high.yaml", {}, ["entropy_collapse", "truncation", "too_hard", "dead_groups"]),
+       "too-short": (H + "pathological/too-short.yaml", {}, ["truncation", "too_hard", "dead_groups"]),
+       "too-easy": (H + "pathological/too-easy.yaml", {"sft_target_accuracy": 0.99}, ["dead_groups", "too_easy"]),
+       "lenient-reward": (H + "pathological/lenient-reward.yaml", {},
+                          ["answer_spraying", "reward_hacking", "too_hard", "truncation"])}
+for variant, (harness, pol, labels) in OLD.items():
+    for seed, split in ((1, "tuning"), (2, "heldout")):
+        _add(f"arith-{variant}-s{seed}", "arith", "job",
+             {"task": "arith", "harness": harness, "steps": 40, "seed": seed, "policy": {"seed": 0, **pol},
+              "eval_every": 10, "eval_n": 100}, labels, split, invalid=variant == "lenient-reward")
+for seed, split in ((0, "tuning"), (1, "heldout")):
+    _add(f"arith-healthy-long-s{seed}", f"long{seed}", "job",
+         {"task": "arith", "harness": H + "grpo-small.yaml", "steps": 300, "seed": seed, "policy": {"seed": 0},
+          "eval_every": 25, "eval_n": 200}, [], split)
+    _add(f"arith-lr-tiny-s{seed}", "lr", "job",
+         {"task": "arith", "harness": {"base": H + "grpo-small.yaml", "patch": {"optim": {"learning_rate": 1e-7}}},
+          "steps": 120, "seed": seed, "policy": {"seed": 0}, "eval_every": 20, "eval_n": 200},
+         ["learns_nothing", "plateau"], split)
+for seed, split in ((0, "tuning"), (1, "heldout")):
+    _add(f"countdown-baseline-s{seed}", "countdown", "job",
+         {"task": "countdown", "harness": H + "grpo-small.yaml", "steps": 60, "seed": seed, "policy": {"seed": 0},
+          "eval_every": 20, "eval_n": 100}, [], split)
+_add("countdown-too-short-s0", "countdown", "job",
+     {"task": "countdown", "harness": H + "pathological/too-short.yaml", "steps": 40, "seed": 0, "policy": {"seed": 0},
+      "eval_every": 20, "eval_n": 100}, ["truncation", "too_hard", "dead_groups"], "heldout")
+_add("agentic-baseline-s0", "agentic", "job",
+     {"task": "agentic", "harness": H + "agentic-baseline.yaml", "steps": 60, "seed": 0, "policy": {"seed": 0},
+      "eval_every": 30, "eval_n": 100}, [], "heldout")
+for seed, split in ((0, "tuning"), (1, "heldout")):
+    _add(f"agentic-leak-s{seed}", "agentic", "job",
+         {"task": "agentic", "harness": {"base": H + "agentic-baseline.yaml", "patch": {"env": {"leak_tool": True}}},
+          "steps": 60, "seed": seed, "policy": {"seed": 0}, "eval_every": 30, "eval_n": 100}, ["answer_leak"], split,
+         invalid=True)
+_add("code-baseline-s0", "code", "job",
+     {"task": "code", "harness": H + "code-baseline.yaml", "steps": 60, "seed": 0,
+      "policy": {"seed": 0, "sft_steps": 1000, "sft_target_accuracy": None}, "eval_every": 30, "eval_n": 100}, [],
+     "heldout")
+_add("arith-baseline-seed1", "seed1", "job",
+     {"task": "arith", "harness": H + "grpo-baseline.yaml", "steps": 300, "seed": 1, "policy": {"seed": 1},
+      "eval_every": 50, "eval_n": 500}, ["learns_nothing"], "heldout")
+GROUPS = ["trl", "arith", "lr", "long1", "countdown", "agentic", "code", "long0", "seed1"]
+FIXTURES = {"healthy-s0": [], "lr-too-high-s0": OLD["lr-too-high"][2], "too-short-s0": OLD["too-short"][2],
+            "too-easy-s0": OLD["too-easy"][2], "lenient-reward-s0": OLD["lenient-reward"][2]}
+
+
+def _harness_file(h, home: Path, name: str) -> str:
+    if isinstance(h, str):
+        return str(ROOT / h)
+    doc = yaml.safe_load((ROOT / h["base"]).read_text())
+    for k, v in h["patch"].items():
+        doc[k] = {**(doc.get(k) or {}), **v}
+    doc["name"] = name
+    out = home / "harnesses" / f"{name}.yaml"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return str(out)
+
+
+def _job(name: str, spec: dict, home: Path, dest: Path) -> None:
+    from evotrainer.evaluation import EvalSpec
+    from evotrainer.jobs.runner import JobSpec, run_job
+    from evotrainer.policy import PolicySpec
+
+    job = JobSpec(task=spec["task"], harness=_harness_file(spec["harness"], home, name), steps=spec["steps"],
+                  seed=spec["seed"], policy=PolicySpec(**spec["policy"]), save_every=spec["steps"], name=name,
+                  eval=EvalSpec(every=spec["eval_every"], n=spec["eval_n"], k=1))
+    src = home / "jobs" / name
+    if not (src / "meta.json").is_file() or json.loads((src / "meta.json").read_text()).get("status") != "finished":
+        try:
+            run_job(job, home, resume=name if (src / "meta.json").is_file() else None, log=print)
+        except Exception as err:  # noqa: BLE001 - a pathological run may end in NaN: keep what it recorded
+            print(f"{name}: {type(err).__name__}: {err}", flush=True)
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for f in ("meta.json", "metrics.jsonl"):
+        shutil.copy(src / f, dest / f)
+    shutil.copytree(src / "rollouts", dest / "rollouts")
+
+
+def _trl(name: str, spec: dict, home: Path, dest: Path) -> None:
+    model = home / "policies" / "arith__tiny__s0__b608a2bca4"  # the fixture runs' warm start (tiny, 3-digit sums)
+    if not model.is_dir():
+        raise SystemExit(f"{model} missing: train any arith job with policy seed 0 in {home} first")
+    out = home / "trl" / name
+    if not any(out.glob("checkpoint-*/trainer_state.json")):
+        shutil.rmtree(out, ignore_errors=True)
+        subprocess.run([sys.executable, str(ROOT / "bench" / "trl_script.py"), "--model", str(model), "--out", str(out),
+                        "--variant", spec["variant"], "--steps", str(spec["steps"]), "--seed", str(spec["seed"])],
+                       check=True)
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    last = max(out.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
+    shutil.copy(last, dest / "trainer_state.json")
+    shutil.copytree(out / "completions", dest / "completions")
+
+
+def write_archives(export: Path) -> None:
+    entries = [{"path": str(ROOT / "tests" / "fixtures" / "runs" / n), "labels": labels,
+                "invalid": n.startswith("lenient"), "note": "fixture, seed 0 (the first archive)", "split": "tuning"}
+               for n, labels in FIXTURES.items()]
+    for name, r in RUNS.items():
+        if (export / name).is_dir():
+            entries.append({"path": name, "labels": r["labels"], "invalid": r["invalid"],
+                            "note": f"{r['group']}: {json.dumps(r['spec'], sort_keys=True)}", "split": r["split"]})
+    for suffix, keep in (("", None), ("-tuning", "tuning"), ("-heldout", "heldout")):
+        runs = [{k: v for k, v in e.items() if k != "split"} | {"note": f"{e['split']}; {e['note']}"}
+                for e in entries if keep is None or e["split"] == keep]
+        (export / f"archive{suffix}.yaml").write_text(yaml.safe_dump({"runs": runs}, sort_keys=False))
+
+
+def check(export: Path) -> None:
+    """The raw numbers behind each label, from the records (not the diagnostics)."""
+    from evotrainer.readers import load_evidence
+
+    for name in [*RUNS, *FIXTURES]:
+        path = export / name if name in RUNS else ROOT / "tests" / "fixtures" / "runs" / name
+        if not path.is_dir():
+            continue
+        ev = load_evidence(path)
+        r, m = ev.rollouts, ev.metrics
+        q = r[r["step"] > r["step"].max() * 0.75] if len(r) else r
+        out: dict = {"run": name, "labels": (RUNS.get(name) or {}).get("labels", FIXTURES.get(name)), "steps": int(r["step"].max())}
+        if len(q) and "reward" in q:
+            g = q.groupby(["step", "group_id"])
+            out["dead"] = round(float((g["reward"].max() - g["reward"].min() <= 1e-9).mean()), 2)
+            if "correct" in q:
+                c = q.assign(c=q["correct"].astype(float)).groupby(["step", "group_id"])["c"]
+                out["all_wrong"] = round(float((c.max() == 0).mean()), 2)
+                out["all_right"] = round(float((c.min() == 1).mean()), 2)
+                out["acc_first_last"] = [round(float(r[r["step"] <= r["step"].min() + 4]["correct"].astype(float).mean()), 3),
+                                         round(float(q["correct"].astype(float).mean()), 3)]
+        for col, key in (("completions/clipped_ratio", "clipped"), ("entropy", "entropy")):
+            if col in m and m[col].notna().any():
+                s = m[col].dropna()
+                out[key] = [round(float(s.iloc[:3].mean()), 3), round(float(s.iloc[-max(3, len(s) // 4):].mean()), 3)]
+        if "eval/greedy_accuracy" in m and m["eval/greedy_accuracy"].notna().any():
+            e = m["eval/greedy_accuracy"].dropna()
+            out["heldout"] = [round(float(e.iloc[0]), 3), round(float(e.iloc[-1]), 3), len(e)]
+        if "reward" in m and m["reward"].notna().any():
+            s = m["reward"].dropna()
+            out["reward_first_last"] = [round(float(s.iloc[:5].mean()), 3), round(float(s.iloc[-max(5, len(s) // 4):].mean()), 3)]
+        print(json.dumps(out), flush=True)
+
+
+def main() -> None:
+    p = parser(__doc__, "bench-issue17")
+    p.add_argument("--export", default=str(ROOT / "runs" / "archive-v2"))
+    p.add_argument("--only", nargs="*", default=None, help=f"groups: {' '.join(GROUPS)}")
+    p.add_argument("--check", action="store_true", help="print the raw numbers behind each run's labels")
+    a = p.parse_args()
+    from evotrainer.home import resolve_home
+
+    home, export = resolve_home(a.home), Path(a.export)
+    export.mkdir(parents=True, exist_ok=True)
+    if a.check:
+        check(export)
+        return
+    for group in a.only or GROUPS:
+        for name, r in RUNS.items():
+            if r["group"] != group or (export / name / ("meta.json" if r["kind"] == "job" else "trainer_state.json")).is_file():
+                continue
+            t = time.time()
+            (_job if r["kind"] == "job" else _trl)(name, r["spec"], home, export / name)
+            print(json.dumps({"run": name, "minutes": round((time.time() - t) / 60, 1)}), flush=True)
+            write_archives(export)
+    write_archives(export)
+
+
+if __name__ == "__main__":
+    main()
