@@ -50,28 +50,6 @@ from evotrainer.agent.schemas import BacktestStats, BranchResult, Decision
 SPENDING_RHO = 3.0  # Kim–DeMets power-family exponent: 3 spends about as O'Brien–Fleming boundaries do
 
 
-def paired_stats(control: list[float], treatment: list[float], confidence: float) -> BacktestStats:
-    """Paired t interval of mean(treatment - control). With one pair the interval is unbounded."""
-    from scipy import stats
-
-    if len(control) != len(treatment) or not control:
-        raise ValueError("paired_stats needs equally many control and treatment values, at least one")
-    diffs = [t - c for c, t in zip(control, treatment)]
-    n = len(diffs)
-    mean = statistics.fmean(diffs)
-    if n < 2:
-        lo, hi = -math.inf, math.inf
-    else:
-        sd = statistics.stdev(diffs)
-        half = float(stats.t.ppf(0.5 + confidence / 2, df=n - 1)) * sd / math.sqrt(n)
-        lo, hi = mean - half, mean + half
-    return BacktestStats(
-        n_pairs=n, effect=round(mean, 6), ci_low=round(lo, 6) if math.isfinite(lo) else lo,
-        ci_high=round(hi, 6) if math.isfinite(hi) else hi, confidence=confidence, method="paired-t",
-        control_mean=round(statistics.fmean(control), 6), treatment_mean=round(statistics.fmean(treatment), 6),
-    )
-
-
 def spending(looks: int, rho: float = SPENDING_RHO) -> list[float]:
     """Share of the error each look may spend: increments of (j/K)^rho (they sum to 1)."""
     if looks < 1:

@@ -9,7 +9,7 @@ from evotrainer.agent.brains.heuristic import HeuristicBrain
 from evotrainer.agent.lessons import SEED_LIBRARY, brain_inputs
 from evotrainer.agent.schemas import BranchResult
 from evotrainer.agent.spec import load_campaign_spec
-from evotrainer.backtest import decide, paired_stats
+from evotrainer.backtest import decide
 from evotrainer.config import HarnessSpec
 from evotrainer.diagnostics.base import Finding
 from evotrainer.errors import ConfigError
@@ -223,13 +223,6 @@ def test_a_trap_that_raises_the_training_reward_is_blocked_even_when_held_out_ac
     # the same gate trip without any gain is only a reject
     worse = _branches("treatment", [0.45, 0.47, 0.46], "p", gate_ok=False, rewards=[0.30, 0.31, 0.29])
     assert decide("p", ctrl, worse, 0.0, 0.8).outcome == "reject"
-
-
-def test_paired_interval_matches_a_t_interval():
-    st = paired_stats([0.5, 0.5, 0.5], [0.6, 0.7, 0.8], 0.9)
-    # diffs 0.1, 0.2, 0.3: mean 0.2, sd 0.1, t(0.95, 2) = 2.92 → half-width 0.1686
-    assert st.effect == pytest.approx(0.2) and st.ci_low == pytest.approx(0.2 - 0.1686, abs=1e-3)
-    assert st.method == "paired-t" and st.n_pairs == 3
 
 
 def test_regression_margin_is_eval_noise_with_the_backtest_floor():
