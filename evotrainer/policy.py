@@ -465,10 +465,13 @@ def real_policy_dir(home: Path, task: Task, spec: PolicySpec, seed: int, difficu
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     (tmp / "warm_start.json").write_text(json.dumps(report, indent=2))
-    if final.exists():
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
+    try:
         tmp.rename(final)
+    except OSError:  # another process (a campaign's other branch) built it meanwhile: keep theirs
+        if not (final / "warm_start.json").is_file():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+        report = json.loads((final / "warm_start.json").read_text())
     return final if report["sft_steps_run"] else src
 
 

@@ -106,10 +106,12 @@ def converted_dir(home: Path, name: str, log=None) -> Path:
         convert_gguf(src, tmp)
         (tmp / MARKER).write_text(json.dumps({"name": name, "gguf": str(src), "sha256": digest,
                                               "seconds": round(time.perf_counter() - t0, 1)}, indent=2))
-        if final.exists():  # another process converted it meanwhile: keep theirs
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
+        try:
             tmp.rename(final)
+        except OSError:  # another process converted it meanwhile: keep theirs
+            if not (final / MARKER).is_file():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -83,6 +83,7 @@ class LLMBrainSpec(_S):
     timeout_s: float = Field(60.0, gt=0.0, le=3600.0, description="Seconds one call may take (a small model on a CPU "
                                                                    "needs minutes).")
     max_tokens: int = Field(800, ge=16, le=32_768, description="Most tokens a reply may have.")
+    max_retries: int = Field(2, ge=0, le=5, description="Calls after a failed one in a round (then the heuristic answers).")
 
 
 class BrainSpec(_S):

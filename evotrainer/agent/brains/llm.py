@@ -23,7 +23,8 @@ Why it is built this way:
   the proposal's JSON schema when the server can (``structured_output: auto``): knobs and symptoms are enums,
   each knob's value has its type (and integer bounds), strings are short. ``auto`` asks in OpenAI's
   ``json_schema`` form first, then llama-cpp-python's ``json_object`` + ``schema`` form, then plain JSON mode,
-  then nothing, stepping down once per refusal (HTTP 4xx) and remembering it. A server that ignores the field
+  then nothing, stepping down once per refusal (HTTP 4xx, or an error naming response_format: llama-cpp-python
+  answers OpenAI's form with HTTP 500) and remembering it. A server that ignores the field
   (``transformers serve``) is simply unconstrained; the reply is validated the same either way.
 """
 
@@ -178,13 +179,13 @@ def proposal_schema(ctx: BrainContext, settings: LLMSettings) -> dict[str, Any]:
     text = lambda n: {"type": "string", "minLength": 3, "maxLength": n}
     hypothesis = {"type": "object", "additionalProperties": False,
                   "required": ["symptom", "cause", "change", "expected_effect"],
-                  "properties": {"symptom": {"enum": prompt_symptoms(ctx, settings)}, "cause": text(200),
-                                 "change": text(120), "expected_effect": text(200)}}
+                  "properties": {"symptom": {"enum": prompt_symptoms(ctx, settings)}, "cause": text(120),
+                                 "change": text(80), "expected_effect": text(120)}}
     cited = {"type": "array", "items": {"enum": ids}, "maxItems": 2} if ids else {"type": "array", "maxItems": 0}
     shapes = [{"type": "object", "additionalProperties": False,
                "required": ["knob", "value", "hypothesis", "rationale", "cited_skills"],
                "properties": {"knob": {"enum": [r["knob"]]}, "value": _value_schema(r["knob"], ctx.harness),
-                              "hypothesis": hypothesis, "rationale": {"type": "string", "maxLength": 300},
+                              "hypothesis": hypothesis, "rationale": {"type": "string", "maxLength": 160},
                               "cited_skills": cited}} for r in rows]
     return {"type": "object", "additionalProperties": False, "required": ["proposals"],
             "properties": {"proposals": {"type": "array", "minItems": 1, "maxItems": max(1, ctx.max_proposals),
@@ -307,6 +308,15 @@ def check_reply(ctx: BrainContext, obj: Any) -> tuple[list[ProposalDraft], list[
     return drafts, notes
 
 
+def _refuses_format(err: APIStatusError) -> bool:
+    """Whether the server refused the request for its response_format: a 4xx other than auth and rate limits, or
+    an error that names the field (llama-cpp-python answers a json_schema it cannot parse with HTTP 500)."""
+    code = err.status_code
+    if 400 <= code < 500 and code not in (401, 403, 429):
+        return True
+    return "response_format" in f"{err.message} {err.body}"
+
+
 def _transport(err: OpenAIError, settings: LLMSettings) -> str:
     if isinstance(err, APITimeoutError):
         return f"no answer within {settings.timeout_s}s"
@@ -345,7 +355,7 @@ class LLMBrain:
                     resp = client.chat.completions.create(**args, **({"response_format": rf} if rf else {}))
                     break
                 except APIStatusError as err:
-                    if not (rf and 400 <= err.status_code < 500 and err.status_code not in (401, 403, 429)):
+                    if not (rf and _refuses_format(err)):
                         raise
                     was, self.format = self.format, FORMATS[FORMATS.index(self.format) + 1]
                     notes.append(f"server rejected response_format {was} (HTTP {err.status_code}); asking "

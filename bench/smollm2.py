@@ -1,0 +1,130 @@
+"""Benchmark (issue 15, part 1): the built-in real policy, SmolLM2-135M-Instruct, on this CPU.
+
+``--part steps``: seconds per GRPO step at a small batch (4 prompts x 4 completions, at most 16 tokens), with
+LoRA (r 8 on the attention projections) and with full fine-tuning, evaluation off; the first step is warm-up.
+
+``--part arith`` / ``--part countdown``: held-out greedy accuracy (strict, and the final-answer reading of prose)
+of the converted model as it comes, then a short GRPO run from the format-warm-started base (LoRA, 4 x 4,
+``--steps`` chosen from the measured seconds per step so that a run stays under ~20 minutes), evaluated at its
+start and end on the same ``--eval-n`` held-out problems. arith at 1-2 digits, countdown at 2-3 numbers.
+
+    .venv/bin/python bench/smollm2.py --part steps
+    .venv/bin/python bench/smollm2.py --part arith --steps 30
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from _common import ROOT, parser, peak_rss_mib, save
+
+NAME = "smollm2-135m-instruct"
+HARNESS = """
+name: smollm2-{name}
+optim: {{learning_rate: {lr}}}
+grpo: {{prompts_per_step: 4, num_generations: 4, max_completion_length: 16, temperature: 1.0}}
+reward: {{correctness: {{weight: 1.0, match: {match}}}, format: {{weight: 0.1}}}}
+data: {{pool_size: 512, difficulty: [{lo}, {hi}]}}
+model: {{lora_r: {r}, lora_alpha: {alpha}}}
+"""
+LEVELS = {"arith": (1, 2), "countdown": (2, 3)}
+
+
+def harness(home: Path, name: str, task: str, r: int, lr: float, match: str = "exact") -> Path:
+    lo, hi = LEVELS[task]
+    f = home / f"{name}.yaml"
+    f.write_text(HARNESS.format(name=name, lr=lr, match=match, lo=lo, hi=hi, r=r, alpha=2 * max(r, 1)))
+    return f
+
+
+def steps_part(home: Path, n: int) -> dict:
+    from evotrainer.evaluation import EvalSpec
+    from evotrainer.evidence import read_metrics
+    from evotrainer.jobs.runner import JobSpec, run_job
+    from evotrainer.policy import FormatWarmStart, PolicySpec
+
+    out = {}
+    for label, r in (("lora_r8", 8), ("full", 0)):
+        spec = JobSpec(task="arith", harness=str(harness(home, f"steps-{label}", "arith", r, 1e-5 if not r else 1e-4)),
+                       steps=n, seed=0, save_every=10_000, eval=EvalSpec(every=0),
+                       policy=PolicySpec(pretrained=NAME, format_warm_start=FormatWarmStart(steps=0)),
+                       name=f"steps-{label}-{int(time.time())}")
+        res = run_job(spec, home, log=print)
+        m = read_metrics(Path(res.run_dir)).set_index("step")
+        wall = m["step_wall_time"].dropna()
+        out[label] = {"steps": n, "seconds_per_step_steady": round(float(wall.iloc[1:].mean()), 2),
+                      "first_step_seconds": round(float(wall.iloc[0]), 2), "setup_seconds": res.setup_seconds,
+                      "completion_tokens_mean": round(float(m["completions/mean_length"].mean()), 2),
+                      "clipped_ratio_mean": round(float(m["completions/clipped_ratio"].mean()), 3)}
+        print(label, out[label], flush=True)
+    return out
+
+
+def accuracy_part(home: Path, task_name: str, steps: int, eval_n: int, match: str) -> dict:
+    from evotrainer.evaluation import EvalSpec, evaluate
+    from evotrainer.evidence import read_metrics
+    from evotrainer.jobs.runner import JobSpec, run_job
+    from evotrainer.policy import PolicySpec, load_policy
+    from evotrainer.pretrained import converted_dir
+    from evotrainer.tasks import get_task
+
+    task = get_task(task_name)
+    lo, hi = LEVELS[task_name]
+    ev = EvalSpec(every=steps, n=eval_n, k=1, difficulty=(lo, hi), batch_size=64)
+    t = time.perf_counter()
+    model, tok = load_policy(converted_dir(home, NAME, log=print))
+    from evotrainer.evaluation import heldout_problems
+
+    raw = evaluate(model, tok, task, heldout_problems(task, ev), ev, 16)
+    raw_s = time.perf_counter() - t
+    del model
+    print("as converted:", raw, flush=True)
+    spec = JobSpec(task=task_name, harness=str(harness(home, f"acc-{task_name}", task_name, 16, 2e-4, match)),
+                   steps=steps, seed=0, save_every=steps, eval=ev, policy=PolicySpec(pretrained=NAME),
+                   name=f"acc-{task_name}-{int(time.time())}")
+    res = run_job(spec, home, log=print)
+    m = read_metrics(Path(res.run_dir))
+    evals = m.dropna(subset=["eval/greedy_accuracy"])
+    start, end = evals.iloc[0], evals.iloc[-1]
+    pick = lambda row: {k: round(float(row[k]), 3) for k in ("eval/greedy_accuracy", "eval/final_accuracy",
+                                                            "eval/mean_length") if k in row}
+    base = Path(json_load(Path(res.run_dir) / "meta.json")["base_policy"])
+    warm = json_load(base / "warm_start.json") if (base / "warm_start.json").is_file() else None
+    return {"task": task_name, "levels": [lo, hi], "eval_n": eval_n, "steps": steps, "match": match,
+            "as_converted": {k: round(v, 3) for k, v in raw.items()}, "as_converted_eval_seconds": round(raw_s, 1),
+            "format_warm_start": warm, "start": pick(start), "end": pick(end),
+            "train_seconds": res.train_seconds, "eval_seconds": res.eval_seconds, "setup_seconds": res.setup_seconds,
+            "seconds_per_step": round(res.train_seconds / steps, 1),
+            "reward_first_last": [round(float(x), 3) for x in m["reward"].dropna().iloc[[0, -1]]],
+            "frac_reward_zero_std_mean": round(float(m["frac_reward_zero_std"].dropna().mean()), 3)}
+
+
+def json_load(p: Path):
+    import json
+
+    return json.loads(p.read_text())
+
+
+def main() -> None:
+    p = parser(__doc__, "bench-smollm2")
+    p.add_argument("--part", choices=["steps", "arith", "countdown"], required=True)
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--eval-n", type=int, default=100)
+    p.add_argument("--match", default="final", help="reward.correctness.match of the accuracy runs")
+    a = p.parse_args()
+    from evotrainer.home import resolve_home
+
+    home = resolve_home(a.home)
+    t = time.perf_counter()
+    if a.part == "steps":
+        doc = {"part": "steps", "batch": "4 prompts x 4 completions, <=16 tokens", "results": steps_part(home, a.steps)}
+    else:
+        doc = {"part": a.part, "results": accuracy_part(home, a.part, a.steps, a.eval_n, a.match)}
+    doc.update({"wall_seconds": round(time.perf_counter() - t, 1), "peak_rss_mib": round(peak_rss_mib())})
+    save(f"smollm2_{a.part}", doc)
+
+
+if __name__ == "__main__":
+    (ROOT / "bench" / "results").mkdir(parents=True, exist_ok=True)
+    main()
