@@ -87,18 +87,21 @@ def main() -> None:
     p = parser(__doc__, "bench-llm-brain")
     p.add_argument("--calls", type=int, default=6, help="calls per compact mode")
     p.add_argument("--full-calls", type=int, default=2, help="calls with the full prompt (slow on a CPU)")
+    p.add_argument("--unconstrained-calls", type=int, default=None, help="compact calls without a schema (--calls)")
+    p.add_argument("--tag", default="", help="suffix of the results file")
     a = p.parse_args()
     from llama_server import LlamaServer
 
     modes = [({"prompt": "compact", "structured_output": "auto"}, a.calls),
-             ({"prompt": "compact", "structured_output": "none"}, a.calls),
+             ({"prompt": "compact", "structured_output": "none"},
+              a.calls if a.unconstrained_calls is None else a.unconstrained_calls),
              ({"prompt": "full", "structured_output": "auto"}, a.full_calls)]
     out = []
     with LlamaServer(n_ctx=8192) as srv:
         for mode, n in modes:
             if n:
                 out.append(run_mode(srv, mode, n))
-    save("llm_brain", {"server": "llama-cpp-python[server] (llama.cpp), SmolLM2-135M-Instruct Q4_1, 2 threads",
+    save("llm_brain" + a.tag, {"server": "llama-cpp-python[server] (llama.cpp), SmolLM2-135M-Instruct Q4_1, 2 threads",
                        "results": out})
 
 
