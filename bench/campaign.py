@@ -101,7 +101,8 @@ def run_campaign(task: str, harness: Path, seed: int, a: Any, home: Path) -> dic
     spec = {"name": f"bench-{harness.stem}-s{seed}", "task": task, "harness": str(harness), "seed": seed,
             "policy": _policy(a).model_dump(mode="json"),
             "segment_steps": a.segment, "budget": {"total_steps": a.budget},
-            "backtest": {"branch_steps": a.branch, "seeds": 3, "max_proposals": 2, "min_effect": 0.01},
+            "backtest": {"branch_steps": a.branch, "seeds": 3, "max_proposals": 2, "min_effect": 0.0,
+                         "futility_effect": 0.01},
             "autonomy": "auto", "eval": {"every": 0, "n": a.eval_n, "k": 1}, "stop": {"plateau_rounds": 100}}
     spec_file = home / f"{spec['name']}.yaml"
     spec_file.write_text(yaml.safe_dump(spec))

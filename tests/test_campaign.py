@@ -60,7 +60,8 @@ def _only_campaign(home: Path):
 def test_auto_campaign_runs_end_to_end_within_budget(tmp_path):
     home = tmp_path / "home"
     logs: list[str] = []
-    cid = start_campaign(_spec(tmp_path, trace=True), home, log=logs.append)
+    # one look: the backtest's whole cost is planned up front (with looks a look that does not fit stops it instead)
+    cid = start_campaign(_spec(tmp_path, trace=True, backtest={"looks": 1}), home, log=logs.append)
     store = Store.for_home(home)
     camp = store.get_campaign(cid)
     assert camp.status == "finished"
@@ -68,6 +69,7 @@ def test_auto_campaign_runs_end_to_end_within_budget(tmp_path):
     assert props and all(p.brain == "heuristic" for p in props)
     r0 = [p for p in props if p.round == 0]
     assert {p.status for p in r0} >= {"skipped_budget"}  # two proposals, only one backtest fits the budget
+    assert store.events(cid, kind="backtest_trimmed")
     tested = [p for p in r0 if p.status != "skipped_budget"]
     assert len(tested) == 1 and store.get_review(tested[0].id).reviewer == "auto"
     bt = store.list_backtests(cid)[0]
