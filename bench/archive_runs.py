@@ -11,12 +11,24 @@ revisions were tuned on them, so its recall of 1.00 is in-sample. This script ad
 - runs of ``countdown``, ``code`` and ``agentic`` (baseline recipes, a too-short budget, the agentic leak trap);
 - runs made by a plain TRL script (``bench/trl_script.py``: TRL's own output dir, no EvoTrainer in the loop).
 
-Every run is labelled **before** any diagnostic reads it, by what its recipe was made to break (``RUNS`` below), and
-**split once** into a tuning half and a held-out half (the ``split`` column below, fixed here before any revision:
+Every run is labelled **before** any diagnostic reads it and **split once** into a tuning half and a held-out half (the ``split`` column below, fixed here before any revision:
 for each recipe its runs alternate between the halves, seed by seed, and a recipe with one run goes to the half
-that has fewer runs of its kind). ``--check`` prints, per run, the raw numbers behind the labels (dead / all-wrong /
-all-correct group shares, truncated share, entropy start and end, held-out accuracy start and end) computed from
-the records directly, not by the diagnostics, so a label can be checked against the run. Runs are exported
+that has fewer runs of its kind). Labels come from the records, not from the diagnostics (:func:`raw_labels`, over
+the last quarter of the run's steps, at the levels the symptoms are defined by): ``dead_groups`` when at least 60 %
+of the GRPO groups have all-equal rewards, ``too_hard`` when 70 % are all wrong, ``too_easy`` when 60 % are all
+right, ``truncation`` when 20 % of completions are clipped (TRL's ``completions/clipped_ratio``), ``entropy_collapse``
+when entropy ends below a quarter of its start and below 0.15, ``entropy_blowup`` when it ends above twice its start
+and above 1.5; the exploit and trend symptoms a recipe was made to
+show (``RUNS``: spraying, reward hacking) only when the records confirm them — spraying: 30 % of rewarded
+completions hold more than one number; reward hacking: the optimised reward rises and its gap to strict accuracy
+grows by 0.05 — and ``invalid`` only when an exploit happened. Over the second half of a run, with accuracy = held-out
+greedy accuracy where it has 3+ evaluations there, else strict train accuracy: ``plateau`` when the run has 60+ steps,
+the reward's fitted change is within ±0.05 and accuracy gains at most 0.03 (below 0.95); ``learns_nothing`` when it
+has 100+ steps, accuracy gains at most 0.03 (below 0.95) and the per-step reward's standard deviation is at least
+0.02. ``grad_spike`` is never a label: no recipe was made to destabilise the optimiser, so every one it reports counts
+as a false positive (a run whose groups are mostly dead has tiny gradients between a few ordinary ones). For the share symptoms this makes the benchmark a test of the readers and of
+the aggregation across evidence sources at the defined levels (not of the levels). ``--check`` prints the raw numbers
+and the labels they give. Runs are exported
 compactly to ``--export`` (``meta.json``, ``metrics.jsonl``, ``rollouts/``; TRL runs: ``trainer_state.json`` and
 ``completions/``), with ``archive.yaml``, ``archive-tuning.yaml`` and ``archive-heldout.yaml``.
 
@@ -157,51 +169,125 @@ def _trl(name: str, spec: dict, home: Path, dest: Path) -> None:
 
 
 def write_archives(export: Path) -> None:
-    entries = [{"path": str(ROOT / "tests" / "fixtures" / "runs" / n), "labels": labels,
-                "invalid": n.startswith("lenient"), "note": "fixture, seed 0 (the first archive)", "split": "tuning"}
-               for n, labels in FIXTURES.items()]
+    entries = []
+    for n, design in FIXTURES.items():
+        labels, exploit = raw_labels(design, raw_numbers(ROOT / "tests" / "fixtures" / "runs" / n))
+        entries.append({"path": str(ROOT / "tests" / "fixtures" / "runs" / n), "labels": labels, "invalid": exploit,
+                        "note": "fixture, seed 0 (the first archive)", "split": "tuning"})
     for name, r in RUNS.items():
         if (export / name).is_dir():
-            entries.append({"path": name, "labels": r["labels"], "invalid": r["invalid"],
-                            "note": f"{r['group']}: {json.dumps(r['spec'], sort_keys=True)}", "split": r["split"]})
+            labels, exploit = raw_labels(r["labels"], raw_numbers(export / name))
+            entries.append({"path": name, "labels": labels, "invalid": exploit,
+                            "note": f"{r['group']}: {json.dumps(r['spec'], sort_keys=True)}; made to show "
+                                    f"{r['labels'] or 'nothing'}", "split": r["split"]})
     for suffix, keep in (("", None), ("-tuning", "tuning"), ("-heldout", "heldout")):
         runs = [{k: v for k, v in e.items() if k != "split"} | {"note": f"{e['split']}; {e['note']}"}
                 for e in entries if keep is None or e["split"] == keep]
         (export / f"archive{suffix}.yaml").write_text(yaml.safe_dump({"runs": runs}, sort_keys=False))
 
 
-def check(export: Path) -> None:
-    """The raw numbers behind each label, from the records (not the diagnostics)."""
+def raw_numbers(path: Path) -> dict:
+    """The raw numbers behind the labels, from the records (not the diagnostics)."""
+    import re
+
+    import numpy as np
+
     from evotrainer.readers import load_evidence
 
+    ev = load_evidence(path)
+    r, m = ev.rollouts, ev.metrics
+    q = r[r["step"] > r["step"].max() * 0.75] if len(r) else r
+    out: dict = {"run": path.name, "steps": int(r["step"].max())}
+    if len(q) and "reward" in q:
+        g = q.groupby(["step", "group_id"])
+        out["dead"] = round(float((g["reward"].max() - g["reward"].min() <= 1e-9).mean()), 2)
+        if "correct" in q:
+            c = q.assign(c=q["correct"].astype(float)).groupby(["step", "group_id"])["c"]
+            out["all_wrong"] = round(float((c.max() == 0).mean()), 2)
+            out["all_right"] = round(float((c.min() == 1).mean()), 2)
+            out["acc_first_last"] = [round(float(r[r["step"] <= r["step"].min() + 4]["correct"].astype(float).mean()), 3),
+                                     round(float(q["correct"].astype(float).mean()), 3)]
+    for col, key in (("completions/clipped_ratio", "clipped"), ("entropy", "entropy")):
+        if col in m and m[col].notna().any():
+            s = m[col].dropna()
+            out[key] = [round(float(s.iloc[:3].mean()), 3), round(float(s.iloc[-max(3, len(s) // 4):].mean()), 3)]
+    if "eval/greedy_accuracy" in m and m["eval/greedy_accuracy"].notna().any():
+        e = m["eval/greedy_accuracy"].dropna()
+        out["heldout"] = [round(float(e.iloc[0]), 3), round(float(e.iloc[-1]), 3), len(e)]
+    if "reward" in m and m["reward"].notna().any():
+        s = m["reward"].dropna()
+        out["reward_first_last"] = [round(float(s.iloc[:5].mean()), 3), round(float(s.iloc[-max(5, len(s) // 4):].mean()), 3)]
+    if len(q) and "reward" in q:  # spraying: rewarded completions holding more than one number
+        rewarded = q[q["reward"] > 0]
+        if len(rewarded) >= 20:
+            out["spraying"] = round(float(np.mean([len(re.findall(r"-?\d+", str(c))) > 1
+                                                   for c in rewarded["completion"]])), 3)
+    # progress over the second half: reward (per step) and accuracy (held-out with 3+ points there, else strict train)
+    def change(df, col):
+        d = df[["step", col]].dropna()
+        d = d[d["step"] >= out["steps"] / 2]
+        if len(d) < 2:
+            return None, None, None
+        slope = float(np.polyfit(d["step"], d[col], 1)[0]) * (float(d["step"].max()) - float(d["step"].min()))
+        return round(slope, 3), round(float(d[col].mean()), 3), round(float(d[col].std()), 3)
+
+    if "reward" in m:
+        out["reward_change_2nd_half"], _, out["reward_std_2nd_half"] = change(m, "reward")
+    held = m[["step", "eval/greedy_accuracy"]].dropna() if "eval/greedy_accuracy" in m else None
+    if held is not None and (held["step"] >= out["steps"] / 2).sum() >= 3:
+        out["acc_change_2nd_half"], out["acc_level_2nd_half"], _ = change(m, "eval/greedy_accuracy")
+        out["acc_source"] = "held-out"
+    elif "correct" in r:
+        per_step = r.assign(c=r["correct"].astype(float)).groupby("step", as_index=False)["c"].mean()
+        out["acc_change_2nd_half"], out["acc_level_2nd_half"], _ = change(per_step, "c")
+        out["acc_source"] = "train"
+    return out
+
+
+def raw_labels(design: list[str], n: dict) -> tuple[list[str], bool]:
+    """Labels the records support (see the module docstring), and whether an exploit happened."""
+    out = []
+    if n.get("dead", 0) >= 0.6:
+        out.append("dead_groups")
+    if n.get("all_wrong", 0) >= 0.7:
+        out.append("too_hard")
+    if n.get("all_right", 0) >= 0.6:
+        out.append("too_easy")
+    if n.get("clipped", [0, 0])[1] >= 0.2:
+        out.append("truncation")
+    ent = n.get("entropy")
+    if ent and ent[1] < 0.25 * ent[0] and ent[1] < 0.15:
+        out.append("entropy_collapse")
+    if ent and ent[1] > 2 * ent[0] and ent[1] > 1.5:
+        out.append("entropy_blowup")
+    if "answer_spraying" in design and n.get("spraying", 0) >= 0.3:
+        out.append("answer_spraying")
+    acc, rew = n.get("acc_first_last"), n.get("reward_first_last")
+    if "reward_hacking" in design and acc and rew and rew[1] > rew[0] and (rew[1] - acc[1]) - (rew[0] - acc[0]) >= 0.05:
+        out.append("reward_hacking")
+    acc_change, level = n.get("acc_change_2nd_half"), n.get("acc_level_2nd_half")
+    flat_acc = acc_change is not None and acc_change <= 0.03 and level is not None and level < 0.95
+    rc = n.get("reward_change_2nd_half")
+    if flat_acc and n["steps"] >= 60 and rc is not None and abs(rc) <= 0.05:
+        out.append("plateau")
+    if flat_acc and n["steps"] >= 100 and (n.get("reward_std_2nd_half") or 0) >= 0.02:
+        out.append("learns_nothing")
+    for s in ("answer_leak",):  # confirmed from the turns by --check's reader (leak use), kept by design
+        if s in design:
+            out.append(s)
+    exploit = bool({"answer_spraying", "reward_hacking", "answer_leak"} & set(out))
+    return sorted(out), exploit
+
+
+def check(export: Path) -> None:
     for name in [*RUNS, *FIXTURES]:
         path = export / name if name in RUNS else ROOT / "tests" / "fixtures" / "runs" / name
         if not path.is_dir():
             continue
-        ev = load_evidence(path)
-        r, m = ev.rollouts, ev.metrics
-        q = r[r["step"] > r["step"].max() * 0.75] if len(r) else r
-        out: dict = {"run": name, "labels": (RUNS.get(name) or {}).get("labels", FIXTURES.get(name)), "steps": int(r["step"].max())}
-        if len(q) and "reward" in q:
-            g = q.groupby(["step", "group_id"])
-            out["dead"] = round(float((g["reward"].max() - g["reward"].min() <= 1e-9).mean()), 2)
-            if "correct" in q:
-                c = q.assign(c=q["correct"].astype(float)).groupby(["step", "group_id"])["c"]
-                out["all_wrong"] = round(float((c.max() == 0).mean()), 2)
-                out["all_right"] = round(float((c.min() == 1).mean()), 2)
-                out["acc_first_last"] = [round(float(r[r["step"] <= r["step"].min() + 4]["correct"].astype(float).mean()), 3),
-                                         round(float(q["correct"].astype(float).mean()), 3)]
-        for col, key in (("completions/clipped_ratio", "clipped"), ("entropy", "entropy")):
-            if col in m and m[col].notna().any():
-                s = m[col].dropna()
-                out[key] = [round(float(s.iloc[:3].mean()), 3), round(float(s.iloc[-max(3, len(s) // 4):].mean()), 3)]
-        if "eval/greedy_accuracy" in m and m["eval/greedy_accuracy"].notna().any():
-            e = m["eval/greedy_accuracy"].dropna()
-            out["heldout"] = [round(float(e.iloc[0]), 3), round(float(e.iloc[-1]), 3), len(e)]
-        if "reward" in m and m["reward"].notna().any():
-            s = m["reward"].dropna()
-            out["reward_first_last"] = [round(float(s.iloc[:5].mean()), 3), round(float(s.iloc[-max(5, len(s) // 4):].mean()), 3)]
-        print(json.dumps(out), flush=True)
+        n = raw_numbers(path)
+        design = (RUNS.get(name) or {}).get("labels", FIXTURES.get(name))
+        labels, exploit = raw_labels(design, n)
+        print(json.dumps({**n, "design": design, "labels": labels, "invalid": exploit}), flush=True)
 
 
 def main() -> None:
@@ -216,6 +302,7 @@ def main() -> None:
     export.mkdir(parents=True, exist_ok=True)
     if a.check:
         check(export)
+        write_archives(export)
         return
     for group in a.only or GROUPS:
         for name, r in RUNS.items():
