@@ -50,8 +50,14 @@ def _interval(xs: list[float], confidence: float = 0.9) -> list[float]:
     return [round(statistics.fmean(xs) - half, 4), round(statistics.fmean(xs) + half, 4)]
 
 
+DEMO_SPEC = ROOT / "campaigns" / "arith-demo.yaml"
+
+
 def start_harness(task: str, start: str, prompts: int, home: Path) -> Path:
-    """The task's baseline recipe at ``prompts`` prompts per step; ``flawed`` divides its learning rate by ten."""
+    """The task's baseline recipe at ``prompts`` prompts per step; ``flawed`` divides its learning rate by ten;
+    ``demo`` is the demo's own starting recipe (``harnesses/demo-start.yaml``, arith only)."""
+    if start == "demo":
+        return (DEMO_SPEC.parent / yaml.safe_load(DEMO_SPEC.read_text())["harness"]).resolve()
     doc = yaml.safe_load((ROOT / "harnesses" / BASELINES[task]).read_text())
     doc["name"] = f"bench-{task}-{start}"
     doc["grpo"]["prompts_per_step"] = prompts
@@ -106,8 +112,11 @@ def run_campaign(task: str, harness: Path, seed: int, a: Any, home: Path) -> dic
             "autonomy": "auto", "eval": {"every": 0, "n": a.eval_n, "k": 1}, "stop": {"plateau_rounds": 100}}
     spec_file = home / f"{spec['name']}.yaml"
     spec_file.write_text(yaml.safe_dump(spec))
+    if harness.stem == "demo-start":  # the demo itself: `make demo SEED=seed`, in the bench's home
+        spec_file = DEMO_SPEC
     t = time.perf_counter()
-    cid = start_campaign(spec_file, home, log=lambda m: print(f"  [{task} {harness.stem} s{seed}] {m}", flush=True))
+    cid = start_campaign(spec_file, home, log=lambda m: print(f"  [{task} {harness.stem} s{seed}] {m}", flush=True),
+                         seed=seed)
     wall = time.perf_counter() - t
     summary = campaign_summary(home, cid)
     train_s = trl_s = 0.0
@@ -226,7 +235,9 @@ ARMS = {"static": run_static, "campaign": run_campaign, "optuna": run_optuna}
 def main() -> None:
     p = parser(__doc__, "bench-campaign")
     p.add_argument("--tasks", nargs="+", default=["arith", "countdown"])
-    p.add_argument("--starts", nargs="+", default=["flawed", "tuned"], choices=["flawed", "tuned"])
+    p.add_argument("--starts", nargs="+", default=["flawed", "tuned"], choices=["flawed", "tuned", "demo"],
+                   help="demo: the campaign arm is campaigns/arith-demo.yaml itself (make demo SEED=seed), the others "
+                        "start from its recipe; needs --tasks arith and --budget equal to the demo's")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     p.add_argument("--budget", type=int, default=400, help="trainer steps per arm")
@@ -240,6 +251,10 @@ def main() -> None:
     a = p.parse_args()
     if a.trial_steps % 3:
         p.error("--trial-steps must be a multiple of 3 (the pruner sees three evaluations)")
+    demo_budget = yaml.safe_load(DEMO_SPEC.read_text())["budget"]["total_steps"]
+    if "demo" in a.starts and (a.tasks != ["arith"] or a.budget != demo_budget or a.policy_seed is not None):
+        p.error(f"--starts demo runs {DEMO_SPEC.name} as it is: use --tasks arith --budget {demo_budget} "
+                "and no --policy-seed")
 
     from evotrainer.home import resolve_home
 

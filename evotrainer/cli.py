@@ -19,7 +19,15 @@ from rich.table import Table
 from evotrainer.cli_common import HomeOpt, JsonOpt, err_console, out_console
 from evotrainer.cli_common import emit_json as _emit_json
 from evotrainer.cli_common import guard as _guard
-from evotrainer.cli_evidence import CorrectnessOpt, MapFileOpt, MapOpt, evidence_app, field_map, watch_cmd
+from evotrainer.cli_evidence import (
+    CorrectnessOpt,
+    MapFileOpt,
+    MapOpt,
+    diagnosis_setup,
+    evidence_app,
+    field_map,
+    watch_cmd,
+)
 from evotrainer.cli_skills import skills_app
 from evotrainer.cli_ui import ui_cmd
 
@@ -258,22 +266,14 @@ def diagnose_cmd(
     """Diagnose a run's rollout evidence: findings by severity, with example rollouts."""
     from rich.markup import escape
 
-    from evotrainer.config import HarnessSpec, load_harness
     from evotrainer.diagnostics.base import SEVERITY_RANK
-    from evotrainer.diagnostics.registry import Registry
-    from evotrainer.errors import ConfigError
     from evotrainer.home import resolve_home
     from evotrainer.readers import describe_skipped, load_evidence, require_readable
     from evotrainer.watch import correctness_line
 
     def body() -> None:
-        if fail_on is not None and fail_on not in ("warning", "critical"):
-            raise ConfigError(f"--fail-on {fail_on!r}: use 'warning' or 'critical'")
-        h = load_harness(harness) if harness else HarnessSpec()
-        registry = Registry(h)
+        registry = diagnosis_setup(harness, only, fail_on)  # unknown --only names fail with the known ones
         names = list(only) or None
-        for n in names or []:
-            registry.get(n)  # unknown names fail here with the list of known ones
         fmap = field_map(maps, correctness, map_file)
         ev = require_readable(load_evidence(run, resolve_home(home), fmap), run)  # exit 2 when nothing could be read
         unread = describe_skipped(ev)  # what could not be read is always said, never a silent "no finding"

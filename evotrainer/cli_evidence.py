@@ -37,6 +37,21 @@ def field_map(pairs: list[str], correctness: str | None, file: Path | None):
     return FieldMap.from_options(pairs, correctness, file)
 
 
+def diagnosis_setup(harness: Path | None, only: list[str], fail_on: str | None):
+    """The registry a diagnose or watch command runs (the harness's params and user files), checking ``--only``
+    names (an unknown one fails with the known ones) and ``--fail-on`` (ConfigError naming what is allowed)."""
+    from evotrainer.config import HarnessSpec, load_harness
+    from evotrainer.diagnostics.registry import Registry
+    from evotrainer.errors import ConfigError
+
+    if fail_on is not None and fail_on not in ("warning", "critical"):
+        raise ConfigError(f"--fail-on {fail_on!r}: use 'warning' or 'critical'")
+    registry = Registry(load_harness(harness) if harness else HarnessSpec())
+    for n in only:
+        registry.get(n)
+    return registry
+
+
 def print_finding(f, prefix: str = "") -> None:
     """A finding as ``diagnose`` prints it (rollout text escaped: it is untrusted)."""
     colours = {"critical": "red", "warning": "yellow", "info": "dim"}
@@ -112,18 +127,11 @@ def watch_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Follow a run while it trains: re-diagnose as evidence arrives and print each new finding once."""
-    from evotrainer.config import HarnessSpec, load_harness
-    from evotrainer.diagnostics.registry import Registry
-    from evotrainer.errors import ConfigError
     from evotrainer.home import resolve_home
     from evotrainer.watch import Watcher, WatchOutcome
 
     def body() -> None:
-        if fail_on is not None and fail_on not in ("warning", "critical"):
-            raise ConfigError(f"--fail-on {fail_on!r}: use 'warning' or 'critical'")
-        registry = Registry(load_harness(harness) if harness else HarnessSpec())
-        for n in only:
-            registry.get(n)
+        registry = diagnosis_setup(harness, only, fail_on)
         fmap = field_map(maps, correctness, map_file)
         w = Watcher(run, resolve_home(home), registry, list(only) or None, fmap, every=every)
         say = (lambda m: err_console.print(f"[dim]{escape(m)}[/]", highlight=False))

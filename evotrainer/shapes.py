@@ -26,6 +26,7 @@ from evotrainer.diagnostics.base import Finding
 from evotrainer.diagnostics.revision import RevisionResult
 from evotrainer.library.format import Skill
 from evotrainer.library.lint import Problem
+from evotrainer.library.retrieve import HitSummary
 from evotrainer.tasks.base import TaskInfo
 
 
@@ -281,18 +282,8 @@ class SkillShow(Skill):
     file: str
 
 
-class SearchHit(_Doc):
-    slug: str
-    kind: str
-    name: str
-    description: str
-    status: str
-    available: bool
-    score: float
-    trigger: float
-    text: float
-    evidence: float
-    matched: list[str]
+class SearchHit(HitSummary):
+    """One hit of ``evotrainer skills search --json``: the retriever's own summary (its fields, one definition)."""
 
 
 class SkillSearch(_Doc):

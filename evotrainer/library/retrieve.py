@@ -50,8 +50,8 @@ def domain_of(task: str) -> str:
     return TASK_DOMAINS.get(task, task.split(":")[-1].lower())
 
 
-class Hit(BaseModel):
-    """One retrieved entry with its score and the parts it is made of."""
+class HitSummary(BaseModel):
+    """One retrieved entry's score and the parts it is made of (``evotrainer library search --json`` prints these)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -66,6 +66,11 @@ class Hit(BaseModel):
     text: float
     evidence: float
     matched: list[str]
+
+
+class Hit(HitSummary):
+    """One retrieved entry with its score, and the skill itself."""
+
     skill: Skill
 
     def explain(self) -> str:
