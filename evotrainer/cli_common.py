@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from evotrainer.errors import EvoError
 
@@ -93,7 +94,7 @@ def guard(fn: Callable[[], None], as_json: bool = False) -> None:
         try:
             fn()
         except EvoError as err:
-            err_console.print(f"[bold red]error:[/] {err}", highlight=False)
+            err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)  # text, not markup
             raise typer.Exit(code=err.exit_code) from None
         return
     docs: list[Any] = []
@@ -102,7 +103,7 @@ def guard(fn: Callable[[], None], as_json: bool = False) -> None:
         try:
             fn()
         except EvoError as err:
-            err_console.print(f"[bold red]error:[/] {err}", highlight=False)
+            err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)  # text, not markup
             docs[:] = [{"error": {"type": type(err).__name__, "message": str(err), "exit_code": err.exit_code}}]
             code = err.exit_code
         except typer.Exit as ex:

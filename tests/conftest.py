@@ -44,3 +44,23 @@ def junk_texts(alphabet: str, n: int, short: int, long: int, seed: int = 9) -> l
     rng = random.Random(seed)
     return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, long if i % 10 == 0 else short)))
             for i in range(n)]
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A throw-away PostgreSQL server for the session (tests/postgres.py); ``postgres.new_database()`` per test.
+
+    Fails (does not skip) when PostgreSQL is not installed, saying what to install: these tests are part of CI,
+    whose ``make test`` installs Debian's ``postgresql``.
+    """
+    from tests.postgres import PostgresMissing, PostgresServer
+
+    server = PostgresServer()
+    try:
+        server.__enter__()
+    except PostgresMissing as e:
+        pytest.fail(str(e), pytrace=False)
+    try:
+        yield server
+    finally:
+        server.__exit__(None, None, None)

@@ -1,7 +1,12 @@
-"""The campaign store on real SQLite files: round trips, idempotent writes, constraints, two processes, migrations."""
+"""The campaign store on real databases: round trips, idempotent writes, constraints, two processes, migrations.
+
+Every test that takes ``db`` (a URL) runs twice: on a SQLite file in tmp_path and on a fresh database of a real
+PostgreSQL server started for the session (``tests/postgres.py``).
+"""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -37,14 +42,21 @@ def url_of(path) -> str:
     return f"sqlite:///{path}"
 
 
-@pytest.fixture()
-def db(tmp_path):
-    return tmp_path / "state.db"
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request, tmp_path) -> str:
+    """The store's URL: a SQLite file in a folder that does not exist yet, or a new PostgreSQL database."""
+    if request.param == "postgresql":
+        return request.getfixturevalue("postgres").new_database()
+    return url_of(tmp_path / "fresh" / "state.db")
+
+
+def is_sqlite(url: str) -> bool:
+    return url.startswith("sqlite")
 
 
 @pytest.fixture()
 def store(db):
-    with Store(url_of(db)) as s:
+    with Store(db) as s:
         yield s
 
 
@@ -78,12 +90,12 @@ def stats(effect: float = 0.03) -> BacktestStats:
 
 # ---------------------------------------------------------------------------------------------- migrations
 def test_migration_head_creates_exactly_the_orm_tables(db, store):
-    engine = create_engine(url_of(db))
+    engine = create_engine(db)
     try:
         insp = inspect(engine)
         tables = set(insp.get_table_names()) - {"alembic_version"}
         assert {t for t in tables if not is_fts_table(t)} == set(Base.metadata.tables)
-        assert "skills_fts" in tables  # SQLite: the skills' full-text index (migration 0002)
+        assert ("skills_fts" in tables) == is_sqlite(db)  # SQLite: the skills' full-text index (migration 0002)
         with engine.connect() as conn:
             diff = compare_metadata(MigrationContext.configure(conn, opts={"include_name": include_name}), Base.metadata)
         assert diff == [], f"models.py and the migrations differ; add a migration: {diff}"
@@ -94,19 +106,22 @@ def test_migration_head_creates_exactly_the_orm_tables(db, store):
         for name, table in Base.metadata.tables.items():  # autogenerate does not compare CHECK constraints
             declared = {c.name: norm(str(c.sqltext)) for c in table.constraints if isinstance(c, CheckConstraint)}
             reflected = {c["name"]: norm(c["sqltext"]) for c in insp.get_check_constraints(name)}
+            if not is_sqlite(db):  # PostgreSQL rewrites the text (= ANY (ARRAY[…])): compare the allowed values
+                declared, reflected = ({k: sorted(re.findall(r"'([^']*)'", v)) for k, v in d.items()}
+                                       for d in (declared, reflected))
             assert reflected == declared, name
     finally:
         engine.dispose()
 
 
 def test_migrations_are_idempotent_and_reversible(db, store):
-    Store(url_of(db)).close()  # second open: already at head, nothing to do
-    cfg = alembic_config(url_of(db))
+    Store(db).close()  # second open: already at head, nothing to do
+    cfg = alembic_config(db)
     command.downgrade(cfg, "base")
-    engine = create_engine(url_of(db))
+    engine = create_engine(db)
     assert set(inspect(engine).get_table_names()) == {"alembic_version"}
     engine.dispose()
-    with Store(url_of(db)) as again:  # opening upgrades back to head
+    with Store(db) as again:  # opening upgrades back to head
         assert again.list_campaigns() == []
 
 
@@ -366,9 +381,9 @@ def test_check_constraints_are_enforced_by_the_database(db, store, campaign, sql
                                   status="finished"))
     store.ledger_add(LedgerEntry(campaign_id="c1", key="k", kind="segment", run_name=None, steps=1, at=T0))
     store.add_findings("c1", 1, "r", [finding()])
-    engine = create_engine(url_of(db))
+    engine = create_engine(db)
     try:
-        with pytest.raises(IntegrityError, match="CHECK constraint failed"):
+        with pytest.raises(IntegrityError, match="CHECK constraint failed|violates check constraint"):
             with engine.begin() as conn:
                 assert conn.execute(text(sql)).rowcount  # (never reached: the row exists and the CHECK fires)
     finally:
@@ -376,11 +391,12 @@ def test_check_constraints_are_enforced_by_the_database(db, store, campaign, sql
 
 
 def test_foreign_keys_are_on(db, store, campaign):
-    engine = create_engine(url_of(db))
+    engine = create_engine(db)
     try:
-        with pytest.raises(IntegrityError, match="FOREIGN KEY"):
+        with pytest.raises(IntegrityError, match="FOREIGN KEY|violates foreign key constraint"):
             with engine.begin() as conn:
-                conn.execute(text("PRAGMA foreign_keys = ON"))
+                if is_sqlite(db):
+                    conn.execute(text("PRAGMA foreign_keys = ON"))
                 conn.execute(text("INSERT INTO events (campaign_id, at, kind, message) "
                                   "VALUES ('ghost', '2026-01-01 00:00:00', 'x', '{}')"))
     finally:
@@ -388,24 +404,27 @@ def test_foreign_keys_are_on(db, store, campaign):
 
 
 def test_two_stores_share_the_file_and_a_reader_does_not_block_a_writer(db):
-    a = Store(url_of(db), busy_timeout_s=1.0)
-    b = Store(url_of(db), busy_timeout_s=1.0)
+    a = Store(db, busy_timeout_s=1.0)
+    b = Store(db, busy_timeout_s=1.0)
     try:
         a.create_campaign("c1", "n", {}, "t")
         assert b.get_campaign("c1").name == "n"
         b.add_proposal(proposal("p1"))
         assert a.pending_reviews()[0].id == "p1"
 
-        reader = create_engine(url_of(db))
+        reader = create_engine(db)
         try:
             with reader.connect() as conn:
-                assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
-                conn.exec_driver_sql("BEGIN")
+                if is_sqlite(db):
+                    assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+                    conn.exec_driver_sql("BEGIN")
+                else:  # a snapshot for the whole transaction, as SQLite's WAL reader has
+                    conn = conn.execution_options(isolation_level="REPEATABLE READ")
                 assert conn.execute(text("SELECT count(*) FROM proposals")).scalar() == 1  # holds a read snapshot
                 b.add_review(Review(proposal_id="p1", verdict="approve", reviewer="cli", comment="", at=T0))
                 assert a.get_proposal("p1").status == "approved"  # committed while the reader is open
                 assert conn.execute(text("SELECT status FROM proposals")).scalar() == "pending_review"  # snapshot
-                conn.exec_driver_sql("COMMIT")
+                conn.exec_driver_sql("COMMIT") if is_sqlite(db) else conn.commit()
                 assert conn.execute(text("SELECT status FROM proposals")).scalar() == "approved"
         finally:
             reader.dispose()
@@ -414,16 +433,90 @@ def test_two_stores_share_the_file_and_a_reader_does_not_block_a_writer(db):
         b.close()
 
 
-def test_two_processes_open_a_new_file_at_once(tmp_path):
-    url = url_of(tmp_path / "fresh" / "state.db")
-    code = ("import sys; from evotrainer.store import Store; s = Store(sys.argv[1]); "
-            "s.create_campaign('c', 'n', {}, 't'); s.log_event('c', 'opened', {}); s.close()")
-    procs = [subprocess.Popen([sys.executable, "-c", code, url], stderr=subprocess.PIPE, text=True) for _ in range(2)]
+def test_two_processes_open_a_new_file_at_once(db, tmp_path):
+    url = db  # a file in a folder that does not exist yet, or an empty PostgreSQL database: both migrate it
+    go = tmp_path / "go"
+    code = ("import os, sys, time\nfrom evotrainer.store import Store\n"
+            "while not os.path.exists(sys.argv[2]): time.sleep(0.005)\n"
+            "s = Store(sys.argv[1]); s.create_campaign('c', 'n', {}, 't'); s.log_event('c', 'opened', {}); s.close()\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code, url, str(go)], stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    time.sleep(2)  # both imported and waiting at the line: they open the store together
+    go.write_text("")
     errors = [p.communicate(timeout=120)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errors
     with Store(url) as s:
         assert [c.id for c in s.list_campaigns()] == ["c"]
         assert len(s.events("c")) == 2
+
+
+WRITER = """
+import os, sys, time
+from datetime import datetime, timezone
+from evotrainer.agent.schemas import LedgerEntry
+from evotrainer.store import Store
+s = Store(sys.argv[1])
+while not os.path.exists(sys.argv[2]): time.sleep(0.005)
+mine = 0
+for i in range(30):  # the same keys as the other writer, interleaved with it
+    mine += s.ledger_add(LedgerEntry(campaign_id='c', key=f'k{i}', kind='segment', run_name=None, steps=i,
+                                     at=datetime.now(timezone.utc)))
+    s.add_harness_version(f'h{i}', None, {'writer': os.getpid()}, [])
+    s.log_event('c', 'write', {'pid': os.getpid(), 'i': i})
+print(mine)
+"""
+
+
+def test_two_processes_write_the_same_keys_at_once_and_each_lands_once(db, tmp_path):
+    with Store(db) as s:
+        s.create_campaign("c", "n", {}, "t")
+    go = tmp_path / "go"
+    ps = [subprocess.Popen([sys.executable, "-c", WRITER, db, str(go)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True) for _ in range(2)]
+    time.sleep(2)
+    go.write_text("")
+    outs = [p.communicate(timeout=180) for p in ps]
+    assert [p.returncode for p in ps] == [0, 0], [e[-2000:] for _o, e in outs]
+    with Store(db) as s:
+        assert sum(int(o) for o, _e in outs) == 30  # every ledger key recorded by exactly one of them
+        assert s.ledger_total("c") == sum(range(30)) and len(s.ledger("c")) == 30
+        writers = {s.get_harness_version(f"h{i}").spec["writer"] for i in range(30)}
+        assert writers <= {p.pid for p in ps}  # first write wins; a clash returned the winner's row
+        assert len(s.events("c", kind="write")) == 60  # the log keeps every write of both
+
+
+WAITER = """
+import sys, time
+from evotrainer.store import Store
+s = Store(sys.argv[1])
+print('waiting', flush=True)
+deadline = time.monotonic() + 120
+while s.get_review('p1') is None:  # what a campaign waiting for a review does (agent/campaign.py)
+    if time.monotonic() > deadline:
+        sys.exit('no review within 120 s')
+    time.sleep(0.05)
+r = s.get_review('p1')
+print(r.verdict, r.reviewer, r.comment, s.get_proposal('p1').status)
+"""
+
+
+def test_a_review_approved_by_another_process_reaches_a_waiting_reader(db, tmp_path):
+    from tests.conftest import REPO
+
+    with Store(db) as s:
+        s.create_campaign("c1", "n", {}, "t")
+        s.add_proposal(proposal("p1"))
+    waiter = subprocess.Popen([sys.executable, "-c", WAITER, db], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    assert waiter.stdout.readline().strip() == "waiting", waiter.communicate()[1][-2000:]
+    env = {**os.environ, "EVOTRAINER_STATE_URL": db}  # the CLI on another process, sharing the store by its URL
+    cli = subprocess.run([sys.executable, "-m", "evotrainer.cli", "review", "approve", "p1", "--comment", "go",
+                          "--reviewer", "ana", "--home", str(tmp_path / "home")], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=180)
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    out, err = waiter.communicate(timeout=120)
+    assert waiter.returncode == 0, err[-2000:]
+    assert out.strip() == "approve ana go approved"
 
 
 def test_for_home_uses_state_db_or_the_configured_url(tmp_path, monkeypatch):
@@ -502,8 +595,9 @@ def test_lease_from_another_host_lives_by_its_heartbeat(db, store, campaign):
     assert store.get_campaign("c1").status == "running"  # its heartbeat is fresh
     with pytest.raises(CampaignBusy, match="owner pid 4242 on another-host.example"):
         store.acquire_lease("c1", "resume")
-    old = (datetime.now(timezone.utc) - timedelta(seconds=STALE_AFTER_S + 5)).replace(tzinfo=None)
-    engine = create_engine(url_of(db))
+    old = datetime.now(timezone.utc) - timedelta(seconds=STALE_AFTER_S + 5)
+    old = old.replace(tzinfo=None) if is_sqlite(db) else old  # SQLite stores naive UTC; PostgreSQL a timestamptz
+    engine = create_engine(db)
     try:
         with engine.begin() as conn:
             conn.execute(text("UPDATE campaign_leases SET heartbeat = :t"), {"t": old})
@@ -513,8 +607,8 @@ def test_lease_from_another_host_lives_by_its_heartbeat(db, store, campaign):
     assert "no heartbeat from another-host.example" in store.acquire_lease("c1", "resume").reason
 
 
-def test_one_lease_among_processes_that_start_together(tmp_path):
-    url = url_of(tmp_path / "state.db")
+def test_one_lease_among_processes_that_start_together(db, tmp_path):
+    url = db
     with Store(url) as s:
         s.create_campaign("c", "n", {}, "t")
     go = tmp_path / "go"

@@ -14,9 +14,11 @@ foreign keys on). To share state between machines, point it at PostgreSQL (or an
 
     export EVOTRAINER_STATE_URL=postgresql+psycopg://user:password@host:5432/evotrainer
 
-(install the driver, e.g. ``pip install 'psycopg[binary]'``). Opening a store runs the Alembic migrations
-in ``store/migrations`` up to head, on SQLite and PostgreSQL alike; there is no alembic.ini, the config is
-built in code (``alembic_config``).
+(install the driver: ``pip install 'evotrainer[team]'``, or ``pip install 'psycopg[binary]'``; a missing
+driver, a bad URL or a server that does not answer is a ``ConfigError`` saying so). Opening a store runs the
+Alembic migrations in ``store/migrations`` up to head, on SQLite and PostgreSQL alike; there is no alembic.ini,
+the config is built in code (``alembic_config``); on PostgreSQL under an advisory lock, so processes that open
+a new database together migrate it once.
 """
 
 from evotrainer.store.entities import (

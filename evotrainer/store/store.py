@@ -29,7 +29,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, Text, cast, create_engine, event, func, select, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session, object_session
 
 from evotrainer.agent.schemas import (
@@ -47,7 +47,7 @@ from evotrainer.agent.schemas import (
     Review,
 )
 from evotrainer.diagnostics.base import Finding
-from evotrainer.errors import EvoError
+from evotrainer.errors import ConfigError, EvoError
 from evotrainer.library.bm25 import BM25, tokenize
 from evotrainer.names import check_name
 from evotrainer.store.entities import Backtest, Event, IndexedSkill, SkillDoc, SkillMatch, SkillSync
@@ -73,7 +73,31 @@ from evotrainer.store.ownership import OwnershipMixin, owner_of, shown_status
 STATE_URL_ENV = "EVOTRAINER_STATE_URL"
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 _UNSET: Any = object()
+MIGRATION_LOCK_KEY = 0x65766F7472  # PostgreSQL advisory lock held while migrating ("evotr")
 T = TypeVar("T")
+
+
+PG_EXAMPLE = "postgresql+psycopg://user:password@host:5432/evotrainer"
+# What to install for a driver SQLAlchemy could not import (by module name).
+DRIVER_INSTALL = {
+    "psycopg": "pip install 'psycopg[binary]' (or pip install 'evotrainer[team]')",
+    "psycopg2": "use the psycopg 3 driver instead: postgresql+psycopg://… with pip install 'psycopg[binary]' "
+                "(or pip install 'evotrainer[team]'); or pip install psycopg2-binary",
+}
+
+
+def _create_engine(url: Any, kw: dict[str, Any]) -> Engine:
+    """``create_engine``, with a missing driver or unknown dialect told as what to install or set."""
+    shown = url.render_as_string(hide_password=True)
+    try:
+        return create_engine(url, **kw)
+    except NoSuchModuleError:
+        raise ConfigError(f"state store URL {shown!r}: SQLAlchemy has no dialect '{url.drivername}'; "
+                          f"use sqlite:///PATH or {PG_EXAMPLE} ({STATE_URL_ENV})") from None
+    except ImportError as e:
+        name = (e.name or "").split(".")[0]
+        raise ConfigError(f"the state store {shown!r} needs the database driver '{name or e}', which is not "
+                          f"installed: {DRIVER_INSTALL.get(name, f'pip install {name}')}") from None
 
 
 class StoreError(EvoError):
@@ -193,12 +217,17 @@ class Store(OwnershipMixin):
 
     def __init__(self, url: str, *, busy_timeout_s: float = 30.0):
         self.url = url
-        parsed = make_url(url)
+        try:
+            parsed = make_url(url)
+        except ArgumentError:
+            shown = url if "@" not in url else "…@" + url.rsplit("@", 1)[1]  # never print a password
+            raise ConfigError(f"state store URL {shown!r} is not a database URL; set {STATE_URL_ENV} to e.g. "
+                              f"{PG_EXAMPLE}, or unset it for sqlite:///HOME/state.db") from None
         self._sqlite = parsed.get_backend_name() == "sqlite"
         if self._sqlite and parsed.database and parsed.database != ":memory:" and not parsed.database.startswith("file:"):
             Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
         kw: dict[str, Any] = {"connect_args": {"timeout": busy_timeout_s}} if self._sqlite else {"pool_pre_ping": True}
-        self._engine: Engine = create_engine(url, **kw)
+        self._engine: Engine = _create_engine(parsed, kw)
         if self._sqlite:
             _sqlite_setup(self._engine, busy_timeout_s)
         # Writes go through this view of the engine: on SQLite its transactions start with BEGIN IMMEDIATE.
@@ -227,12 +256,24 @@ class Store(OwnershipMixin):
     def _migrate(self) -> None:
         cfg = alembic_config()
         heads = set(ScriptDirectory.from_config(cfg).get_heads())
-        with self._engine.connect() as conn:
+        try:
+            conn = self._engine.connect()
+        except OperationalError as e:
+            if self._sqlite:
+                raise
+            shown = make_url(self.url).render_as_string(hide_password=True)
+            raise ConfigError(f"cannot reach the state store {shown} ({STATE_URL_ENV}): "
+                              f"{str(e.orig).strip().splitlines()[0]}") from None
+        with conn:
             if set(MigrationContext.configure(conn).get_current_heads()) == heads:
                 return
         # The write lock is taken before Alembic reads the version table, so of two processes opening a new
-        # file at once, the second waits and then finds the schema at head.
+        # file at once, the second waits and then finds the schema at head. SQLite: BEGIN IMMEDIATE. PostgreSQL
+        # does not serialise writers, and two concurrent CREATE TABLEs of one name fail (pg_type's unique index):
+        # a transaction-level advisory lock, released at commit, queues them.
         with self._writer.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
 
