@@ -3,18 +3,17 @@
 train_segment → diagnose → propose → review → backtest → decide → distill → (train_segment | finish).
 Routes live in the nodes' ``Command[Literal[...]]`` signatures; this module just adds the nodes. The
 checkpointer is LangGraph's SQLite saver at ``HOME/checkpoints.db`` by default, or Postgres when
-``EVOTRAINER_CHECKPOINT_URL`` is a ``postgresql://`` URL (needs ``langgraph-checkpoint-postgres``).
+``EVOTRAINER_CHECKPOINT_URL`` is a ``postgresql://`` URL (``agent/checkpoints.py``).
 """
 
 from __future__ import annotations
 
-import os
-import sqlite3
 from pathlib import Path
 
 from langgraph.graph import START, StateGraph
 
 from evotrainer.agent import nodes
+from evotrainer.agent.checkpoints import checkpointer
 from evotrainer.agent.state import CampaignContext, CampaignState
 
 
@@ -30,21 +29,6 @@ def build_graph():
     g.add_node("finish", nodes.finish)
     g.add_edge(START, "train_segment")
     return g
-
-
-def checkpointer(home: Path):
-    url = os.environ.get("EVOTRAINER_CHECKPOINT_URL")
-    if url and url.startswith("postgresql"):
-        from langgraph.checkpoint.postgres import PostgresSaver  # optional dependency
-
-        saver = PostgresSaver.from_conn_string(url).__enter__()
-        saver.setup()
-        return saver
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
-    conn = sqlite3.connect(str(home / "checkpoints.db"), check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    return SqliteSaver(conn)
 
 
 def compile_graph(home: Path):
