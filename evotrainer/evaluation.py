@@ -19,7 +19,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from evotrainer.errors import ConfigError
@@ -90,7 +89,6 @@ def split_problems(task: Task, spec: EvalSpec, split: Split, seed: int | None = 
     return _fresh(task, spec, seed, decision | selection, split)
 
 
-@torch.no_grad()
 def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, do_sample: bool, num_return_sequences: int = 1,
              temperature: float = 1.0, add_special_tokens: bool = True) -> list[str]:
     """Decoded completions of ``prompts`` (special tokens dropped), stopping at any of the policy's EOS ids

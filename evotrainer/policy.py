@@ -40,7 +40,6 @@ import time
 from pathlib import Path
 from typing import Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evotrainer.errors import ConfigError
@@ -198,6 +197,7 @@ def build_tokenizer():
 
 def build_model(size: str, tokenizer, max_position_embeddings: int = 256, seed: int = 0):
     """A freshly initialised Llama of the given size (deterministic for a seed)."""
+    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     if size not in SIZES:
@@ -226,6 +226,8 @@ def count_parameters(model) -> int:
 
 def resolve_device(device: str = "auto") -> str:
     """``cpu`` or ``cuda`` for a job's ``device`` (``auto``: CUDA when available, unless ``$EVOTRAINER_DEVICE=cpu``)."""
+    import torch
+
     if device == "auto":
         device = os.environ.get("EVOTRAINER_DEVICE", "auto")
         if device == "auto":
@@ -239,6 +241,8 @@ def resolve_device(device: str = "auto") -> str:
 
 def precision(device: str) -> str:
     """What a job on ``device`` computes in: bf16 autocast on a GPU that supports it, fp32 otherwise."""
+    import torch
+
     return "bf16" if device == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
 
 
@@ -290,6 +294,8 @@ def _cache_key(task: Task, spec: PolicySpec, seed: int, difficulty: tuple[int, i
 def sft_batch(tokenizer, prompts: list[str], answers: list[str], add_special_tokens: bool = True):
     """Right-padded (input_ids, attention_mask, labels) with loss only on answer + EOS tokens.
     ``add_special_tokens=False`` for prompts a chat template rendered (it placed them already)."""
+    import torch
+
     seqs, labels = [], []
     for p, a in zip(prompts, answers, strict=True):
         p_ids = tokenizer(p, add_special_tokens=add_special_tokens)["input_ids"]
@@ -312,6 +318,8 @@ def warm_start(model, tokenizer, task: Task, spec: PolicySpec, seed: int, diffic
     greedy accuracy on a probe of train-split problems every 25 steps and stops at
     ``sft_target_accuracy``: the base then has pass@k well above zero and room for RL to improve.
     """
+    import torch
+
     from evotrainer.evaluation import generate
 
     rng = random.Random(seed)
@@ -395,6 +403,8 @@ def format_warm_start(model, tokenizer, task: Task, fws: FormatWarmStart, seed: 
                       log=None) -> dict:
     """Probe pass@k of a real policy on train-split problems; when it is zero, run ``fws.steps`` supervised steps on
     the task's answer format (prompts as the policy is prompted, answers ending in EOS) and probe again."""
+    import torch
+
     from evotrainer.prompting import render
 
     t0 = time.perf_counter()

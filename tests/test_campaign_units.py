@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from evotrainer.agent.brains.base import BrainContext, RefutedChange
@@ -495,3 +498,12 @@ def test_a_backtest_look_runs_only_within_the_budget_and_the_exploration_share(t
     # the exploration share spent: not one look of one proposal fits, the mainline trains the rest
     ctx.spec = ctx.spec.model_copy(update={"budget": spec.budget.model_copy(update={"explore_share": 0.3})})
     assert _explore_spent(ctx, mainline)  # 20 + 2 × 2 × 10 − 10 = 50 > 30
+
+
+def test_loading_a_campaign_spec_and_its_harness_does_not_import_torch():
+    # validating a spec (CLI start-up, the dashboard, `campaign start` before its worker) must not pay torch's import
+    code = ("import sys\nfrom evotrainer.agent.spec import load_campaign_spec\nfrom evotrainer.config import load_harness\n"
+            "load_campaign_spec('campaigns/arith-demo.yaml'); load_harness('harnesses/demo-start.yaml')\n"
+            "heavy = sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules)\nprint(','.join(heavy))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", out.stdout
