@@ -507,3 +507,15 @@ def test_loading_a_campaign_spec_and_its_harness_does_not_import_torch():
             "heavy = sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules)\nprint(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", out.stdout
+
+
+def test_a_bad_task_option_names_the_campaign_file_and_the_options_allowed(tmp_path):
+    from evotrainer.agent.campaign import create_campaign
+
+    spec = tmp_path / "bad-options.yaml"
+    spec.write_text(f"name: x\ntask: arith\ntask_options: {{bogus: 1}}\nharness: {REPO / 'harnesses' / 'demo-start.yaml'}\n"
+                    "segment_steps: 20\nbudget: {total_steps: 1000}\n")
+    with pytest.raises(ConfigError) as err:
+        create_campaign(spec, tmp_path / "home")
+    assert "bad-options.yaml" in str(err.value) and "bogus" in str(err.value) and "n_operands" in str(err.value)
+    assert not (tmp_path / "home" / "state.db").exists()  # nothing written for an invalid spec

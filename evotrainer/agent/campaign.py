@@ -80,6 +80,7 @@ def create_campaign(spec_path: Path, home: Path) -> str:
 def _validated(spec_path: Path, seed: int | None = None) -> tuple[CampaignSpec, Any]:
     from evotrainer.config import load_harness
     from evotrainer.diagnostics.registry import Registry
+    from evotrainer.errors import TaskError
     from evotrainer.tasks import get_task
 
     spec = load_campaign_spec(spec_path)
@@ -89,7 +90,10 @@ def _validated(spec_path: Path, seed: int | None = None) -> tuple[CampaignSpec, 
         spec = spec.model_copy(update={"seed": seed})
     harness = load_harness(spec.harness_path())
     Registry(harness)
-    get_task(spec.task, spec.task_options)
+    try:
+        get_task(spec.task, spec.task_options)
+    except TaskError as err:  # the task's own message, with the file and field that gave it
+        raise TaskError(f"{spec_path}: task / task_options: {err}") from None
     _check_paths(spec, spec_path)
     from evotrainer.policy import budget_overflow
 
