@@ -383,11 +383,17 @@ def read_mlflow_run(run_id: str, home: Path, fields: FieldMap | None = None) -> 
 
     from evotrainer.tracking import tracking_uri
 
-    client = MlflowClient(tracking_uri=tracking_uri(home))
+    uri = tracking_uri(home)
     try:
+        client = MlflowClient(tracking_uri=uri)
         run = client.get_run(run_id)
-    except MlflowException:
-        raise RunNotFound(f"no MLflow run '{run_id}' in {tracking_uri(home)}; accepted: {ACCEPTED}") from None
+    except MlflowException as e:
+        if e.error_code == "RESOURCE_DOES_NOT_EXIST":
+            raise RunNotFound(f"no MLflow run '{run_id}' in {uri}; accepted: {ACCEPTED}") from None
+        # an unreachable server, a URI MLflow cannot use: not "no such run", say what went wrong
+        raise RunNotFound(f"could not read MLflow run '{run_id}' from {uri} ($EVOTRAINER_MLFLOW_URI: a tracking "
+                          f"server such as http://host:5000, or unset for HOME's mlflow.db): "
+                          f"{str(e.message).strip().splitlines()[0][:300]}") from None
     rows: dict[int, dict[str, Any]] = {}
     for key in run.data.metrics:
         for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.timestamp):
