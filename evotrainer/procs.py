@@ -132,5 +132,55 @@ def die_with_parent(parent_pid: int | None = None) -> None:
     threading.Thread(target=watch, name="evotrainer-parent-watchdog", daemon=True).start()
 
 
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of process group ``pgid``."""
+    out = []
+    for p in psutil.process_iter(["pid", "status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.info["pid"]) == pgid:
+                out.append(p.info["pid"])
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return out
+
+
+def end_group(pgid: int, grace_s: float = 5.0) -> None:
+    """SIGTERM process group ``pgid``, then SIGKILL what is left after ``grace_s``."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + wait
+        while group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not group_members(pgid):
+            return
+
+
+def guard_group(owner_pid: int, owner_started: float, pgid: int) -> None:
+    """Run as a separate process (``python -m evotrainer.procs guard OWNER_PID OWNER_START PGID``): SIGKILL
+    process group ``pgid`` as soon as its owner is gone, however it died; return when the group is empty.
+
+    For services that start their own process trees (a local Ray head: GCS, raylet and their agents), which
+    a parent-death signal in one child cannot take down. It runs in a session of its own, so that killing the
+    owner's process group does not kill the guard before it has done its job.
+    """
+    while group_members(pgid):
+        if not alive(owner_pid, owner_started):
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(WATCHDOG_S)
+
+
 __all__ = ["ProcessRef", "hostname", "start_time", "this_process", "ref", "alive", "signal_process", "end",
-           "die_with_parent", "START_TOLERANCE_S"]
+           "die_with_parent", "START_TOLERANCE_S", "group_members", "end_group", "guard_group"]
+
+
+if __name__ == "__main__":  # python -m evotrainer.procs guard OWNER_PID OWNER_START PGID
+    if len(sys.argv) == 5 and sys.argv[1] == "guard":
+        guard_group(int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]))
+    else:
+        sys.exit("usage: python -m evotrainer.procs guard OWNER_PID OWNER_START PGID")

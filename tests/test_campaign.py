@@ -182,9 +182,15 @@ def _warm_base(home: Path) -> None:
 def test_crashed_hung_and_out_of_memory_branches_are_recorded_failed_and_the_campaign_goes_on(tmp_path):
     home = tmp_path / "home"
     _warm_base(home)
-    spec = _spec(tmp_path, backtest={"max_proposals": 1, "seeds": 3}, budget={"total_steps": 14})
+    # two local workers: a look's six branches run two at a time, and the faults fail only their own
+    spec = _spec(tmp_path, backtest={"max_proposals": 1, "seeds": 3}, budget={"total_steps": 14},
+                 launcher={"kind": "local", "workers": 2})
+    meet = tmp_path / "meet"
+    meet.mkdir()
     faults = {"EVOTRAINER_FAIL_RUNS": r"__treatment1__s10000$", "EVOTRAINER_HANG_RUNS": r"__treatment1__s10001$",
               "EVOTRAINER_OOM_RUNS": r"__treatment1__s10002$",
+              # the first two controls can only start if they run side by side (jobs in one worker never meet)
+              "EVOTRAINER_MEET_RUNS": r"__control__s1000[01]$", "EVOTRAINER_MEET_DIR": str(meet),
               "EVOTRAINER_JOB_TIMEOUT_S": "60"}  # far above a tiny job, even on a loaded machine
     p = _cli("campaign", "start", str(spec), "--json", home=home, env=faults)
     out, err = p.communicate(timeout=900)
@@ -199,6 +205,8 @@ def test_crashed_hung_and_out_of_memory_branches_are_recorded_failed_and_the_cam
     assert bt[10002].error.startswith("out of memory: MemoryError")
     controls = [b for b in store.list_branches(store.list_backtests(camp.id)[0].id) if b.role == "control"]
     assert len(controls) == 3 and all(b.status == "finished" for b in controls)  # only the faulty branches failed
+    met = {f.name.rsplit(".", 1)[0].rsplit("__", 1)[1] for f in meet.iterdir()}
+    assert met == {"s10000", "s10001"}  # and the two controls did meet
     (d,) = store.list_decisions(camp.id)
     assert d.outcome == "failed" and "complete pair" in d.reasons[0]
     assert not [r for r in store.list_processes(camp.id) if procs.alive(r.pid, r.started)]  # no worker left behind

@@ -22,12 +22,12 @@ from evotrainer.screening import screen, screen_run
 from evotrainer.tasks import get_task
 from tests.conftest import REPO
 
-# a short completion budget on 1-2 digit sums: many groups all wrong, some all right, some live
+# a short completion budget on 1-digit sums: many groups all wrong, some live (even a warm start that guesses)
 SEGMENT = """
 name: screen-test
 optim: {learning_rate: 0.001}
 grpo: {prompts_per_step: 8, num_generations: 4, max_completion_length: 3}
-data: {pool_size: 24, difficulty: [1, 2]}
+data: {pool_size: 24, difficulty: [1, 1]}
 """
 
 
@@ -80,12 +80,16 @@ def test_a_change_that_is_inert_on_the_segment_is_screened_out(segment):
     run_dir, h = segment
     task = get_task("arith")
     df = read_rollouts(run_dir)
-    # no prompt's last group was all correct on this hard segment: dropping them drops nothing
-    all_right = df[df["step"] == df.groupby("prompt_id")["step"].transform("max")].groupby("prompt_id")["correct"].all()
-    if all_right.any():
-        pytest.skip("the segment solved a prompt completely; the inert case needs one that did not")
-    s = screen_run(run_dir, h, "data.drop_all_correct", True, task)
-    assert s.nil and "predicted effect on the signal: nil" in s.describe()
+    # the segment's rollouts of the prompts whose last group was not all correct (whole groups, TRL's advantages):
+    # there, dropping all-correct prompts drops nothing
+    last = df[df["step"] == df.groupby("prompt_id")["step"].transform("max")]
+    solved = set(last.groupby("prompt_id")["correct"].all().loc[lambda x: x].index)
+    hard = df[~df["prompt_id"].isin(solved)]
+    assert len(hard) and hard["prompt_id"].nunique() > len(solved)
+    s = screen(h, "data.drop_all_correct", True, hard, task)
+    assert s.screenable and s.nil and "predicted effect on the signal: nil" in s.describe(), s.describe()
+    if not solved:  # the same through the job directory, when the whole segment is such rollouts
+        assert screen_run(run_dir, h, "data.drop_all_correct", True, task).nil
     # a term that is constant within every group moves no advantage (group scaling divides it out)
     constant = df.assign(well_formed=True)
     s = screen(h.with_knob("reward.format.weight", 0.0), "reward.format.weight", 0.3,

@@ -56,10 +56,8 @@ def start_campaign(spec_path: Path, home: Path, log: Callable[[str], None] = pri
     ``seed`` overrides the spec's ``seed`` (the mainline's data order, the brain's draws and, unless
     ``policy.seed`` is set, the warm start): one spec, several seeds (``make demo SEED=1``).
     """
-    from evotrainer.jobs.pool import BranchPool
-
     spec, harness = _validated(spec_path, seed)
-    pool = BranchPool(workers=1, timeout_s=job_timeout(spec))
+    pool = launcher_for(spec)
     pool.warm()  # valid spec: start the worker's ~5 s of torch/TRL imports now, beside the set-up below
     try:
         cid = _create(spec, harness, home)
@@ -131,6 +129,15 @@ def job_timeout(spec: CampaignSpec) -> float | None:
     return minutes * 60.0 if minutes is not None else job_timeout_from_env()
 
 
+def launcher_for(spec: CampaignSpec):
+    """The launcher the spec's ``launcher`` section asks for (``evotrainer.jobs.launch``), not started yet."""
+    from evotrainer.jobs.launch import make_launcher
+
+    ls = spec.launcher
+    return make_launcher(ls.kind, workers=ls.workers, timeout_s=job_timeout(spec), address=ls.address,
+                         cpus=ls.cpus_per_job, gpus=ls.gpus_per_job)
+
+
 def _check_paths(spec: CampaignSpec, spec_path: Path) -> None:
     """Paths the campaign reads later must exist now: a typo found in round 3 would cost the rounds before it."""
     from evotrainer.agent.lessons import source_library
@@ -167,7 +174,8 @@ def run_campaign(cid: str, home: Path, log: Callable[[str], None] = print, wait:
                  purpose: str = "resume") -> dict[str, Any]:
     """Continue campaign ``cid`` until it finishes, stops, or waits for a review (``wait=False``).
 
-    ``pool``: a started ``BranchPool`` to run jobs in (closed on return); by default one is made here.
+    ``pool``: a started launcher (``evotrainer.jobs.launch``) to run jobs in (closed on return); by default the
+    spec's ``launcher`` is made here.
     Raises ``CampaignBusy`` (exit 2) when another live process runs the campaign.
     """
     from evotrainer.agent.owner import Owner
@@ -194,7 +202,7 @@ def _run_owned(cid: str, home: Path, store: Any, camp: Any, owner: Any, log: Cal
     from evotrainer.agent.graph import compile_graph
     from evotrainer.agent.lessons import campaign_library
     from evotrainer.agent.nodes import CampaignStopped
-    from evotrainer.jobs.pool import BranchPool, PoolStopped
+    from evotrainer.jobs.pool import PoolStopped
     from evotrainer.tracking import Tracker
 
     spec = _spec_of(camp)
@@ -203,7 +211,7 @@ def _run_owned(cid: str, home: Path, store: Any, camp: Any, owner: Any, log: Cal
     if spec.trace:
         _trace(home)
     if pool is None:
-        pool = BranchPool(workers=1, timeout_s=job_timeout(spec))
+        pool = launcher_for(spec)
         pool.warm()  # the worker's torch/TRL imports overlap the graph, store and library set-up below
     owner.watch(pool)  # its workers are recorded, and die with this process
     with pool:

@@ -87,39 +87,68 @@ def _reached(meta: dict[str, Any] | None) -> int:
 
 def _run(ctx: CampaignContext, name: str, harness: HarnessSpec, steps: int, seed: int, fork: str | None,
          eval_every: int, tags: dict[str, str], stop_at: int | None = None) -> dict[str, Any]:
-    """Run (or read back, or resume) one job in the branch pool, up to global step ``stop_at`` (a backtest look;
-    None: the job's end); record the steps it trained in the ledger once per leg.
+    """Run (or read back, or resume) one job up to global step ``stop_at`` (see :func:`_run_many`)."""
+    return _run_many(ctx, [(name, harness, steps, seed, fork, eval_every, tags, stop_at)])[0]
 
-    A job paused at or past ``stop_at``, finished, or failed is read back (a failed branch is a result, not
-    something to retry). The result describes the job *at* ``stop_at``: held-out accuracy there, training
-    reward over the five steps before it, its checkpoint and its per-problem outcomes.
+
+def _run_many(ctx: CampaignContext, jobs: list[tuple[str, HarnessSpec, int, int, str | None, int, dict[str, str],
+                                                     int | None]]) -> list[dict[str, Any]]:
+    """Run (or read back, or resume) jobs side by side on the campaign's launcher, each up to its global step
+    ``stop_at`` (a backtest look; None: the job's end); record the steps each trained in the ledger once per leg.
+
+    ``jobs``: (name, harness, steps, seed, fork, eval_every, tags, stop_at) tuples. Every job that still has steps
+    to train is submitted at once (the launcher runs as many side by side as it has workers); the results are
+    then read back from the job directories in the given order, so the ledger is written in the same order
+    whatever finished first, and a ``kill -9`` in between leaves jobs that a re-run reads back or resumes.
     """
+    requests = [_request(ctx, *job) for job in jobs]
+    todo = [r for r in requests if r is not None]
+    outcomes = iter(ctx.pool.run_many(todo) if todo else [])
+    return [_collect(ctx, job[0], job[6], job[7], None if req is None else next(outcomes))
+            for job, req in zip(jobs, requests)]
+
+
+def _request(ctx: CampaignContext, name: str, harness: HarnessSpec, steps: int, seed: int, fork: str | None,
+             eval_every: int, tags: dict[str, str], stop_at: int | None):
+    """The ``JobRequest`` that brings job ``name`` to ``stop_at``; None when there is nothing to train (paused at or
+    past ``stop_at``, finished, or failed: a failed branch is a result, not something to retry)."""
+    from evotrainer.jobs.launch import JobRequest
+
+    meta = _meta(ctx.home / "jobs" / name)
+    if meta is not None and (meta.get("status") in ("finished", "failed") or (stop_at is not None and _reached(meta) >= stop_at)):
+        return None
+    if ctx.store.get_campaign(ctx.campaign_id).status == "stopped":
+        raise CampaignStopped(ctx.campaign_id)
+    sp = ctx.spec
+    job = {
+        "task": sp.task, "task_options": sp.task_options, "harness": str(_harness_file(ctx, harness)),
+        "steps": steps, "seed": seed, "policy": sp.policy.model_dump(mode="json"),
+        "eval": EvalSpec(**{**sp.eval.model_dump(), "every": eval_every, "at_start": fork is None}).model_dump(mode="json"),
+        "save_every": eval_every, "name": name,
+        "tags": {"mlflow.parentRunId": ctx.mlflow_run_id or "", "evotrainer.campaign": ctx.campaign_id, **tags},
+    }
+    job["tags"] = {k: v for k, v in job["tags"].items() if v}
+    upto = "" if stop_at is None else f" to step {stop_at}"
+    ctx.log(f"{'resuming' if meta else 'running'} {name} ({steps} steps{upto})")
+    target = (int(meta["target_step"]) if meta else None)
+    return JobRequest(job=job, home=str(ctx.home), fork=None if meta else fork, resume=name if meta else None,
+                      stop_at=None if stop_at is None or stop_at == target else stop_at)
+
+
+def _collect(ctx: CampaignContext, name: str, tags: dict[str, str], stop_at: int | None, outcome: Any) -> dict[str, Any]:
+    """Read job ``name`` back as it stands at ``stop_at`` and ledger its new steps: held-out accuracy there,
+    training reward over the five steps before it, its checkpoint and its per-problem outcomes. ``outcome``: the
+    launcher's ``JobOutcome`` when the job was just run (None: read back only)."""
     from evotrainer.agent.schemas import LedgerEntry
     from evotrainer.evaluation import read_outcomes
 
     run_dir = ctx.home / "jobs" / name
     meta = _meta(run_dir)
-    if meta is None or (meta.get("status") not in ("finished", "failed")
-                        and (stop_at is None or _reached(meta) < stop_at)):
-        if ctx.store.get_campaign(ctx.campaign_id).status == "stopped":
-            raise CampaignStopped(ctx.campaign_id)
-        sp = ctx.spec
-        job = {
-            "task": sp.task, "task_options": sp.task_options, "harness": str(_harness_file(ctx, harness)),
-            "steps": steps, "seed": seed, "policy": sp.policy.model_dump(mode="json"),
-            "eval": EvalSpec(**{**sp.eval.model_dump(), "every": eval_every, "at_start": fork is None}).model_dump(mode="json"),
-            "save_every": eval_every, "name": name,
-            "tags": {"mlflow.parentRunId": ctx.mlflow_run_id or "", "evotrainer.campaign": ctx.campaign_id, **tags},
-        }
-        job["tags"] = {k: v for k, v in job["tags"].items() if v}
-        upto = "" if stop_at is None else f" to step {stop_at}"
-        ctx.log(f"{'resuming' if meta else 'running'} {name} ({steps} steps{upto})")
-        target = (int(meta["target_step"]) if meta else None)
-        out = ctx.pool.run(job, ctx.home, fork=None if meta else fork, resume=name if meta else None,
-                           stop_at=None if stop_at is None or stop_at == target else stop_at)
-        meta = _meta(run_dir) or {"status": "failed"}
-        if not out["ok"]:
-            meta = {**meta, "status": "failed", "error": out["error"]}
+    if outcome is not None:
+        meta = meta or {"status": "failed"}
+        if outcome.status != "finished":
+            meta = {**meta, "status": "failed", "error": outcome.error}
+    meta = meta or {"status": "failed"}
     target = int(meta.get("target_step", 0) or 0)
     upto = target if stop_at is None else stop_at
     metrics = read_metrics(run_dir) if run_dir.exists() else None
@@ -571,31 +600,32 @@ def backtest(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command
             break
         arms_at.append(1 + len(open_))
         upto = parent.step + every * look
-        for seed in seeds:
-            for pid, role, index, h in arms:
-                if (pid is not None and pid not in open_) or (pid, seed) in branches and \
-                        branches[(pid, seed)].status == "failed":
-                    continue
-                name = _branch_name(ctx, rnd, role, index, seed)
-                res = _run(ctx, name, h, b.branch_steps, seed, fork, every,
-                           {"evotrainer.role": role, "evotrainer.proposal": pid or "", "evotrainer.round": str(rnd),
-                            "evotrainer.seed": str(seed)}, stop_at=upto)
-                gate = None
-                if role == "treatment" and res["status"] == "finished":
-                    gate = check_gate(evidence_upto(load_run_evidence(res["run_dir"]), upto), registry,
-                                      final=look == b.looks)
-                entry = {"look": look, "step": upto, "trained": every * look, "status": res["status"], "error": res["error"],
-                         "eval_accuracy": res["eval_accuracy"], "train_reward": res["train_reward"],
-                         # None for a control, and for a gate that had too little evidence yet at an interim look
-                         "gate_passed": None if gate is None else (False if gate.reasons else
-                                                                   (None if gate.undecided else True)),
-                         "gate_reasons": [] if gate is None else gate.reasons}
-                prev = branches.get((pid, seed))
-                branches[(pid, seed)] = BranchResult(
-                    backtest_id=bt_id, proposal_id=pid, role=role, seed=seed, run_name=name, status=res["status"],
-                    error=res["error"], eval_accuracy=res["eval_accuracy"], train_reward=res["train_reward"],
-                    gate_passed=entry["gate_passed"], gate_reasons=entry["gate_reasons"], steps=res["steps"],
-                    step=res["step"], looks=[*(prev.looks if prev else []), entry])
+        legs = [(pid, role, index, h, seed) for seed in seeds for pid, role, index, h in arms
+                if not ((pid is not None and pid not in open_) or (pid, seed) in branches
+                        and branches[(pid, seed)].status == "failed")]
+        # every arm × seed of this look at once: the launcher runs as many side by side as it has workers
+        results = _run_many(ctx, [(_branch_name(ctx, rnd, role, index, seed), h, b.branch_steps, seed, fork, every,
+                                   {"evotrainer.role": role, "evotrainer.proposal": pid or "",
+                                    "evotrainer.round": str(rnd), "evotrainer.seed": str(seed)}, upto)
+                                  for pid, role, index, h, seed in legs])
+        for (pid, role, _index, _h, seed), res in zip(legs, results):
+            name = res["name"]
+            gate = None
+            if role == "treatment" and res["status"] == "finished":
+                gate = check_gate(evidence_upto(load_run_evidence(res["run_dir"]), upto), registry,
+                                  final=look == b.looks)
+            entry = {"look": look, "step": upto, "trained": every * look, "status": res["status"], "error": res["error"],
+                     "eval_accuracy": res["eval_accuracy"], "train_reward": res["train_reward"],
+                     # None for a control, and for a gate that had too little evidence yet at an interim look
+                     "gate_passed": None if gate is None else (False if gate.reasons else
+                                                               (None if gate.undecided else True)),
+                     "gate_reasons": [] if gate is None else gate.reasons}
+            prev = branches.get((pid, seed))
+            branches[(pid, seed)] = BranchResult(
+                backtest_id=bt_id, proposal_id=pid, role=role, seed=seed, run_name=name, status=res["status"],
+                error=res["error"], eval_accuracy=res["eval_accuracy"], train_reward=res["train_reward"],
+                gate_passed=entry["gate_passed"], gate_reasons=entry["gate_reasons"], steps=res["steps"],
+                step=res["step"], looks=[*(prev.looks if prev else []), entry])
         listed = list(branches.values())
         decided = {pid: d for pid in open_ if (d := _decide_look(ctx, pid, listed, look)) is not None}
         open_ = [pid for pid in open_ if pid not in decided]

@@ -136,6 +136,33 @@ class RevisionSpec(_S):
         None, description="Extra labelled archive YAML (e.g. tests/fixtures/runs/archive.yaml) replayed beside the campaign's own branches.")
 
 
+class LauncherSpec(_S):
+    kind: Literal["local", "ray"] = Field(
+        "local", description="Where jobs run (evotrainer/jobs/launch.py): 'local' = crash-isolated worker processes on "
+                             "this machine; 'ray' = each job a Ray task (pip install 'evotrainer[ray]').")
+    workers: int | None = Field(
+        None, ge=1, le=256,
+        description="Jobs run side by side: a backtest look submits every arm × seed at once and this many run at a "
+                    "time. local: worker processes (null = 1; each gets cores/workers torch threads when more than "
+                    "one); ray: a cap on tasks in flight (null = as many as the cluster's resources fit).")
+    address: str | None = Field(
+        None, description="ray only: 'ray://HOST:PORT' (Ray Client) or 'auto' (the cluster this machine is part of); "
+                          "null starts a local Ray head that ends with the campaign.")
+    cpus_per_job: float = Field(1.0, gt=0.0, le=1024.0, description="ray only: CPUs a job's Ray task asks for.")
+    gpus_per_job: float = Field(0.0, ge=0.0, le=64.0, description="ray only: GPUs a job's Ray task asks for (a "
+                                                                   "fraction shares one GPU between jobs).")
+
+    @model_validator(mode="after")
+    def _kind(self) -> LauncherSpec:
+        if self.kind == "local" and (self.address is not None or self.gpus_per_job or self.cpus_per_job != 1.0):
+            raise ValueError("launcher.address, cpus_per_job and gpus_per_job are Ray settings: set launcher.kind: ray, "
+                             "or leave them out (a local worker uses the device the job picks)")
+        if self.address is not None and not (self.address == "auto" or self.address.startswith("ray://")):
+            raise ValueError(f"launcher.address={self.address!r}: give 'ray://HOST:PORT', 'auto', or null for a local "
+                             "Ray head")
+        return self
+
+
 class CampaignSpec(_S):
     name: str = Field(..., min_length=1, max_length=100, description="Campaign name (ids are derived from it).")
     task: str = Field("arith", description="Task name or 'module:Class'.")
@@ -146,6 +173,7 @@ class CampaignSpec(_S):
     segment_steps: int = Field(50, ge=1, le=1_000_000, description="Steps of each mainline segment between proposals.")
     budget: BudgetSpec
     backtest: BacktestSpec = Field(default_factory=BacktestSpec, description="How interventions are backtested.")
+    launcher: LauncherSpec = Field(default_factory=LauncherSpec, description="Where jobs run, and how many side by side.")
     autonomy: Literal["auto", "review"] = Field("auto", description="'review' waits for a person to approve each proposal.")
     brain: BrainSpec = Field(default_factory=BrainSpec, description="Who proposes interventions.")
     eval: EvalSpec = Field(default_factory=lambda: EvalSpec(every=0, n=300), description="Held-out evaluation protocol.")

@@ -37,7 +37,7 @@ class CampaignContext:
     home: Path
     store: Any  # evotrainer.store.Store
     brain: Any  # Brain
-    pool: Any  # BranchPool
+    pool: Any  # a Launcher (evotrainer.jobs.launch): where jobs and scoring run
     tracker: Any  # evotrainer.tracking.Tracker
     mlflow_run_id: str | None = None
     log: Callable[[str], None] = field(default=lambda _m: None)

@@ -57,11 +57,16 @@ def job_timeout_from_env() -> float | None:
     return value
 
 
-def _worker_init(parent_pid: int) -> None:
-    """First thing in every worker: die with the owner, leave Ctrl-C to the owner, keep stdout for the owner."""
+def _worker_init(parent_pid: int, threads: int | None = None) -> None:
+    """First thing in every worker: die with the owner, leave Ctrl-C to the owner, keep stdout for the owner;
+    ``threads``: torch's intra-op threads (set before torch is imported), so that workers side by side share the
+    cores instead of each taking all of them."""
     from evotrainer.procs import die_with_parent
 
     die_with_parent(parent_pid)
+    if threads:
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[var] = str(threads)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.dup2(2, 1)  # anything a library prints goes to stderr
 
@@ -93,7 +98,10 @@ def run_branch(job: dict[str, Any], home: str, fork: str | None, resume: str | N
     - ``EVOTRAINER_HANG_RUNS``: matching jobs hang at start (a stuck collective, a dead file system): only the
       per-job timeout ends them;
     - ``EVOTRAINER_OOM_RUNS``: matching jobs run with their worker's address space capped (``RLIMIT_AS``) at
-      its current size + 64 MB and ask for 256 MB more: a branch that exhausts its memory.
+      its current size + 64 MB and ask for 256 MB more: a branch that exhausts its memory;
+    - ``EVOTRAINER_MEET_RUNS`` with ``EVOTRAINER_MEET_DIR`` and ``EVOTRAINER_MEET_COUNT``: matching jobs wait at
+      start (up to 120 s) until that many of them have arrived, then go on; one that waits in vain fails. Jobs
+      run one after another never meet, so this shows that a launcher runs jobs side by side.
     """
     import re
     import time
@@ -110,6 +118,14 @@ def run_branch(job: dict[str, Any], home: str, fork: str | None, resume: str | N
         os._exit(17)  # a hard crash, not an exception: the pool must survive it
     while matches("EVOTRAINER_HANG_RUNS"):
         time.sleep(3600)
+    if matches("EVOTRAINER_MEET_RUNS"):
+        here = Path(os.environ["EVOTRAINER_MEET_DIR"])
+        (here / f"{name}.{os.getpid()}").touch()
+        deadline = time.monotonic() + 120
+        while len(list(here.iterdir())) < int(os.environ.get("EVOTRAINER_MEET_COUNT", "2")):
+            if time.monotonic() > deadline:
+                return {"ok": False, "error": f"{name} waited 120 s at the meeting point and nobody came"}
+            time.sleep(0.05)
     try:
         restore = _cap_address_space(64) if matches("EVOTRAINER_OOM_RUNS") else None
         try:
@@ -154,11 +170,11 @@ class _Workers:
     then waits for ``close``.
     """
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, threads: int | None = None):
         self.executor: ProcessPoolExecutor | None = None
         self.error: BaseException | None = None
         self._ready, self._done = threading.Event(), threading.Event()
-        self._n = workers
+        self._n, self._threads = workers, threads
         threading.Thread(target=self._body, name="evotrainer-pool-spawner", daemon=True).start()
         self._ready.wait()
         if self.error is not None:
@@ -167,7 +183,7 @@ class _Workers:
     def _body(self) -> None:
         try:
             ex = ProcessPoolExecutor(max_workers=self._n, mp_context=mp.get_context("spawn"), initializer=_worker_init,
-                                     initargs=(os.getpid(),))
+                                     initargs=(os.getpid(), self._threads))
             for _ in range(self._n):
                 ex.submit(_preload)
             self.executor = ex
@@ -210,11 +226,12 @@ class BranchPool:
     ``timeout_s``: seconds a job may run before it is ended and returned as failed (default
     ``$EVOTRAINER_JOB_TIMEOUT_S``, unset: no limit). ``on_spawn``: called with the pids of newly started
     workers (the campaign records them in the store, so a resume can end any that outlived their owner).
+    ``threads``: torch threads per worker (None: torch's default, every core).
     """
 
     def __init__(self, workers: int = 1, timeout_s: float | None = _UNSET,
-                 on_spawn: Callable[[list[int]], None] | None = None):
-        self.workers = workers
+                 on_spawn: Callable[[list[int]], None] | None = None, threads: int | None = None):
+        self.workers, self.threads = workers, threads
         self.timeout_s = job_timeout_from_env() if timeout_s is _UNSET else timeout_s
         self.on_spawn = on_spawn
         self._w: _Workers | None = None
@@ -222,7 +239,7 @@ class BranchPool:
 
     def _get(self) -> ProcessPoolExecutor:
         if self._w is None:
-            self._w = _Workers(self.workers)
+            self._w = _Workers(self.workers, self.threads)
             if self.on_spawn is not None:
                 self.on_spawn(self._w.pids())
         return self._w.executor

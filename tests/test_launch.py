@@ -1,0 +1,144 @@
+"""Launchers (evotrainer.jobs.launch): a batch of jobs runs side by side and comes back as typed outcomes in
+order; a crash, a hang past the per-job timeout or a job's own error fails only that job. Both engines for real:
+local worker processes, and Ray with a local head started by the test (127.0.0.1, torn down at the end).
+
+Side by side is shown, not timed: jobs named ``meet*`` wait at start until both have arrived
+(``EVOTRAINER_MEET_RUNS``), which jobs run one after another never do.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from evotrainer.jobs.launch import JobRequest, LocalLauncher, RayLauncher, make_launcher
+from evotrainer.jobs.pool import PoolStopped
+
+
+def _faults(monkeypatch, tmp_path) -> None:
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    monkeypatch.setenv("EVOTRAINER_MEET_RUNS", r"^meet")
+    monkeypatch.setenv("EVOTRAINER_MEET_DIR", str(meet))
+    monkeypatch.setenv("EVOTRAINER_MEET_COUNT", "2")
+    monkeypatch.setenv("EVOTRAINER_FAIL_RUNS", r"^crash$")
+    monkeypatch.setenv("EVOTRAINER_HANG_RUNS", r"^hang$")
+
+
+def _batch(tmp_path, *names: str) -> list[JobRequest]:
+    # a job spec the worker refuses (no such task): the outcome is the job's own error, after everything else ran
+    return [JobRequest(job={"task": "no-such-task", "name": n}, home=str(tmp_path / "home")) for n in names]
+
+
+def _check(out) -> None:
+    assert [o.status for o in out] == ["failed"] * 5
+    for o in (out[0], out[1], out[4]):  # both met: they ran at the same time; the launcher went on after the faults
+        assert "unknown task 'no-such-task'" in o.error, o.error
+    assert "timed out" in out[3].error and "25 s per-job timeout" in out[3].error
+
+
+def test_local_launcher_runs_a_batch_side_by_side_and_faults_fail_only_their_job(tmp_path, monkeypatch):
+    _faults(monkeypatch, tmp_path)
+    with LocalLauncher(workers=2, timeout_s=25) as launcher:
+        launcher.warm()
+        first = launcher.pids()
+        assert len(first) == 2
+        out = launcher.run_many(_batch(tmp_path, "meet-a", "meet-b", "crash", "hang", "after"))
+        _check(out)
+        assert out[2].error.startswith("worker process died")
+        assert not set(first) <= set(launcher.pids())  # the crashed and the hung job's workers were ended
+        launcher.stop()
+        with pytest.raises(PoolStopped):
+            launcher.run_many(_batch(tmp_path, "late"))
+
+
+def test_ray_launcher_runs_jobs_as_parallel_ray_tasks_and_faults_fail_only_their_job(tmp_path, monkeypatch):
+    _faults(monkeypatch, tmp_path)
+    launcher = RayLauncher(num_cpus=2, timeout_s=25)
+    try:
+        launcher.warm()
+        out = launcher.run_many(_batch(tmp_path, "meet-a", "meet-b", "crash", "hang", "after"))
+        _check(out)
+        assert out[2].error.startswith("Ray WorkerCrashedError"), out[2].error
+        scored = launcher.score({"task": "arith", "eval": {"n": 4}, "split": "selection",
+                                 "policies": [[str(tmp_path / "nothing"), 4]]})
+        assert scored["ok"] is False and "not a Hugging Face model directory" in scored["error"]
+    finally:
+        launcher.close()
+    import ray
+
+    assert not ray.is_initialized()  # the local head this launcher started is gone
+
+
+def test_launcher_settings_are_checked_and_name_what_to_set():
+    from evotrainer.agent.spec import LauncherSpec
+    from evotrainer.errors import ConfigError
+
+    with pytest.raises(ValueError, match="launcher.address, cpus_per_job and gpus_per_job are Ray settings"):
+        LauncherSpec(kind="local", gpus_per_job=1)
+    with pytest.raises(ValueError, match="give 'ray://HOST:PORT', 'auto'"):
+        LauncherSpec(kind="ray", address="http://head:8265")
+    assert LauncherSpec(kind="ray", address="ray://127.0.0.1:10001", gpus_per_job=0.5).gpus_per_job == 0.5
+    with pytest.raises(ConfigError, match="use 'local' or 'ray'"):
+        make_launcher("slurm")
+    with pytest.raises(ConfigError, match="give 1 or more worker processes"):
+        LocalLauncher(workers=0)
+
+
+def test_a_campaign_on_ray_runs_a_looks_arms_side_by_side_and_resumes_after_its_owner_is_killed(tmp_path):
+    """A tiny campaign with ``launcher: {kind: ray}`` (a local Ray head started by the campaign): its first look's
+    control and treatment of one seed meet at start, so the backtest node submitted them together. Its owner is
+    killed with SIGKILL mid backtest: Ray's processes go with it (the tasks it owned, and the head it started),
+    and the resumed campaign finishes with every branch, decision and ledger row once."""
+    import json
+    import os
+    import signal
+    import time
+
+    import psutil
+
+    from evotrainer import procs
+    from evotrainer.store import Store
+    from tests.test_campaign import _alive, _cli, _only_campaign, _spec, _wait_for, _warm_base
+
+    home = tmp_path / "home"
+    _warm_base(home)
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    env = {"EVOTRAINER_MEET_RUNS": r"__r00__(control|treatment1)__s10000$", "EVOTRAINER_MEET_DIR": str(meet),
+           "EVOTRAINER_MEET_COUNT": "2"}
+    spec = _spec(tmp_path, backtest={"max_proposals": 1, "looks": 2, "branch_steps": 2}, budget={"total_steps": 11},
+                 segment_steps=3, launcher={"kind": "ray"})
+    jobs = home / "jobs"
+    p = _cli("campaign", "start", str(spec), home=home, env=env, start_new_session=True)
+    _wait_for(lambda: any(jobs.glob("*__treatment1__s10001/meta.json")), p, timeout=600)  # mid backtest
+    store, camp = _only_campaign(home)
+    refs = store.list_processes(camp.id)  # what the owner recorded: the Ray head's processes and their guard
+    assert any("raylet" in " ".join(psutil.Process(r.pid).cmdline()) for r in refs if procs.alive(r.pid, r.started))
+    os.kill(p.pid, signal.SIGKILL)  # the owner only, as the OOM killer would
+    p.wait()
+    deadline = time.monotonic() + 30
+    while _alive(refs) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _alive(refs) == [], "Ray processes outlived the campaign that started them"
+    met = {f.name.rsplit(".", 1)[0].split("__")[-2] for f in meet.iterdir()}
+    assert met == {"control", "treatment1"}  # control and treatment of seed 10000 met: the look ran side by side
+
+    q = _cli("campaign", "resume", camp.id, "--json", home=home, env=env)
+    out, err = q.communicate(timeout=900)
+    assert q.returncode == 0, err[-3000:]
+    assert json.loads(out)["campaign"]["status"] == "finished"
+    store = Store.for_home(home)
+    (bt,) = store.list_backtests(camp.id)
+    branches = store.list_branches(bt.id)
+    assert sorted((b.role, b.seed) for b in branches) == [("control", 10000), ("control", 10001),
+                                                          ("treatment", 10000), ("treatment", 10001)]
+    assert all(b.status == "finished" for b in branches), [(b.run_name, b.error) for b in branches]
+    assert len(store.list_decisions(camp.id)) == 1
+    led = store.ledger(camp.id)
+    assert len({e.key for e in led}) == len(led) and store.ledger_total(camp.id) <= 11
+    from evotrainer.evidence import read_metrics
+
+    for run in {e.run_name for e in led}:  # every step trained once, whichever process trained it
+        m = read_metrics(jobs / run)
+        steps = list(m.loc[m["loss"].notna(), "step"])
+        assert sum(e.steps for e in led if e.run_name == run) == len(steps) == len(set(steps)), run
