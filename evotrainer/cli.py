@@ -21,8 +21,10 @@ from evotrainer.cli_common import emit_json as _emit_json
 from evotrainer.cli_common import guard as _guard
 from evotrainer.cli_evidence import (
     CorrectnessOpt,
+    DiagHarnessOpt,
     MapFileOpt,
     MapOpt,
+    OnlyOpt,
     diagnosis_setup,
     evidence_app,
     field_map,
@@ -252,8 +254,8 @@ def harness_knobs(as_json: bool = JsonOpt) -> None:
 @app.command("diagnose")
 def diagnose_cmd(
     run: str = typer.Argument(..., help="Run name, MLflow run id, job dir, TRL output dir or verl run dir."),
-    harness: Optional[Path] = typer.Option(None, "--harness", help="Harness whose diagnostic params/user files apply."),
-    only: list[str] = typer.Option([], "--only", help="Run only these diagnostics (repeatable)."),
+    harness: Optional[Path] = DiagHarnessOpt,
+    only: list[str] = OnlyOpt,
     fail_on: Optional[str] = typer.Option(
         None, "--fail-on",
         help="Exit 1 if a finding at/above this severity exists, or some evidence could not be read: warning|critical."),

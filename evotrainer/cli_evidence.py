@@ -26,6 +26,8 @@ MapOpt = typer.Option([], "--map", help="FIELD=NAME: the run's own column or met
 MapFileOpt = typer.Option(None, "--map-file", help="YAML file: map: {FIELD: NAME} and/or correctness: NAME.")
 CorrectnessOpt = typer.Option(None, "--correctness", help="The run's strict-correctness signal: a 0/1 column, reward "
                               "function or metric (fills 'correct' and/or 'accuracy').")
+DiagHarnessOpt = typer.Option(None, "--harness", help="Harness whose diagnostic params/user files apply.")
+OnlyOpt = typer.Option([], "--only", help="Run only these diagnostics (repeatable).")
 
 
 def field_map(pairs: list[str], correctness: str | None, file: Path | None):
@@ -118,8 +120,8 @@ def watch_cmd(
                                         "needs --idle)."),
     idle: Optional[float] = typer.Option(None, "--idle", min=0.0, help="Stop after this many seconds without a new "
                                          "step (after a last diagnosis)."),
-    harness: Optional[Path] = typer.Option(None, "--harness", help="Harness whose diagnostic params/user files apply."),
-    only: list[str] = typer.Option([], "--only", help="Run only these diagnostics (repeatable)."),
+    harness: Optional[Path] = DiagHarnessOpt,
+    only: list[str] = OnlyOpt,
     maps: list[str] = MapOpt,
     map_file: Optional[Path] = MapFileOpt,
     correctness: Optional[str] = CorrectnessOpt,
