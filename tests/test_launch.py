@@ -1,5 +1,5 @@
 """Launchers (evotrainer.jobs.launch): a batch of jobs runs side by side and comes back as typed outcomes in
-order; a crash, a hang past the per-job timeout or a job's own error fails only that job. Both engines for real:
+order; a crash, a hang past the per-job timeout, exhausted memory or a job's own error fails only that job. Both engines for real:
 local worker processes, and Ray with a local head started by the test (127.0.0.1, torn down at the end).
 
 Side by side is shown, not timed: jobs named ``meet*`` wait at start until both have arrived
@@ -22,6 +22,7 @@ def _faults(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("EVOTRAINER_MEET_COUNT", "2")
     monkeypatch.setenv("EVOTRAINER_FAIL_RUNS", r"^crash$")
     monkeypatch.setenv("EVOTRAINER_HANG_RUNS", r"^hang$")
+    monkeypatch.setenv("EVOTRAINER_OOM_RUNS", r"^oom$")
 
 
 def _batch(tmp_path, *names: str) -> list[JobRequest]:
@@ -30,10 +31,11 @@ def _batch(tmp_path, *names: str) -> list[JobRequest]:
 
 
 def _check(out) -> None:
-    assert [o.status for o in out] == ["failed"] * 5
-    for o in (out[0], out[1], out[4]):  # both met: they ran at the same time; the launcher went on after the faults
+    assert [o.status for o in out] == ["failed"] * 6
+    for o in (out[0], out[1], out[5]):  # both met: they ran at the same time; the launcher went on after the faults
         assert "unknown task 'no-such-task'" in o.error, o.error
     assert "timed out" in out[3].error and "25 s per-job timeout" in out[3].error
+    assert out[4].out_of_memory and out[4].error.startswith("out of memory: MemoryError"), out[4].error
 
 
 def test_local_launcher_runs_a_batch_side_by_side_and_faults_fail_only_their_job(tmp_path, monkeypatch):
@@ -42,7 +44,7 @@ def test_local_launcher_runs_a_batch_side_by_side_and_faults_fail_only_their_job
         launcher.warm()
         first = launcher.pids()
         assert len(first) == 2
-        out = launcher.run_many(_batch(tmp_path, "meet-a", "meet-b", "crash", "hang", "after"))
+        out = launcher.run_many(_batch(tmp_path, "meet-a", "meet-b", "crash", "hang", "oom", "after"))
         _check(out)
         assert out[2].error.startswith("worker process died")
         assert not set(first) <= set(launcher.pids())  # the crashed and the hung job's workers were ended
@@ -56,7 +58,7 @@ def test_ray_launcher_runs_jobs_as_parallel_ray_tasks_and_faults_fail_only_their
     launcher = RayLauncher(num_cpus=2, timeout_s=25)
     try:
         launcher.warm()
-        out = launcher.run_many(_batch(tmp_path, "meet-a", "meet-b", "crash", "hang", "after"))
+        out = launcher.run_many(_batch(tmp_path, "meet-a", "meet-b", "crash", "hang", "oom", "after"))
         _check(out)
         assert out[2].error.startswith("Ray WorkerCrashedError"), out[2].error
         scored = launcher.score({"task": "arith", "eval": {"n": 4}, "split": "selection",
