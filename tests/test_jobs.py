@@ -271,6 +271,15 @@ def test_a_paused_job_resumes_to_the_same_run_as_one_that_never_paused(first_run
     assert legs.status == "paused" and meta["status"] == "paused" and meta["paused_at"] == 5
     assert max(complete_checkpoints(run_dir)) == 5
     assert [r["step"] for r in _comparable(run_dir) if "loss" in r] == [3, 4, 5]
+    # killed right after it checkpointed at the look, before it recorded the pause (found by bench/soak.py: the
+    # resumed backtest asked for the same look and the branch failed with 'stop_at=5 must lie after ... step 5')
+    lines = (run_dir / "metrics.jsonl").read_text()
+    died = {k: v for k, v in meta.items() if k != "paused_at"}
+    (run_dir / "meta.json").write_text(json.dumps({**died, "status": "running", "steps_done": 2}))
+    again = run_job(_spec(h, 6), shared_home, resume="legs", stop_at=5)
+    assert again.status == "paused" and again.steps_done == 5 and again.train_seconds == 0.0
+    assert json.loads((run_dir / "meta.json").read_text())["paused_at"] == 5
+    assert (run_dir / "metrics.jsonl").read_text() == lines  # nothing was trained again
     with pytest.raises(ConfigError, match="stop_at=4 must lie after the job's current step 5"):
         run_job(_spec(h, 6), shared_home, resume="legs", stop_at=4)
     done = run_job(_spec(h, 6), shared_home, resume="legs")

@@ -374,6 +374,8 @@ def run_job(
                               "checkpoints are full weights or LoRA adapters of one shape; fork under those values")
     if stop_at is not None:
         first = (parent_step or 0) if meta is None else int(meta.get("paused_at") or meta["start_step"])
+        if meta is not None and _died_at(run_dir, meta) == stop_at:
+            first = stop_at - 1  # it reached this pause and died before recording it: recorded below, nothing trained
         if not first < stop_at <= target:
             raise ConfigError(f"stop_at={stop_at} must lie after the job's current step {first} and at most at its "
                               f"target step {target}")
@@ -489,6 +491,11 @@ def run_job(
             lock.release()
             raise
 
+    if stop_at is not None and resume and _died_at(run_dir, meta) == stop_at:
+        try:
+            return _record_pause(run_dir, meta, tracker, stop_at, t_start)
+        finally:
+            lock.release()
     ckpts = complete_checkpoints(run_dir)
     resume_ckpt = ckpts[max(ckpts)] if ckpts else None
     start_step = max(ckpts) if ckpts else meta["start_step"]
@@ -519,6 +526,39 @@ def run_job(
     finally:
         lock.release()  # the next writer (a resume) may take the run now
     return result
+
+
+def _died_at(run_dir: Path, meta: dict[str, Any]) -> int | None:
+    """The step of a job killed right after it checkpointed (and evaluated, and flushed its metrics) at the step a
+    pause asked for, before it could record the pause: its meta says ``running`` and its last complete checkpoint
+    is the one its callback acknowledged (``last_checkpoint_step``). None for any other job."""
+    if meta.get("status") not in ("running", "interrupted", "failed") or meta.get("last_checkpoint_step") is None:
+        return None
+    ckpts = complete_checkpoints(run_dir)
+    done = int(meta["last_checkpoint_step"])
+    if not ckpts or max(ckpts) != done or done >= int(meta["target_step"]):
+        return None
+    return done if done > int(meta.get("paused_at") or meta["start_step"]) else None
+
+
+def _record_pause(run_dir: Path, meta: dict[str, Any], tracker: Any, step: int, t_start: float) -> JobResult:
+    """Record the pause at ``step`` that a job reached but did not get to write (see :func:`_died_at`); nothing
+    is trained, so a resumed campaign neither retrains that look nor fails it."""
+    from evotrainer.evidence import read_metrics
+
+    mdf = read_metrics(run_dir)
+    tracker.backfill(meta["run_id"], mdf, step)
+    meta.update(status="paused", paused_at=step, steps_done=step)
+    meta.pop("error", None)
+    _write_meta(run_dir, meta)
+    tracker.end_run(meta["run_id"], "FINISHED")
+    last = {c: float(mdf[c].dropna().iloc[-1]) for c in mdf.columns if c != "step" and mdf[c].notna().any()}
+    return JobResult(run_id=meta["run_id"], name=meta["name"], run_dir=str(run_dir), steps_done=step,
+                     checkpoint=str(complete_checkpoints(run_dir)[step]),
+                     evidence={"metrics": str(run_dir / "metrics.jsonl"), "rollouts": str(run_dir / "rollouts"),
+                               "mlflow": tracker.uri},
+                     metrics=last, status="paused", seconds=round(time.perf_counter() - t_start, 2),
+                     train_seconds=0.0, eval_seconds=0.0, setup_seconds=round(time.perf_counter() - t_start, 2))
 
 
 def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_ckpt, start_step, target, diff,
