@@ -143,12 +143,9 @@ def _collect(ctx: CampaignContext, name: str, tags: dict[str, str], stop_at: int
     from evotrainer.evaluation import read_outcomes
 
     run_dir = ctx.home / "jobs" / name
-    meta = _meta(run_dir)
-    if outcome is not None:
-        meta = meta or {"status": "failed"}
-        if outcome.status != "finished":
-            meta = {**meta, "status": "failed", "error": outcome.error}
-    meta = meta or {"status": "failed"}
+    meta = _meta(run_dir) or {"status": "failed"}
+    if outcome is not None and outcome.status != "finished":
+        meta = {**meta, "status": "failed", "error": outcome.error}
     target = int(meta.get("target_step", 0) or 0)
     upto = target if stop_at is None else stop_at
     metrics = read_metrics(run_dir) if run_dir.exists() else None

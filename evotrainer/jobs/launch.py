@@ -99,10 +99,6 @@ class Launcher(Protocol):
         """Release workers and connections."""
 
 
-def run_one(launcher: Launcher, request: JobRequest) -> JobOutcome:
-    return launcher.run_many([request])[0]
-
-
 class _Closing:
     def __enter__(self):
         return self
@@ -454,4 +450,4 @@ def make_launcher(kind: str = "local", workers: int | None = 1, timeout_s: float
     raise ConfigError(f"launcher.kind={kind!r}: use 'local' or 'ray'")
 
 
-__all__ = ["JobOutcome", "JobRequest", "Launcher", "LocalLauncher", "RayLauncher", "make_launcher", "run_one"]
+__all__ = ["JobOutcome", "JobRequest", "Launcher", "LocalLauncher", "RayLauncher", "make_launcher"]

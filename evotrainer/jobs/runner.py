@@ -528,6 +528,11 @@ def run_job(
     return result
 
 
+def _last_metrics(mdf: Any) -> dict[str, float]:
+    """Each metric's last recorded value (a job's result)."""
+    return {c: float(mdf[c].dropna().iloc[-1]) for c in mdf.columns if c != "step" and mdf[c].notna().any()}
+
+
 def _died_at(run_dir: Path, meta: dict[str, Any]) -> int | None:
     """The step of a job killed right after it checkpointed (and evaluated, and flushed its metrics) at the step a
     pause asked for, before it could record the pause: its meta says ``running`` and its last complete checkpoint
@@ -552,12 +557,11 @@ def _record_pause(run_dir: Path, meta: dict[str, Any], tracker: Any, step: int, 
     meta.pop("error", None)
     _write_meta(run_dir, meta)
     tracker.end_run(meta["run_id"], "FINISHED")
-    last = {c: float(mdf[c].dropna().iloc[-1]) for c in mdf.columns if c != "step" and mdf[c].notna().any()}
     return JobResult(run_id=meta["run_id"], name=meta["name"], run_dir=str(run_dir), steps_done=step,
                      checkpoint=str(complete_checkpoints(run_dir)[step]),
                      evidence={"metrics": str(run_dir / "metrics.jsonl"), "rollouts": str(run_dir / "rollouts"),
                                "mlflow": tracker.uri},
-                     metrics=last, status="paused", seconds=round(time.perf_counter() - t_start, 2),
+                     metrics=_last_metrics(mdf), status="paused", seconds=round(time.perf_counter() - t_start, 2),
                      train_seconds=0.0, eval_seconds=0.0, setup_seconds=round(time.perf_counter() - t_start, 2))
 
 
@@ -694,12 +698,6 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     from evotrainer.evidence import read_metrics
 
     mdf = read_metrics(run_dir)
-    last = {}
-    if len(mdf):
-        for col in mdf.columns:
-            s = mdf[col].dropna()
-            if col != "step" and len(s):
-                last[col] = float(s.iloc[-1])
     return JobResult(
         run_id=run_id,
         name=meta["name"],
@@ -708,7 +706,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
         checkpoint=str(final) if final else None,
         evidence={"metrics": str(run_dir / "metrics.jsonl"), "rollouts": str(run_dir / "rollouts"),
                   "mlflow": tracker.uri},
-        metrics=last,
+        metrics=_last_metrics(mdf),
         status=meta["status"],
         seconds=round(time.perf_counter() - t_start, 2),
         train_seconds=round(train_s, 2),
