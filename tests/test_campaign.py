@@ -444,3 +444,25 @@ def test_the_same_campaign_spec_and_seed_make_the_same_decisions(tmp_path):
 
     a, b = run("a"), run("b")
     assert a["decisions"] and a == b
+
+
+def test_an_llm_endpoint_that_accepts_and_never_answers_falls_back_within_its_timeout_and_is_recorded(tmp_path):
+    """Issue 18: the server takes the connection and says nothing. The round is not held hostage: after
+    ``timeout_s`` the heuristic brain answers, the campaign goes on to a decision, and the event log says why."""
+    from tests.llm_server import HANG, ScriptedLLM
+
+    home = tmp_path / "home"
+    with ScriptedLLM([HANG], hang_s=600) as llm:
+        spec = _spec(tmp_path, backtest={"max_proposals": 1}, budget={"total_steps": 10},
+                     brain={"kind": "llm", "llm": {"base_url": llm.base_url, "model": "scripted", "timeout_s": 1,
+                                                    "max_retries": 0, "api_key_env": "EVOTRAINER_TEST_KEY"}})
+        cid = start_campaign(spec, home, log=lambda _m: None)
+        assert len(llm.requests) >= 1
+    store = Store.for_home(home)
+    assert store.get_campaign(cid).status == "finished"
+    brain0 = next(e.message for e in store.events(cid, kind="brain") if e.message["round"] == 0)
+    notes = "\n".join(brain0["notes"])
+    assert brain0["brain"] == "llm→heuristic"
+    assert "attempt 1: no answer within 1.0s" in notes and "fell back to the heuristic brain" in notes
+    (p,) = store.list_proposals(cid, round=0)
+    assert p.brain == "llm→heuristic" and store.get_decision(p.id) is not None
