@@ -195,12 +195,16 @@ def soak_train(n: int, kills: int, a: Any) -> dict[str, Any]:
             if not _kill_at(p, rng.uniform(a.min_s, a.max_s), group=True):
                 break
             out["kills"] += 1
-            p = _cli(home, "train", "--resume", "soaked", session=True) if (home / "jobs" / "soaked" / "meta.json").exists() \
-                else _cli(home, *args, session=True)
-        err = p.communicate(timeout=1800)[1]
-        if p.returncode != 0:
-            out["lost"].append(f"j{i}: exit {p.returncode}: {err[-500:]}")
-            continue
+            meta = home / "jobs" / "soaked" / "meta.json"
+            if meta.exists() and json.loads(meta.read_text()).get("status") == "finished":
+                p = None  # killed after it recorded its end, before it exited: nothing to resume
+                break
+            p = _cli(home, "train", "--resume", "soaked", session=True) if meta.exists() else _cli(home, *args, session=True)
+        if p is not None:
+            err = p.communicate(timeout=1800)[1]
+            if p.returncode != 0:
+                out["lost"].append(f"j{i}: exit {p.returncode}: {err[-500:]}")
+                continue
         d = home / "jobs" / "soaked"
         steps = _metric_steps(d)
         roll = sorted(read_rollouts(d)["step"].unique())

@@ -33,6 +33,40 @@ def tracking_uri(home: Path) -> str:
     return os.environ.get("EVOTRAINER_MLFLOW_URI") or f"sqlite:///{home / 'mlflow.db'}"
 
 
+def _create_sqlite_db(uri: str) -> None:
+    """Create a new SQLite MLflow database whole or not at all.
+
+    MLflow migrates a new database through ~60 Alembic revisions (seconds, and not transactional); a ``kill -9``
+    in between left a home whose every later command failed with "Detected out-of-date database schema" (found by
+    ``bench/soak.py``, a plain ``train`` killed during its first seconds). So the tables are built in a private
+    file and linked into place only when complete; ``os.link`` refuses an existing name, so a process that lost a
+    race to create it keeps the winner's database and drops its own."""
+    path = Path(uri[len("sqlite:///"):])
+    if path.exists() or not path.name:
+        return
+    import sqlalchemy
+    from mlflow.store.db.utils import _initialize_tables
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.init-*"):  # left by a creator that was killed
+        pid = stale.name.rpartition("-")[2]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            stale.unlink(missing_ok=True)
+    tmp = path.with_name(f".{path.name}.init-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    engine = sqlalchemy.create_engine(f"sqlite:///{tmp}")
+    try:
+        _initialize_tables(engine)
+    finally:
+        engine.dispose()
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def metric_key(name: str) -> str:
     return _BAD_KEY.sub("_", name.replace("@", "_at_"))
 
@@ -62,6 +96,8 @@ class Tracker:
         self.home = home
         self._buffer: dict[str, list[Any]] = {}  # run id -> Metric rows not yet written (buffered=True)
         self.uri = tracking_uri(home)
+        if self.uri.startswith("sqlite:///"):
+            _create_sqlite_db(self.uri)
         self.client = MlflowClient(tracking_uri=self.uri)
         exp = self.client.get_experiment_by_name(EXPERIMENT)
         if exp is None:

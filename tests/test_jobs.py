@@ -18,6 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from evotrainer.config import HarnessSpec
 from evotrainer.errors import ConfigError, RunNotFound, TaskError
 from evotrainer.evaluation import EvalSpec
 from evotrainer.evidence import ROLLOUT_SCHEMA, read_metrics, read_rollouts, undocumented_metrics
@@ -259,6 +260,39 @@ def test_the_same_spec_and_seed_give_the_same_metrics_step_for_step(shared_home,
     # a different seed is a different run (the test above would pass on a job that ignores its seed otherwise)
     c = run_job(_spec(h, 4, name="repro-c", seed=4), shared_home)
     assert _comparable(Path(c.run_dir)) != ma
+
+
+def test_a_branch_that_died_after_resuming_from_its_pause_is_read_back_at_its_earlier_looks(first_run, shared_home,
+                                                                                             tmp_path):
+    """Found by bench/soak.py (owner and group kills): a branch paused at look 2, resumed for look 3 and killed
+    before its next checkpoint keeps ``status: running`` with ``paused_at`` at look 2. The resumed backtest walks its
+    looks again; it must read such a branch back at looks 1 and 2 (not ask the runner to train it to look 1, which
+    the runner refuses), ledger each look once, and resume it only for look 3."""
+    from types import SimpleNamespace
+
+    from evotrainer.agent.nodes import _collect, _request
+    from evotrainer.store import Store
+
+    _, h = first_run
+    for stop in (3, 4):
+        res = run_job(_spec(h, 6, name="died", seed=3, save_every=1, eval_every=1), shared_home,
+                      **({"fork": "first@2"} if stop == 3 else {"resume": "died"}), stop_at=stop)
+        assert res.status == "paused"
+    run_dir = Path(res.run_dir)
+    meta = json.loads((run_dir / "meta.json").read_text())
+    (run_dir / "meta.json").write_text(json.dumps({**meta, "status": "running"}))  # resumed for look 3, then killed
+    with Store(f"sqlite:///{tmp_path / 'state.db'}") as store:
+        store.create_campaign("c", "c", {}, "t")
+        ctx = SimpleNamespace(home=shared_home, store=store, campaign_id="c", log=lambda _m: None)
+        tags = {"evotrainer.role": "control"}
+        for look in (3, 4):
+            assert _request(ctx, "died", HarnessSpec(), 6, 3, "first@2", 1, tags, look) is None
+            got = _collect(ctx, "died", tags, look, None)
+            assert got["status"] == "finished" and got["step"] == look and got["eval_accuracy"] is not None, got
+            assert got["checkpoint"] and got["checkpoint"].endswith(f"checkpoint-{look}")
+        assert [(e.key, e.steps) for e in store.ledger("c")] == [("died@3", 1), ("died@4", 1)]
+    resumed = run_job(_spec(h, 6), shared_home, resume="died", stop_at=5)
+    assert resumed.status == "paused" and json.loads((run_dir / "meta.json").read_text())["paused_at"] == 5
 
 
 def test_a_paused_job_resumes_to_the_same_run_as_one_that_never_paused(first_run, shared_home, tmp_path):

@@ -79,3 +79,29 @@ def test_backfill_writes_only_the_steps_mlflow_lacks_up_to_the_resume_point(tmp_
     assert _steps(tr, rid, "eval/greedy_accuracy") == [6]  # step 5 is older than what MLflow has for this key
     assert tr.backfill(rid, frame, 6) == 0  # a second resume writes nothing twice
     assert tr.backfill(rid, pd.DataFrame({"step": pd.Series([], dtype="int64")}), 6) == 0
+
+
+def test_a_kill_while_mlflow_creates_its_database_leaves_a_home_that_works(tmp_path):
+    """Found by bench/soak.py: a ``train`` killed while MLflow migrated its new SQLite database (~60 revisions, not
+    transactional) left a schema every later command refused. The database now appears whole or not at all."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    home = tmp_path / "home"
+    home.mkdir()
+    code = "import sys; from pathlib import Path; from evotrainer.tracking import Tracker; Tracker(Path(sys.argv[1]))"
+    p = subprocess.Popen([sys.executable, "-c", code, str(home)])
+    deadline = time.monotonic() + 120
+    while not any(home.glob("*mlflow.db*")) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert p.poll() is None, "the database was created before the test could interrupt it"
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    assert not (home / "mlflow.db").exists()  # the half-built tables stayed in the private file
+    tracker = Tracker(home)
+    run_id = tracker.create_run("after", {})
+    tracker.log_metrics(run_id, 1, {"loss": 0.5})
+    assert [m.step for m in tracker.client.get_metric_history(run_id, "loss")] == [1]
+    assert sorted(x.name for x in home.iterdir() if "mlflow.db" in x.name) == ["mlflow.db"]  # the dead one's too

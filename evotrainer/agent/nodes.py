@@ -75,14 +75,15 @@ def _meta(run_dir: Path) -> dict[str, Any] | None:
 
 
 def _reached(meta: dict[str, Any] | None) -> int:
-    """The global step a job has trained to: its target when finished, its pause step when paused."""
+    """The global step a job has trained to and can be read back at: its target when finished, its last recorded
+    pause when paused — or when it was resumed from that pause and died before its next one (meta still says
+    ``running``; found by ``bench/soak.py``: the resumed backtest asked such a job for an earlier look, which the
+    runner refused, and the branch failed with its already-trained step never ledgered)."""
     if meta is None:
         return -1
     if meta.get("status") == "finished":
         return int(meta["target_step"])
-    if meta.get("status") == "paused":
-        return int(meta.get("paused_at") or meta["start_step"])
-    return int(meta.get("start_step", 0))
+    return int(meta.get("paused_at") or meta.get("start_step", 0))
 
 
 def _run(ctx: CampaignContext, name: str, harness: HarnessSpec, steps: int, seed: int, fork: str | None,
@@ -166,7 +167,9 @@ def _collect(ctx: CampaignContext, name: str, tags: dict[str, str], stop_at: int
     if metrics is not None and "reward" in metrics and metrics["reward"].notna().any():
         reward = float(metrics["reward"].dropna().tail(5).mean())
     reached = _reached(meta) if meta.get("status") != "failed" else -1
-    ok = meta.get("status") in ("finished", "paused") and reached >= upto and acc is not None and upto in ckpts
+    # a 'running' job here is one that died (this process owns the campaign): its recorded looks stay readable
+    ok = (meta.get("status") in ("finished", "paused", "running", "interrupted") and reached >= upto
+          and acc is not None and upto in ckpts)
     return {"name": name, "status": "finished" if ok else "failed",
             "error": None if ok else (meta.get("error") or f"no held-out evaluation and checkpoint at step {upto}"),
             "run_id": meta.get("run_id"), "eval_accuracy": acc, "train_reward": reward, "steps": trained,
