@@ -53,9 +53,9 @@ def _metrics(run_dir: Path, start: int, rng: random.Random, eval_acc: float) -> 
 
 
 def fill_skills(lib: Path, rng: random.Random) -> list[str]:
-    from evotrainer.diagnostics.symptoms import SYMPTOMS
     from evotrainer.library.format import SECTIONS, Counters, Intervention, Skill, Source, Trigger
     from evotrainer.library.loader import write_skill
+    from evotrainer.symptoms import SYMPTOMS
 
     symptoms = [s for s in SYMPTOMS if s != "diagnostic_error"]
     slugs = []

@@ -53,7 +53,7 @@ def skills_list(
     as_json: bool = JsonOpt,
 ) -> None:
     """Entries of the library with their intervention, counters and status."""
-    from evotrainer.diagnostics.symptoms import check_symptom
+    from evotrainer.symptoms import check_symptom
 
     def body() -> None:
         if kind is not None and kind not in ("skill", "mistake"):

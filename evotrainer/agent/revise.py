@@ -45,9 +45,8 @@ from evotrainer.config import HarnessSpec, diff
 from evotrainer.diagnostics.base import SEVERITY_RANK, Finding
 from evotrainer.diagnostics.revision import Archive, LabelledRun, RevisionResult, evaluate_revision, record
 from evotrainer.evidence import Evidence
+from evotrainer.symptoms import EXPLOIT_SYMPTOMS
 
-# symptoms that claim a score came from gaming the reward (a confirmed held-out gain refutes them)
-EXPLOIT_SYMPTOMS = frozenset({"reward_hacking", "answer_spraying", "echo", "length_collapse", "hardcoding", "answer_leak"})
 FACTORS = (0.5, 0.75, 1.25, 1.5, 2.0)
 
 

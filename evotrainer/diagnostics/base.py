@@ -22,8 +22,8 @@ from typing import Any, ClassVar, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from evotrainer.diagnostics.symptoms import check_symptom
 from evotrainer.evidence import Evidence
+from evotrainer.symptoms import check_symptom
 
 Severity = Literal["info", "warning", "critical"]
 SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "critical": 2}

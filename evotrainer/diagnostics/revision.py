@@ -20,8 +20,8 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from evotrainer.diagnostics.base import SEVERITY_RANK
-from evotrainer.diagnostics.symptoms import check_symptom
 from evotrainer.evidence import Evidence
+from evotrainer.symptoms import check_symptom
 
 ARCHIVE_MAX_BYTES = 16 * 1024 * 1024
 """An archive grows by a few hundred bytes per labelled branch (a campaign appends its rounds): 16 MiB is tens of

@@ -33,7 +33,6 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from evotrainer.config import knob_docs
-from evotrainer.diagnostics.symptoms import SYMPTOMS, check_symptom
 from evotrainer.errors import EvoError, format_validation_error
 from evotrainer.library.changes import direction, intervention_direction, knob_slug, resolve_value
 from evotrainer.library.format import (
@@ -50,6 +49,7 @@ from evotrainer.library.format import (
 from evotrainer.library.lint import check_file
 from evotrainer.library.loader import CURATION_LOG, Library, relative, resolve_library, write_skill
 from evotrainer.library.retrieve import domain_of, evidence_score
+from evotrainer.symptoms import SYMPTOMS, check_symptom
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -297,7 +297,7 @@ def _fmt_effect(ev: Evidence) -> tuple[str, str]:
 
 def _context(ev: Evidence, *, symptom: str, knob: str, old: Any, value: Any, change: str) -> dict[str, Any]:
     effect, ci = _fmt_effect(ev)
-    return {"ev": ev, "symptom": symptom, "symptom_text": SYMPTOMS[symptom].rstrip("."), "knob": knob, "old": old,
+    return {"ev": ev, "symptom": symptom, "symptom_text": SYMPTOMS[symptom].description.rstrip("."), "knob": knob, "old": old,
             "value": value, "direction": change, "effect": effect, "ci": ci,
             "seeds": ", ".join(str(x) for x in ev.seeds) or "n/a", "knob_doc": _knob_doc().get(knob, "")}
 

@@ -37,9 +37,9 @@ from pydantic import (
 )
 
 from evotrainer.config import HarnessSpec
-from evotrainer.diagnostics.symptoms import check_symptom
 from evotrainer.errors import ConfigError
 from evotrainer.safe_yaml import parse_yaml
+from evotrainer.symptoms import check_symptom
 
 SkillKind = Literal["skill", "mistake"]
 SkillStatus = Literal["active", "deprecated"]

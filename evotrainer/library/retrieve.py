@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict
 
 from evotrainer.diagnostics.base import Finding
-from evotrainer.diagnostics.symptoms import SYMPTOMS
 from evotrainer.library.format import Skill
 from evotrainer.library.index import text_scores
 from evotrainer.library.loader import Library
+from evotrainer.symptoms import SYMPTOMS
 
 if TYPE_CHECKING:
     from evotrainer.store import Store
@@ -117,7 +117,7 @@ def query_of(findings: Sequence[Finding]) -> str:
     """The text a set of findings is searched with: each symptom's name, description and explanation."""
     parts = []
     for f in findings:
-        parts += [f.symptom.replace("_", " "), SYMPTOMS.get(f.symptom, ""), f.explanation]
+        parts += [f.symptom.replace("_", " "), SYMPTOMS[f.symptom].description if f.symptom in SYMPTOMS else "", f.explanation]
     return " ".join(parts)
 
 

@@ -32,33 +32,11 @@ from statistics import NormalDist
 from evotrainer.agent.brains.base import BrainContext, BrainResult, Candidate
 from evotrainer.agent.schemas import Hypothesis, ProposalDraft
 from evotrainer.diagnostics.base import SEVERITY_RANK
+from evotrainer.symptoms import SYMPTOMS
 
-CAUSES = {
-    "dead_groups": "groups whose completions all get the same reward give GRPO a zero advantage, so no gradient",
-    "too_hard": "the policy rarely succeeds on these prompts, so most groups carry no signal",
-    "too_easy": "the policy already solves these prompts, so most groups carry no signal",
-    "entropy_collapse": "the policy became nearly deterministic and stopped exploring",
-    "entropy_blowup": "updates are too large and the policy drifts towards noise",
-    "truncation": "answers are cut off by the completion length limit and scored as failures",
-    "length_collapse": "the reward favours minimal completions over correct ones",
-    "repetition": "the policy fell into n-gram loops that the reward does not penalise",
-    "echo": "the policy copies the prompt instead of answering",
-    "reward_hacking": "the reward gives credit that strict correctness does not",
-    "answer_spraying": "a lenient checker rewards completions that list several candidate answers",
-    "kl_blowup": "the policy moves away from the reference faster than the reward justifies",
-    "grad_spike": "occasional very large gradients destabilise training",
-    "nan": "numerical overflow from too large updates",
-    "plateau": "the current recipe has extracted what it can from this data",
-    "forgetting": "updates overwrite what the policy knew on earlier distributions",
-    "overfitting": "the policy memorises training prompts instead of generalising",
-}
-
-
-# A symptom that can produce others: a cut-off answer is scored as a failure, so truncation makes groups look
-# all-wrong (too_hard) and reward-flat (dead_groups). While both are present, the remedies for the cause are
-# as urgent as those for the symptoms it may explain; otherwise a critical too_hard would bury the budget fix
-# under every curriculum change, none of which can help answers that do not fit.
-EXPLAINS: dict[str, tuple[str, ...]] = {"truncation": ("too_hard", "dead_groups")}
+# A symptom that can produce others (the registry's ``explains``): while both are present, the remedies for the
+# cause are as urgent as those for the symptoms it may explain.
+EXPLAINS: dict[str, tuple[str, ...]] = {s.name: s.explains for s in SYMPTOMS.values() if s.explains}
 
 
 class HeuristicBrain:
@@ -134,7 +112,7 @@ class HeuristicBrain:
             drafts.append(ProposalDraft(
                 knob=c.knob, value=c.value,
                 hypothesis=Hypothesis(
-                    symptom=symptom, cause=CAUSES.get(symptom, "see the finding"),
+                    symptom=symptom, cause=SYMPTOMS[symptom].cause,
                     change=f"{c.description} ({c.knob}: {old!r} → {c.value!r})",
                     expected_effect=f"held-out accuracy up; posterior mean effect {mean:+.3f} from {len(c.effects)} "
                                     f"past backtest(s)"),

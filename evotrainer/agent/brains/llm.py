@@ -46,8 +46,8 @@ from evotrainer.agent.brains.base import Brain, BrainContext, BrainResult
 from evotrainer.agent.schemas import ProposalDraft
 from evotrainer.config import LOCKED_KNOB_PREFIXES, HarnessSpec, knob_docs
 from evotrainer.diagnostics.base import SEVERITY_RANK
-from evotrainer.diagnostics.symptoms import SYMPTOMS
 from evotrainer.errors import ConfigError
+from evotrainer.symptoms import SYMPTOMS
 
 PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
 LOCKED = LOCKED_KNOB_PREFIXES  # the gates and user diagnostics judge proposals; an LLM never changes them
