@@ -22,9 +22,9 @@ def main() -> None:
     p.add_argument("--archive", default=str(ROOT / "runs" / "pathological-export" / "archive.yaml"))
     a = p.parse_args()
 
-    from evotrainer.diagnostics.base import SEVERITY_RANK
     from evotrainer.diagnostics.registry import Registry
     from evotrainer.diagnostics.revision import Archive
+    from evotrainer.domain import SEVERITY_RANK
     from evotrainer.evidence import Evidence
     from evotrainer.readers import load_evidence
 

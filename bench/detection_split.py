@@ -21,8 +21,8 @@ from _common import ROOT, parser, save
 
 
 def score(archive_path: Path, reg, stride: int) -> dict:
-    from evotrainer.diagnostics.base import SEVERITY_RANK
     from evotrainer.diagnostics.revision import Archive
+    from evotrainer.domain import SEVERITY_RANK
     from evotrainer.evidence import evidence_upto
     from evotrainer.readers import load_evidence
 

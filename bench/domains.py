@@ -98,8 +98,8 @@ def _minutes(run_dir: str) -> float:
 
 def _flagged(run_dir: str, diagnostic: str, harness_file: str) -> tuple[bool, str]:
     from evotrainer.config import load_harness
-    from evotrainer.diagnostics.base import SEVERITY_RANK
     from evotrainer.diagnostics.registry import Registry
+    from evotrainer.domain import SEVERITY_RANK
     from evotrainer.readers import load_evidence
 
     finding = [f for f in Registry(load_harness(harness_file)).get(diagnostic).run(load_evidence(run_dir))

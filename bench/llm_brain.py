@@ -22,9 +22,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 
 def contexts():
-    from evotrainer.agent.brains.base import BrainContext, Candidate
+    from evotrainer.agent.brains.base import BrainContext
     from evotrainer.config import HarnessSpec
-    from evotrainer.diagnostics.base import Finding
+    from evotrainer.domain import Candidate, Finding
 
     def finding(symptom, severity, metrics):
         return Finding(symptom=symptom, diagnostic=symptom, version="1", severity=severity, confidence=0.8,

@@ -79,18 +79,19 @@ def fill_skills(lib: Path, rng: random.Random) -> list[str]:
 
 
 def fill_store(home: Path, slugs: list[str], rng: random.Random) -> dict:
-    from evotrainer.agent.schemas import (
+    from evotrainer.config import HarnessSpec
+    from evotrainer.domain import (
         BacktestStats,
         BranchResult,
         Decision,
+        Example,
+        Finding,
         Hypothesis,
         LedgerEntry,
         PolicyVersion,
         Proposal,
         Review,
     )
-    from evotrainer.config import HarnessSpec
-    from evotrainer.diagnostics.base import Example, Finding
     from evotrainer.store import Store
 
     store = Store.for_home(home)

@@ -35,7 +35,8 @@ from typing import Any, Literal
 import pandas as pd
 from transformers import TrainerCallback
 
-from evotrainer.diagnostics.base import SEVERITY_RANK, Diagnostic, Finding
+from evotrainer.diagnostics.base import Diagnostic
+from evotrainer.domain import SEVERITY_RANK, Finding
 from evotrainer.errors import ConfigError
 from evotrainer.evidence import ROLLOUT_COLUMNS, Evidence, RolloutRecorder, append_metrics, truncate_after
 from evotrainer.mapping import as_bool, detect_correctness

@@ -268,7 +268,7 @@ def diagnose_cmd(
     """Diagnose a run's rollout evidence: findings by severity, with example rollouts."""
     from rich.markup import escape
 
-    from evotrainer.diagnostics.base import SEVERITY_RANK
+    from evotrainer.domain import SEVERITY_RANK
     from evotrainer.home import resolve_home
     from evotrainer.readers import describe_skipped, load_evidence, require_readable
     from evotrainer.watch import correctness_line

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
-from evotrainer.agent.schemas import PolicyVersion, Review
+from evotrainer.domain import PolicyVersion, Review
 from evotrainer.errors import ConfigError
 from evotrainer.store import Store
 

@@ -20,10 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evotrainer.agent.campaign import StopOutcome
 from evotrainer.agent.confirm import Confirmation
-from evotrainer.agent.schemas import Campaign, Decision, PolicyVersion, Proposal, Review
 from evotrainer.config import KnobChange
-from evotrainer.diagnostics.base import Finding
 from evotrainer.diagnostics.revision import RevisionResult
+from evotrainer.domain import Campaign, Decision, Finding, PolicyVersion, Proposal, Review
 from evotrainer.library.format import Skill
 from evotrainer.library.lint import Problem
 from evotrainer.library.retrieve import HitSummary

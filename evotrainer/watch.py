@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evotrainer.diagnostics.base import SEVERITY_RANK, Finding
+from evotrainer.domain import SEVERITY_RANK, Finding
 from evotrainer.errors import ConfigError, RunNotFound
 from evotrainer.evidence import Evidence
 from evotrainer.mapping import FieldMap

@@ -10,11 +10,10 @@ import pytest
 from evotrainer.agent.brains.base import BrainContext, RefutedChange
 from evotrainer.agent.brains.heuristic import HeuristicBrain
 from evotrainer.agent.lessons import SEED_LIBRARY, brain_inputs
-from evotrainer.agent.schemas import BranchResult
 from evotrainer.agent.spec import load_campaign_spec
 from evotrainer.backtest import decide
 from evotrainer.config import HarnessSpec
-from evotrainer.diagnostics.base import Finding
+from evotrainer.domain import BranchResult, Finding
 from evotrainer.errors import ConfigError
 from tests.conftest import REPO
 
@@ -112,7 +111,7 @@ def test_a_blocked_trap_is_not_proposed_again_while_the_findings_of_its_round_pe
     from types import SimpleNamespace
 
     from evotrainer.agent.nodes import _refuted
-    from evotrainer.agent.schemas import Decision, Hypothesis, Proposal
+    from evotrainer.domain import Decision, Hypothesis, Proposal
     from evotrainer.store import Store
 
     h = HarnessSpec()
@@ -245,8 +244,8 @@ def test_a_mainline_that_falls_below_its_best_version_goes_back_to_it_once(tmp_p
     from types import SimpleNamespace
 
     from evotrainer.agent.nodes import _keep_best
-    from evotrainer.agent.schemas import PolicyVersion
     from evotrainer.agent.spec import CampaignSpec
+    from evotrainer.domain import PolicyVersion
     from evotrainer.reports import campaign_summary
     from evotrainer.store import Store
 
@@ -464,9 +463,9 @@ def test_a_backtest_look_runs_only_within_the_budget_and_the_exploration_share(t
     from pathlib import Path
 
     from evotrainer.agent.nodes import _explore_spent, _look_budget
-    from evotrainer.agent.schemas import LedgerEntry, PolicyVersion
     from evotrainer.agent.spec import CampaignSpec
     from evotrainer.agent.state import CampaignContext
+    from evotrainer.domain import LedgerEntry, PolicyVersion
     from evotrainer.store import Store
 
     now = datetime.now(timezone.utc)

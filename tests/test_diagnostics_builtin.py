@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from evotrainer.diagnostics.base import SEVERITY_RANK, Diagnostic
+from evotrainer.diagnostics.base import Diagnostic
 from evotrainer.diagnostics.builtin import (
     BUILTIN_DIAGNOSTICS,
     count_candidates,
@@ -24,6 +24,7 @@ from evotrainer.diagnostics.builtin import (
     run_all,
 )
 from evotrainer.diagnostics.signals import windows
+from evotrainer.domain import SEVERITY_RANK
 from evotrainer.evidence import Evidence
 from evotrainer.tasks import get_task
 

@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 
 from evotrainer.cli import app
 from evotrainer.config import load_harness
-from evotrainer.diagnostics.base import SEVERITY_RANK
 from evotrainer.diagnostics.gates import check_gate
 from evotrainer.diagnostics.registry import Registry
 from evotrainer.diagnostics.revision import Archive
+from evotrainer.domain import SEVERITY_RANK
 from evotrainer.evidence import ROLLOUT_SCHEMA
 from evotrainer.readers import load_evidence
 from tests.conftest import BASELINE

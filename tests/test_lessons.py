@@ -18,10 +18,9 @@ from evotrainer.agent.lessons import (
     repeated_mistake,
     repeats_mistake,
 )
-from evotrainer.agent.schemas import BacktestStats, Decision, Hypothesis, Proposal
 from evotrainer.agent.spec import CampaignSpec
 from evotrainer.config import HarnessSpec
-from evotrainer.diagnostics.base import Finding
+from evotrainer.domain import BacktestStats, Decision, Finding, Hypothesis, Proposal
 from evotrainer.library.curation import read_log, record_outcome
 from evotrainer.library.loader import Library
 from evotrainer.store import Store

@@ -10,12 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from evotrainer.agent.schemas import BacktestStats, Decision, Hypothesis, Proposal
+from evotrainer.bm25 import BM25
 from evotrainer.cli_skills import skills_app
 from evotrainer.config import HarnessSpec
-from evotrainer.diagnostics.base import Finding
+from evotrainer.domain import BacktestStats, Decision, Finding, Hypothesis, Proposal
 from evotrainer.errors import ConfigError
-from evotrainer.library.bm25 import BM25
 from evotrainer.library.candidates import to_candidates
 from evotrainer.library.curation import (
     AddOp,
@@ -30,8 +29,7 @@ from evotrainer.library.curation import (
 )
 from evotrainer.library.format import SKILL_FILE, Evidence, Skill, dump_skill, parse_skill, section_problems
 from evotrainer.library.index import library_key, sync, text_scores
-from evotrainer.library.lint import lint_library
-from evotrainer.library.loader import CURATION_LOG, Library, write_skill
+from evotrainer.library.loader import CURATION_LOG, Library, lint_library, write_skill
 from evotrainer.store import Store
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,7 +21,11 @@ from evotrainer.agent.revise import (
     refuted_blocks,
     refutes_block,
 )
-from evotrainer.agent.schemas import (
+from evotrainer.agent.spec import CampaignSpec
+from evotrainer.config import HarnessSpec
+from evotrainer.diagnostics.builtin import outcomes
+from evotrainer.diagnostics.revision import history
+from evotrainer.domain import (
     BacktestStats,
     BranchResult,
     Decision,
@@ -29,10 +33,6 @@ from evotrainer.agent.schemas import (
     PolicyVersion,
     Proposal,
 )
-from evotrainer.agent.spec import CampaignSpec
-from evotrainer.config import HarnessSpec
-from evotrainer.diagnostics.builtin import outcomes
-from evotrainer.diagnostics.revision import history
 from evotrainer.store import Store
 
 FIX = Path(__file__).parent / "fixtures" / "runs"

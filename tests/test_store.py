@@ -20,17 +20,18 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import CheckConstraint, create_engine, inspect, text
 from sqlalchemy.exc import IntegrityError
 
-from evotrainer.agent.schemas import (
+from evotrainer.domain import (
     BacktestStats,
     BranchResult,
     Decision,
+    Example,
+    Finding,
     Hypothesis,
     LedgerEntry,
     PolicyVersion,
     Proposal,
     Review,
 )
-from evotrainer.diagnostics.base import Example, Finding
 from evotrainer.errors import EvoError
 from evotrainer.store import NotFound, Store, StoreError, alembic_config
 from evotrainer.store.models import Base, include_name, is_fts_table
@@ -453,7 +454,7 @@ def test_two_processes_open_a_new_file_at_once(db, tmp_path):
 WRITER = """
 import os, sys, time
 from datetime import datetime, timezone
-from evotrainer.agent.schemas import LedgerEntry
+from evotrainer.domain import LedgerEntry
 from evotrainer.store import Store
 s = Store(sys.argv[1])
 while not os.path.exists(sys.argv[2]): time.sleep(0.005)

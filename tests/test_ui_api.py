@@ -18,16 +18,17 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from evotrainer.agent.schemas import (
+from evotrainer.domain import (
     BacktestStats,
     BranchResult,
     Decision,
+    Example,
+    Finding,
     Hypothesis,
     LedgerEntry,
     PolicyVersion,
     Proposal,
 )
-from evotrainer.diagnostics.base import Example, Finding
 from evotrainer.evidence import ROLLOUT_SCHEMA
 from evotrainer.library.format import Evidence, Intervention, Skill, Trigger
 from evotrainer.library.loader import write_skill

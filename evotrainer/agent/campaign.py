@@ -25,9 +25,9 @@ from typing import Any, Callable
 from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict, Field
 
-from evotrainer.agent.schemas import CampaignOwner
 from evotrainer.agent.spec import CampaignSpec, load_campaign_spec
 from evotrainer.agent.state import CampaignContext
+from evotrainer.domain import CampaignOwner
 from evotrainer.errors import ConfigError
 
 

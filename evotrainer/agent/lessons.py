@@ -22,9 +22,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from evotrainer.agent.brains.base import Candidate, KnownMistake, RefutedChange
+from evotrainer.agent.brains.base import KnownMistake, RefutedChange
 from evotrainer.config import HarnessSpec
-from evotrainer.diagnostics.base import Finding
+from evotrainer.domain import Candidate, Finding
 
 SEED_LIBRARY = Path(__file__).resolve().parents[2] / "skills"
 

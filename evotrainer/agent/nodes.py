@@ -19,10 +19,10 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from evotrainer.agent.brains.base import BrainContext, RefutedChange
-from evotrainer.agent.schemas import BranchResult, Decision, PolicyVersion, Proposal, Review
 from evotrainer.agent.state import CampaignContext, CampaignState
 from evotrainer.backtest import decide, regression_margin
 from evotrainer.config import HarnessSpec, diff, dump_harness, locked_knob
+from evotrainer.domain import BranchResult, Decision, PolicyVersion, Proposal, Review
 from evotrainer.evaluation import EvalSpec
 from evotrainer.evidence import load_run_evidence, read_metrics
 from evotrainer.jobs.runner import complete_checkpoints
@@ -140,7 +140,7 @@ def _collect(ctx: CampaignContext, name: str, tags: dict[str, str], stop_at: int
     """Read job ``name`` back as it stands at ``stop_at`` and ledger its new steps: held-out accuracy there,
     training reward over the five steps before it, its checkpoint and its per-problem outcomes. ``outcome``: the
     launcher's ``JobOutcome`` when the job was just run (None: read back only)."""
-    from evotrainer.agent.schemas import LedgerEntry
+    from evotrainer.domain import LedgerEntry
     from evotrainer.evaluation import read_outcomes
 
     run_dir = ctx.home / "jobs" / name

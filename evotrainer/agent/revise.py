@@ -42,8 +42,8 @@ import yaml
 from pydantic import BaseModel
 
 from evotrainer.config import HarnessSpec, diff
-from evotrainer.diagnostics.base import SEVERITY_RANK, Finding
 from evotrainer.diagnostics.revision import Archive, LabelledRun, RevisionResult, evaluate_revision, record
+from evotrainer.domain import SEVERITY_RANK, Finding
 from evotrainer.evidence import Evidence
 from evotrainer.symptoms import EXPLOIT_SYMPTOMS
 

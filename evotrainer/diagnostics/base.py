@@ -17,46 +17,18 @@ import fnmatch
 import traceback
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict
 
+from evotrainer.domain import (  # re-exported: what a user diagnostic returns
+    SEVERITY_RANK,
+    Example,
+    Finding,
+    Severity,
+)
 from evotrainer.evidence import Evidence
-from evotrainer.symptoms import check_symptom
-
-Severity = Literal["info", "warning", "critical"]
-SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "critical": 2}
-
-
-class Example(BaseModel):
-    """One rollout shown as evidence (text truncated; it is untrusted data)."""
-
-    rollout_id: str
-    step: int | None = None
-    prompt: str = ""
-    completion: str = ""
-    reward: float | None = None
-    correct: bool | None = None
-
-
-class Finding(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    symptom: str
-    diagnostic: str
-    version: str
-    severity: Severity
-    confidence: float = Field(ge=0.0, le=1.0)
-    steps: tuple[int, int] | None = None
-    metrics: dict[str, float] = Field(default_factory=dict)
-    examples: list[Example] = Field(default_factory=list)
-    explanation: str
-
-    @field_validator("symptom")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        return check_symptom(v)
 
 
 @dataclass(frozen=True)
@@ -233,3 +205,7 @@ class Diagnostic(ABC):
                            "description": f.description or ""})
         return {"name": cls.name, "version": cls.version, "symptom": cls.symptom, "signal": cls.signal,
                 "literature": cls.literature, "params": params}
+
+
+__all__ = ["Diagnostic", "Example", "Finding", "NoParams", "Need", "SEVERITY_RANK", "Severity", "examples_from",
+           "field_present", "need", "snippet"]

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from evotrainer.diagnostics.base import SEVERITY_RANK, Diagnostic, Finding
+from evotrainer.diagnostics.base import Diagnostic
 from evotrainer.diagnostics.registry import Registry
+from evotrainer.domain import SEVERITY_RANK, Finding
 from evotrainer.evidence import Evidence
 
 

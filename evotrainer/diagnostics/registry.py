@@ -23,7 +23,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from evotrainer.config import HarnessSpec
-from evotrainer.diagnostics.base import SEVERITY_RANK, Diagnostic, Finding
+from evotrainer.diagnostics.base import Diagnostic
+from evotrainer.domain import SEVERITY_RANK, Finding
 from evotrainer.errors import ConfigError
 from evotrainer.evidence import Evidence
 

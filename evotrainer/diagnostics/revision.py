@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from evotrainer.diagnostics.base import SEVERITY_RANK
+from evotrainer.domain import SEVERITY_RANK
 from evotrainer.evidence import Evidence
 from evotrainer.symptoms import check_symptom
 

@@ -61,7 +61,7 @@ def _limits(memory_mb: int, cpu_s: int) -> None:
 
 
 def _error_finding(name: str, message: str):
-    from evotrainer.diagnostics.base import Finding
+    from evotrainer.domain import Finding
 
     return Finding(symptom="diagnostic_error", diagnostic=name, version="sandboxed", severity="warning",
                    confidence=0.0, explanation=message[:2000])
@@ -89,7 +89,7 @@ def run_sandboxed(path: Path, name: str, params: dict[str, Any], ev, timeout_s: 
     """Run diagnostic ``name`` from the untrusted file ``path`` on ``ev`` in a sandboxed process."""
     from pydantic import ValidationError
 
-    from evotrainer.diagnostics.base import Finding
+    from evotrainer.domain import Finding
 
     with tempfile.TemporaryDirectory(prefix="evo-sandbox-") as tmp:
         work = Path(tmp)

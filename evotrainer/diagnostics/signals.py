@@ -23,7 +23,8 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from evotrainer.diagnostics.base import SEVERITY_RANK, Example, Severity, examples_from
+from evotrainer.diagnostics.base import examples_from
+from evotrainer.domain import SEVERITY_RANK, Example, Severity
 from evotrainer.evidence import Evidence
 
 # -------------------------------------------------------------------------------------------- params

@@ -9,9 +9,9 @@
   ``record_outcome`` for the campaign's distill step.
 - ``candidates``: skills as brain candidates resolved against a harness.
 
-Names are imported lazily (``from evotrainer.library import Library`` works) so that the store, which imports
-``library.format`` for its vocabularies, and the library, which imports the store's entities, do not import
-each other at start-up.
+Names are imported lazily (``from evotrainer.library import Library`` works) so that importing the package
+costs nothing until a name is used. The library sits above the store (its index lives there); the store needs
+nothing from it (the skill vocabularies are in ``evotrainer.domain``, BM25 in ``evotrainer.bm25``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 _EXPORTS = {
     "Skill": "format", "Evidence": "format", "Trigger": "format", "Intervention": "format", "Counters": "format",
     "Source": "format", "parse_skill": "format", "dump_skill": "format",
-    "Problem": "lint", "lint_library": "lint",
+    "Problem": "lint", "lint_library": "loader",
     "Library": "loader", "resolve_library": "loader", "write_skill": "loader",
     "sync": "index",
     "Hit": "retrieve", "search": "retrieve", "domain_of": "retrieve",  # not `retrieve`: the submodule shadows it

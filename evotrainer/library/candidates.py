@@ -13,8 +13,8 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from evotrainer.agent.brains.base import Candidate
 from evotrainer.config import HarnessSpec, locked_knob
+from evotrainer.domain import Candidate
 from evotrainer.errors import ConfigError
 from evotrainer.library.changes import resolve_value
 from evotrainer.library.format import Skill

@@ -21,6 +21,7 @@ import functools
 import re
 import types
 import typing
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -37,12 +38,11 @@ from pydantic import (
 )
 
 from evotrainer.config import HarnessSpec
+from evotrainer.domain import SkillKind, SkillStatus
 from evotrainer.errors import ConfigError
 from evotrainer.safe_yaml import parse_yaml
 from evotrainer.symptoms import check_symptom
 
-SkillKind = Literal["skill", "mistake"]
-SkillStatus = Literal["active", "deprecated"]
 EvidenceOutcome = Literal["promote", "reject", "inconclusive", "blocked", "screened"]
 InterventionOp = Literal["set", "scale", "step"]
 ConditionOp = Literal["<", "<=", ">", ">=", "==", "!="]
@@ -153,7 +153,7 @@ class Condition(_Model):
 class Trigger(_Model):
     """When the skill applies: a symptom, optionally only when metrics of its finding pass conditions, in domains."""
 
-    symptom: str = Field(..., description="A symptom from the diagnostics vocabulary (evotrainer.diagnostics.symptoms).")
+    symptom: str = Field(..., description="A symptom from the diagnostics vocabulary (evotrainer.symptoms).")
     conditions: list[Condition] = Field(default_factory=list, description="All must hold on the finding's metrics.")
     domains: list[Domain] = Field(default_factory=list, description="Task domains (math, code, agentic, …); empty = any.")
     weight: float = Field(1.0, gt=0.0, le=1.0,
@@ -441,3 +441,11 @@ def dump_skill(skill: Skill) -> str:
     fm = yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False,
                    width=100)
     return f"---\n{fm}---\n{skill.body}"
+
+
+def relative(library: Path, file: Path) -> str:
+    """A file's path relative to the library folder (as the curation log records it)."""
+    try:
+        return str(file.resolve().relative_to(library.resolve()))
+    except ValueError:
+        return str(file)

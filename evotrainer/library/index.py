@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from evotrainer.library.bm25 import BM25
-from evotrainer.library.loader import Library, relative
+from evotrainer.bm25 import BM25
+from evotrainer.library.format import relative
 from evotrainer.store.entities import SkillDoc, SkillSync
 
 if TYPE_CHECKING:
+    from evotrainer.library.loader import Library
     from evotrainer.store import Store
 
 

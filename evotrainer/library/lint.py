@@ -103,11 +103,4 @@ def check_file(file: Path, slug: str | None = None) -> tuple[Skill | None, list[
     return check_text(text, slug, str(file))
 
 
-def lint_library(path: str | Path) -> list[Problem]:
-    """Every problem in the library folder (empty list = clean)."""
-    from evotrainer.library.loader import Library
-
-    return Library.load(path, strict=False).problems
-
-
-__all__ = ["Problem", "check_text", "check_file", "lint_library", "problems_from", "SKILL_FILE"]
+__all__ = ["Problem", "check_text", "check_file", "problems_from", "SKILL_FILE"]

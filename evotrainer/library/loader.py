@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evotrainer.errors import ConfigError
-from evotrainer.library.format import SKILL_FILE, Skill, dump_skill
+from evotrainer.library.format import SKILL_FILE, Skill, dump_skill, relative
 from evotrainer.library.lint import Problem, check_file, check_text
 from evotrainer.names import check_name
 
 if TYPE_CHECKING:
-    from evotrainer.diagnostics.base import Finding
+    from evotrainer.domain import Finding
     from evotrainer.library.retrieve import Hit
     from evotrainer.store import Store
 
@@ -201,13 +201,10 @@ def write_skill(library: str | Path, skill: Skill) -> Path:
     return target
 
 
-def relative(library: Path, file: Path) -> str:
-    """A file's path relative to the library folder (as the curation log records it)."""
-    try:
-        return str(file.resolve().relative_to(library.resolve()))
-    except ValueError:
-        return str(file)
+def lint_library(path: str | Path) -> list[Problem]:
+    """Every problem in the library folder (empty list = clean)."""
+    return Library.load(path, strict=False).problems
 
 
-__all__ = ["Library", "Entry", "resolve_library", "write_skill", "content_hash", "LIBRARY_ENV", "CURATION_LOG",
+__all__ = ["Library", "lint_library", "Entry", "resolve_library", "write_skill", "content_hash", "LIBRARY_ENV", "CURATION_LOG",
            "relative"]

@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from evotrainer.diagnostics.base import Finding
+from evotrainer.domain import Finding
 from evotrainer.library.format import Skill
 from evotrainer.library.index import text_scores
-from evotrainer.library.loader import Library
 from evotrainer.symptoms import SYMPTOMS
 
 if TYPE_CHECKING:
+    from evotrainer.library.loader import Library
     from evotrainer.store import Store
 
 SEVERITY_WEIGHT = {"info": 0.25, "warning": 0.6, "critical": 1.0}

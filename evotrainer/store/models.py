@@ -2,7 +2,7 @@
 
 Why rows and entities are separate: these classes are how the data is laid out (indexed columns for what we
 filter on, JSON for what we only read back whole, surrogate keys, uniqueness that makes writes idempotent);
-``evotrainer.agent.schemas`` is what the rest of the program talks about. The facade converts one into the
+``evotrainer.domain`` is what the rest of the program talks about. The facade converts one into the
 other, so a column can be split or renamed with a migration and no caller notices.
 
 Every closed vocabulary (status, verdict, outcome, role, kind, severity) is a CHECK constraint built from the
@@ -32,7 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from evotrainer.agent.schemas import (
+from evotrainer.domain import (
     BranchRole,
     BranchStatus,
     CampaignStatus,
@@ -40,9 +40,10 @@ from evotrainer.agent.schemas import (
     Outcome,
     ProposalStatus,
     Review,
+    Severity,
+    SkillKind,
+    SkillStatus,
 )
-from evotrainer.diagnostics.base import Severity
-from evotrainer.library.format import SkillKind, SkillStatus
 
 # Deterministic constraint names: migrations can refer to them and SQLite batch mode can recreate them.
 NAMING = {

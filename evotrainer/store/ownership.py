@@ -28,7 +28,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 
 from evotrainer import procs
-from evotrainer.agent.schemas import CampaignOwner
+from evotrainer.domain import CampaignOwner
 from evotrainer.errors import CampaignBusy
 from evotrainer.store.entities import Lease, RecordedProcess
 from evotrainer.store.models import CampaignRow, EventRow, LeaseRow, ProcessRow, utcnow

@@ -32,12 +32,14 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session, object_session
 
-from evotrainer.agent.schemas import (
+from evotrainer.bm25 import BM25, tokenize
+from evotrainer.domain import (
     BacktestStats,
     BranchResult,
     Campaign,
     CampaignStatus,
     Decision,
+    Finding,
     HarnessVersion,
     Hypothesis,
     LedgerEntry,
@@ -46,9 +48,7 @@ from evotrainer.agent.schemas import (
     ProposalStatus,
     Review,
 )
-from evotrainer.diagnostics.base import Finding
 from evotrainer.errors import ConfigError, EvoError
-from evotrainer.library.bm25 import BM25, tokenize
 from evotrainer.names import check_name
 from evotrainer.store.entities import Backtest, Event, IndexedSkill, SkillDoc, SkillMatch, SkillSync
 from evotrainer.store.models import (

@@ -21,8 +21,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from evotrainer.agent.schemas import Proposal
-from evotrainer.diagnostics.base import SEVERITY_RANK, Finding
+from evotrainer.domain import SEVERITY_RANK, Finding, Proposal
 from evotrainer.errors import ConfigError, EvoError
 from evotrainer.evidence import read_metrics
 from evotrainer.library.loader import Library, resolve_library

@@ -13,24 +13,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evotrainer.agent.schemas import ProposalDraft
 from evotrainer.config import HarnessSpec
-from evotrainer.diagnostics.base import Finding
-
-
-class Candidate(BaseModel):
-    """One intervention a brain may propose: a knob change with the evidence recorded for it so far."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str = Field(..., description="Catalog id or skill slug.")
-    symptoms: list[str] = Field(..., description="Symptoms it addresses.")
-    knob: str
-    value: Any = Field(..., description="Value to set (already resolved against the current harness).")
-    description: str
-    source: str = ""
-    effects: list[float] = Field(default_factory=list, description="Recorded held-out effects (points/100) of past backtests.")
-    mistake: bool = Field(False, description="Known mistake: only proposable with new evidence.")
+from evotrainer.domain import Candidate, Finding, ProposalDraft
 
 
 class KnownMistake(BaseModel):

@@ -29,9 +29,8 @@ import math
 import random
 from statistics import NormalDist
 
-from evotrainer.agent.brains.base import BrainContext, BrainResult, Candidate
-from evotrainer.agent.schemas import Hypothesis, ProposalDraft
-from evotrainer.diagnostics.base import SEVERITY_RANK
+from evotrainer.agent.brains.base import BrainContext, BrainResult
+from evotrainer.domain import SEVERITY_RANK, Candidate, Hypothesis, ProposalDraft
 from evotrainer.symptoms import SYMPTOMS
 
 # A symptom that can produce others (the registry's ``explains``): while both are present, the remedies for the

@@ -28,7 +28,7 @@ Cost: everything per step or per group is vectorised (pandas groupby); see ``tex
 
 from __future__ import annotations
 
-from evotrainer.diagnostics.base import SEVERITY_RANK, Diagnostic, Finding
+from evotrainer.diagnostics.base import Diagnostic
 from evotrainer.diagnostics.builtin.common import BuiltinDiagnostic, ShareDiagnostic
 from evotrainer.diagnostics.builtin.dynamics import (
     EntropyBlowup,
@@ -56,6 +56,7 @@ from evotrainer.diagnostics.builtin.text import (
 )
 from evotrainer.diagnostics.builtin.tools import AnswerLeak, used_leak
 from evotrainer.diagnostics.signals import ShareParams
+from evotrainer.domain import SEVERITY_RANK, Finding
 from evotrainer.evidence import Evidence
 
 __all__ = [

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from evotrainer.diagnostics.base import Finding, Need, Severity, need
+from evotrainer.diagnostics.base import Need, need
 from evotrainer.diagnostics.builtin.common import NEED_REWARD, BuiltinDiagnostic
 from evotrainer.diagnostics.signals import (
     BaseParams,
@@ -35,6 +35,7 @@ from evotrainer.diagnostics.signals import (
     support,
     window_confidence,
 )
+from evotrainer.domain import Finding, Severity
 from evotrainer.evidence import Evidence
 
 # ------------------------------------------------------------------------------------------------ entropy

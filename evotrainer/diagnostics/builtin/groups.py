@@ -13,7 +13,7 @@ from typing import ClassVar
 import pandas as pd
 from pydantic import BaseModel, Field
 
-from evotrainer.diagnostics.base import Finding, need
+from evotrainer.diagnostics.base import need
 from evotrainer.diagnostics.builtin.common import (
     NEED_SUCCESS_GROUPS,
     SUPPLY_GROUPS,
@@ -36,6 +36,7 @@ from evotrainer.diagnostics.signals import (
     rows_in,
     success,
 )
+from evotrainer.domain import Finding
 from evotrainer.evidence import Evidence
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from evotrainer.diagnostics.base import Finding, Need, Severity, need
+from evotrainer.diagnostics.base import Need, need
 from evotrainer.diagnostics.builtin.common import (
     SUPPLY_CORRECT,
     SUPPLY_EVAL,
@@ -46,6 +46,7 @@ from evotrainer.diagnostics.signals import (
     window_confidence,
     worst,
 )
+from evotrainer.domain import Finding, Severity
 from evotrainer.evidence import Evidence
 
 

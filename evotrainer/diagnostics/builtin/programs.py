@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from evotrainer.diagnostics.base import Finding, need
+from evotrainer.diagnostics.base import need
 from evotrainer.diagnostics.builtin.common import ShareDiagnostic
 from evotrainer.diagnostics.signals import (
     EXAMPLE_COLUMNS,
@@ -25,6 +25,7 @@ from evotrainer.diagnostics.signals import (
     rollout_windows,
     rows_in,
 )
+from evotrainer.domain import Finding
 from evotrainer.evidence import Evidence
 from evotrainer.tasks.code import prompt_examples
 from evotrainer.tasks.listlang import ListLangError, Program, Value, parse, run

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from evotrainer.diagnostics.base import Finding, Need, need
+from evotrainer.diagnostics.base import Need, need
 from evotrainer.diagnostics.builtin.common import SUPPLY_REWARD, BuiltinDiagnostic, ShareDiagnostic
 from evotrainer.diagnostics.signals import (
     EXAMPLE_COLUMNS,
@@ -44,6 +44,7 @@ from evotrainer.diagnostics.signals import (
     window_confidence,
     worst,
 )
+from evotrainer.domain import Finding
 from evotrainer.evidence import Evidence
 
 # ------------------------------------------------------------------------------------------------ lengths

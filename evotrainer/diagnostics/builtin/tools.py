@@ -17,7 +17,7 @@ import json
 import numpy as np
 from pydantic import Field
 
-from evotrainer.diagnostics.base import Finding, need
+from evotrainer.diagnostics.base import need
 from evotrainer.diagnostics.builtin.common import SUPPLY_CORRECT, ShareDiagnostic
 from evotrainer.diagnostics.signals import (
     EXAMPLE_COLUMNS,
@@ -28,6 +28,7 @@ from evotrainer.diagnostics.signals import (
     rows_in,
     success,
 )
+from evotrainer.domain import Finding
 from evotrainer.evidence import Evidence
 from evotrainer.tasks.agentic import LEAK_TOOL
 

@@ -1,4 +1,9 @@
-"""The nouns of a campaign as pydantic models: what nodes pass around, what the store keeps, what brains return.
+"""The domain's nouns as pydantic models, at the bottom of the package: what nodes pass around, what the store
+keeps, what brains return, what diagnostics find and what the library files are.
+
+Why one low module (issue 16): the store, the statistics and the library used to import these from ``agent/``,
+``diagnostics/`` and ``library/`` — layers above them — so the store could not be read without the agent package.
+Here they depend on pydantic and the symptom registry only.
 
 These are the boundary types: the store converts its ORM rows to them (rows never leak out), the graph
 state holds their ids, brains return ``ProposalDraft`` (an LLM's output is parsed into it and nothing else),
@@ -10,7 +15,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from evotrainer.symptoms import check_symptom
 
 ProposalStatus = Literal[
     "pending_review", "approved", "rejected", "backtesting", "promoted", "refuted", "inconclusive", "blocked", "failed",
@@ -26,6 +33,8 @@ ShownCampaignStatus = Literal["created", "running", "waiting_review", "stopped",
 BranchRole = Literal["control", "treatment"]
 BranchStatus = Literal["finished", "failed"]
 LedgerKind = Literal["segment", "branch"]
+SkillKind = Literal["skill", "mistake"]
+SkillStatus = Literal["active", "deprecated"]
 
 
 class _Model(BaseModel):
@@ -184,3 +193,52 @@ class Campaign(_Model):
     updated: datetime
     error: str | None = None
     owner: CampaignOwner | None = Field(None, description="The lease's holder (live or not), or None if nobody holds it.")
+
+
+Severity = Literal["info", "warning", "critical"]
+SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "critical": 2}
+
+
+class Example(BaseModel):
+    """One rollout shown as evidence (text truncated; it is untrusted data)."""
+
+    rollout_id: str
+    step: int | None = None
+    prompt: str = ""
+    completion: str = ""
+    reward: float | None = None
+    correct: bool | None = None
+
+
+class Finding(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    symptom: str
+    diagnostic: str
+    version: str
+    severity: Severity
+    confidence: float = Field(ge=0.0, le=1.0)
+    steps: tuple[int, int] | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+    examples: list[Example] = Field(default_factory=list)
+    explanation: str
+
+    @field_validator("symptom")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        return check_symptom(v)
+
+
+class Candidate(BaseModel):
+    """One intervention a brain may propose: a knob change with the evidence recorded for it so far."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(..., description="Catalog id or skill slug.")
+    symptoms: list[str] = Field(..., description="Symptoms it addresses.")
+    knob: str
+    value: Any = Field(..., description="Value to set (already resolved against the current harness).")
+    description: str
+    source: str = ""
+    effects: list[float] = Field(default_factory=list, description="Recorded held-out effects (points/100) of past backtests.")
+    mistake: bool = Field(False, description="Known mistake: only proposable with new evidence.")
