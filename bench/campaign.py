@@ -69,7 +69,8 @@ def start_harness(task: str, start: str, prompts: int, home: Path) -> Path:
 
 
 def confirmation_accuracy(task: str, checkpoint: str, budget: int, n: int) -> float:
-    from evotrainer.evaluation import EvalSpec, policy_accuracy, split_problems
+    from evotrainer.evaluation import EvalSpec, split_problems
+    from evotrainer.policy import policy_accuracy
     from evotrainer.tasks import get_task
 
     t = get_task(task)

@@ -17,7 +17,7 @@ choice made on a set of problems biases the accuracy measured on it:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -183,34 +183,6 @@ def _evaluate_episodes(model, tokenizer, task: Task, problems: list[Problem], sp
         f"eval/pass_at_{spec.k}": passk_ok / n,
         "eval/mean_length": sum(len(transcript(e.messages)) for e in greedy) / max(1, len(greedy)),
     }
-
-
-def policy_accuracy(path: str | Path, task: Task, problems: list[Problem], spec: EvalSpec, max_new_tokens: int,
-                    cache: dict[str, Any] | None = None, outcomes: list[bool] | None = None) -> float:
-    """Greedy accuracy of the policy saved at ``path`` (a base directory or a checkpoint) on ``problems``.
-
-    ``cache`` (path → loaded model and tokenizer) lets one caller score a policy under several budgets
-    without loading it twice. Episodes of a multi-turn task are played through the chat template, as in
-    training.
-    """
-    from evotrainer.policy import load_policy
-
-    key = str(path)
-    if cache is None or key not in cache:
-        from evotrainer.policy import resolve_device
-
-        model, tokenizer = load_policy(path)
-        model.to(resolve_device("auto"))
-        if task.environment() is not None:
-            from evotrainer.episodes import ensure_chat_template
-
-            ensure_chat_template(tokenizer)
-        if cache is not None:
-            cache[key] = (model, tokenizer)
-    else:
-        model, tokenizer = cache[key]
-    return evaluate(model, tokenizer, task, problems, spec.model_copy(update={"k": 1}), max_new_tokens, outcomes)[
-        "eval/greedy_accuracy"]
 
 
 def write_outcomes(run_dir: Path, step: int, outcomes: list[bool], split: str = "decision") -> Path:

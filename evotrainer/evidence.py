@@ -56,6 +56,30 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+# What other tools call our fields (readers and the field mapping use these; the evidence contract publishes them)
+VERL_METRICS: tuple[tuple[str, str], ...] = (  # (verl key, TRL key); the first present source wins
+    ("critic/score/mean", "reward"),
+    ("actor/entropy", "entropy"),
+    ("actor/kl_loss", "kl"),
+    ("actor/reward_kl_penalty", "kl"),
+    ("actor/pg_loss", "policy_loss"),
+    ("actor/grad_norm", "grad_norm"),
+    ("actor/lr", "learning_rate"),
+    ("actor/pg_clipfrac", "clip_ratio/region_mean"),
+    ("response_length/mean", "completions/mean_length"),
+    ("response_length/min", "completions/min_length"),
+    ("response_length/max", "completions/max_length"),
+    ("response_length/clip_ratio", "completions/clipped_ratio"),
+    ("timing_s/step", "step_time"),
+)
+LENGTH_KEYS = ("length", "completion_length", "response_length")
+TRUNCATED_KEYS = ("truncated", "is_truncated", "clipped")
+CORRECT_WORDS = frozenset({"correct", "correctness", "iscorrect", "accuracy", "acc", "exact", "exactmatch", "em",
+                           "solved", "verified"})
+"""Words of a column, reward function or metric name that make it a plausible strict-correctness signal."""
+NEGATING_WORDS = frozenset({"not", "in", "incorrect", "wrong", "error", "errors", "fail", "failed", "std"})
+"""Words that rule a name out ('not_correct', 'acc_std')."""
+
 REWARD_TERMS = ("correctness", "format", "overlong", "repetition")  # the base schema's terms
 
 ROLLOUT_SCHEMA = pa.schema(

@@ -42,12 +42,8 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from evotrainer.errors import ConfigError
+from evotrainer.evidence import CORRECT_WORDS, NEGATING_WORDS
 
-CORRECT_WORDS = frozenset({"correct", "correctness", "iscorrect", "accuracy", "acc", "exact", "exactmatch", "em",
-                           "solved", "verified"})
-"""Words of a column, reward function or metric name that make it a plausible strict-correctness signal."""
-NEGATING_WORDS = frozenset({"not", "in", "incorrect", "wrong", "error", "errors", "fail", "failed", "std"})
-"""Words that rule a name out ('not_correct', 'acc_std')."""
 MAX_MAP_ENTRIES = 200
 
 

@@ -38,12 +38,16 @@ import shutil
 import string
 import time
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evotrainer.errors import ConfigError
-from evotrainer.tasks import Task
+from evotrainer.pretrained import _quiet_transformers
+from evotrainer.tasks import Problem, Task
+
+if TYPE_CHECKING:
+    from evotrainer.evaluation import EvalSpec
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = [PAD, BOS, EOS, UNK]
@@ -168,13 +172,6 @@ def budget_overflow(max_completion_length: int, context: int | None) -> str | No
     return (f"grpo.max_completion_length={max_completion_length} leaves no room for the prompt in the policy's "
             f"context of {context} positions (max_position_embeddings of the model trained); use at most "
             f"{context - 1}, or a policy with a longer context")
-
-
-def _quiet_transformers() -> None:
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
 
 
 def build_tokenizer():
@@ -518,3 +515,29 @@ def base_policy_dir(home: Path, task: Task, spec: PolicySpec, seed: int, difficu
     else:
         tmp.rename(final)
     return final
+
+
+def policy_accuracy(path: str | Path, task: Task, problems: list[Problem], spec: EvalSpec, max_new_tokens: int,
+                    cache: dict[str, Any] | None = None, outcomes: list[bool] | None = None) -> float:
+    """Greedy accuracy of the policy saved at ``path`` (a base directory or a checkpoint) on ``problems``.
+
+    ``cache`` (path → loaded model and tokenizer) lets one caller score a policy under several budgets
+    without loading it twice. Episodes of a multi-turn task are played through the chat template, as in
+    training.
+    """
+    from evotrainer.evaluation import evaluate
+
+    key = str(path)
+    if cache is None or key not in cache:
+        model, tokenizer = load_policy(path)
+        model.to(resolve_device("auto"))
+        if task.environment() is not None:
+            from evotrainer.episodes import ensure_chat_template
+
+            ensure_chat_template(tokenizer)
+        if cache is not None:
+            cache[key] = (model, tokenizer)
+    else:
+        model, tokenizer = cache[key]
+    return evaluate(model, tokenizer, task, problems, spec.model_copy(update={"k": 1}), max_new_tokens, outcomes)[
+        "eval/greedy_accuracy"]

@@ -53,6 +53,14 @@ _HASHES: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha25
 MARKER = "evotrainer_pretrained.json"
 
 
+def _quiet_transformers() -> None:
+    """transformers' progress bars and warnings off (they would interleave with our own output)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
 def names() -> list[str]:
     return sorted(PRETRAINED)
 
@@ -128,7 +136,6 @@ def convert_gguf(src: Path, dst: Path) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from evotrainer.policy import _quiet_transformers
 
     _quiet_transformers()
     kwargs: dict = {}

@@ -67,26 +67,16 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from evotrainer.errors import RunNotFound, UnreadableEvidence
-from evotrainer.evidence import ROLLOUT_SCHEMA, Evidence, load_run_evidence
+from evotrainer.evidence import (
+    LENGTH_KEYS,
+    ROLLOUT_SCHEMA,
+    TRUNCATED_KEYS,
+    VERL_METRICS,
+    Evidence,
+    load_run_evidence,
+)
 from evotrainer.mapping import FieldMap, apply_field_map, detect_correctness, infer_reward_weights
 
-VERL_METRICS: tuple[tuple[str, str], ...] = (  # (verl key, TRL key); the first present source wins
-    ("critic/score/mean", "reward"),
-    ("actor/entropy", "entropy"),
-    ("actor/kl_loss", "kl"),
-    ("actor/reward_kl_penalty", "kl"),
-    ("actor/pg_loss", "policy_loss"),
-    ("actor/grad_norm", "grad_norm"),
-    ("actor/lr", "learning_rate"),
-    ("actor/pg_clipfrac", "clip_ratio/region_mean"),
-    ("response_length/mean", "completions/mean_length"),
-    ("response_length/min", "completions/min_length"),
-    ("response_length/max", "completions/max_length"),
-    ("response_length/clip_ratio", "completions/clipped_ratio"),
-    ("timing_s/step", "step_time"),
-)
-LENGTH_KEYS = ("length", "completion_length", "response_length")
-TRUNCATED_KEYS = ("truncated", "is_truncated", "clipped")
 ACCEPTED = (
     "an EvoTrainer job directory (meta.json, metrics.jsonl, rollouts/step_*.parquet); a job name or MLflow "
     "run id under HOME/jobs; an MLflow run id in HOME's tracking store (or $EVOTRAINER_MLFLOW_URI); a TRL "

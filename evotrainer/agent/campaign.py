@@ -25,7 +25,7 @@ from typing import Any, Callable
 from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict, Field
 
-from evotrainer.agent.spec import CampaignSpec, load_campaign_spec
+from evotrainer.agent.spec import CampaignSpec, load_campaign_spec, spec_of
 from evotrainer.agent.state import CampaignContext
 from evotrainer.domain import CampaignOwner
 from evotrainer.errors import ConfigError
@@ -160,15 +160,6 @@ def _check_paths(spec: CampaignSpec, spec_path: Path) -> None:
         Archive.load(arch)
 
 
-def _spec_of(campaign) -> CampaignSpec:
-    doc = dict(campaign.spec)
-    src = doc.pop("source_dir", None)
-    doc.pop("initial_harness_version", None)
-    spec = CampaignSpec.model_validate(doc)
-    spec.source_dir = src
-    return spec
-
-
 def run_campaign(cid: str, home: Path, log: Callable[[str], None] = print, wait: bool = True,
                  max_rounds: int | None = None, poll_s: float = 1.0, pool: Any = None,
                  purpose: str = "resume") -> dict[str, Any]:
@@ -205,7 +196,7 @@ def _run_owned(cid: str, home: Path, store: Any, camp: Any, owner: Any, log: Cal
     from evotrainer.jobs.pool import PoolStopped
     from evotrainer.tracking import Tracker
 
-    spec = _spec_of(camp)
+    spec = spec_of(camp)
     graph = compile_graph(home)
     config = {"configurable": {"thread_id": camp.thread_id}, "recursion_limit": 10_000}
     if spec.trace:

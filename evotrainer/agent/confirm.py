@@ -47,9 +47,10 @@ def confirm(home: Path, cid: str, seed: int | None = None, store: Any = None) ->
     """Evaluate the campaign's base policy and its mainline on fresh held-out problems; record and return it."""
     import json
 
-    from evotrainer.agent.campaign import _spec_of
+    from evotrainer.agent.spec import spec_of
     from evotrainer.config import HarnessSpec
-    from evotrainer.evaluation import policy_accuracy, split_problems
+    from evotrainer.evaluation import split_problems
+    from evotrainer.policy import policy_accuracy
     from evotrainer.store import Store
     from evotrainer.tasks import get_task
 
@@ -57,7 +58,7 @@ def confirm(home: Path, cid: str, seed: int | None = None, store: Any = None) ->
     camp = store.get_campaign(cid)
     if camp.mainline_version is None:
         raise ConfigError(f"campaign {cid} has no mainline version yet: nothing to confirm")
-    spec = _spec_of(camp)
+    spec = spec_of(camp)
     lineage = store.policy_lineage(cid)
     first = json.loads((home / "jobs" / lineage[0].run_name / "meta.json").read_text())
     mainline = store.get_policy_version(camp.mainline_version)

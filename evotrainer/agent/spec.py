@@ -220,3 +220,14 @@ class CampaignSpec(_S):
 
 def load_campaign_spec(path: str | Path) -> CampaignSpec:
     return load_yaml_model(path, CampaignSpec, "campaign spec")
+
+
+def spec_of(campaign: Any) -> CampaignSpec:
+    """The spec a stored campaign was started with (``campaign.spec``, as the store keeps it: the validated spec
+    plus the directory its relative paths resolve against and the first harness version)."""
+    doc = dict(campaign.spec)
+    src = doc.pop("source_dir", None)
+    doc.pop("initial_harness_version", None)
+    spec = CampaignSpec.model_validate(doc)
+    spec.source_dir = src
+    return spec

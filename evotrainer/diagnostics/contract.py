@@ -24,7 +24,16 @@ import fnmatch
 from typing import Any
 
 from evotrainer.diagnostics.base import Diagnostic
-from evotrainer.evidence import FULL_ROLLOUT_SCHEMA, METRIC_DOCS, ROLLOUT_DOCS
+from evotrainer.evidence import (
+    CORRECT_WORDS,
+    FULL_ROLLOUT_SCHEMA,
+    LENGTH_KEYS,
+    METRIC_DOCS,
+    NEGATING_WORDS,
+    ROLLOUT_DOCS,
+    TRUNCATED_KEYS,
+    VERL_METRICS,
+)
 
 CONTRACT_VERSION = "1"
 """Version of the contract: fields, their meaning and which diagnostics need them."""
@@ -74,8 +83,6 @@ def _metric_doc(name: str) -> str:
 
 def _aliases() -> dict[str, dict[str, str]]:
     """'metric:NAME' / 'rollout:COLUMN' -> {tool: how our reader of that tool gets it}."""
-    from evotrainer.readers import LENGTH_KEYS, TRUNCATED_KEYS, VERL_METRICS
-
     out: dict[str, dict[str, str]] = {}
     for src, dst in VERL_METRICS:
         out.setdefault(f"metric:{dst}", {}).setdefault("verl", src)
@@ -112,8 +119,6 @@ def _aliases() -> dict[str, dict[str, str]]:
 
 def build_contract() -> dict[str, Any]:
     """The contract document (see the module docstring); what ``evotrainer evidence contract --json`` prints."""
-    from evotrainer.mapping import CORRECT_WORDS, NEGATING_WORDS
-
     diags = _diagnostics()
     needed_by: dict[str, list[str]] = {}
     read_by: dict[str, list[str]] = {}

@@ -31,7 +31,8 @@ class ScoreRequest(BaseModel):
 def score_policies(request: dict[str, Any]) -> dict[str, Any]:
     """``{"ok": True, "accuracies": [...]}`` in the order of ``request.policies``, or ``{"ok": False, "error"}``."""
     try:
-        from evotrainer.evaluation import policy_accuracy, split_problems
+        from evotrainer.evaluation import split_problems
+        from evotrainer.policy import policy_accuracy
         from evotrainer.tasks import get_task
 
         req = ScoreRequest.model_validate(request)

@@ -1,0 +1,127 @@
+"""The package's shape (issue 16): no import cycles — counting imports inside functions, which used to hide four —
+and no module importing from a layer above its own. Read from the source with ``ast``, so nothing is imported."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+
+PKG = REPO / "evotrainer"
+
+# Lowest first. A module may import its own layer and those below, never above.
+LAYERS: list[set[str]] = [
+    {"errors", "names", "safe_yaml", "symptoms", "bm25", "home", "procs"},
+    {"domain", "config", "tasks"},
+    {"data", "prompting", "episodes", "pretrained", "evidence", "rewards"},
+    {"policy", "evaluation", "mapping", "diagnostics", "screening", "backtest", "tracking"},
+    {"jobs", "readers", "store"},
+    {"library", "watch", "callback"},
+    {"agent", "reports", "shapes"},
+    {"ui", "cli", "cli_common", "cli_evidence", "cli_skills", "cli_ui"},
+]
+LAYER = {top: i for i, tops in enumerate(LAYERS) for top in tops}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in PKG.rglob("*.py"):
+        if "migrations" in p.parts:
+            continue
+        parts = p.relative_to(REPO).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return out
+
+
+def _imports(mods: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> project modules it imports anywhere (top level or in a function), except under TYPE_CHECKING."""
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    for m, path in mods.items():
+        is_pkg = path.name == "__init__.py"
+
+        def visit(node: ast.AST, m: str = m, is_pkg: bool = is_pkg) -> None:
+            for ch in ast.iter_child_nodes(node):
+                if isinstance(ch, ast.If) and "TYPE_CHECKING" in ast.unparse(ch.test):
+                    continue
+                names: list[str] = []
+                if isinstance(ch, ast.Import):
+                    names = [a.name for a in ch.names]
+                elif isinstance(ch, ast.ImportFrom):
+                    base = ch.module or ""
+                    if ch.level:
+                        pkg = m.split(".") if is_pkg else m.split(".")[:-1]
+                        pkg = pkg[: len(pkg) - (ch.level - 1)]
+                        base = ".".join([*pkg, base] if base else pkg)
+                    names = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in ch.names]
+                for n in names:
+                    while n and n not in mods:
+                        n = n.rpartition(".")[0]
+                    if n.startswith("evotrainer") and n != m:
+                        edges[m].add(n)
+                visit(ch)
+
+        visit(ast.parse(path.read_text()))
+    return edges
+
+
+def _top(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "evotrainer"
+
+
+def test_every_top_level_module_has_a_layer():
+    tops = {_top(m) for m in _modules()} - {"evotrainer", "__main__"}
+    assert tops <= set(LAYER), f"give these a layer in tests/test_layout.py: {sorted(tops - set(LAYER))}"
+
+
+def test_no_import_cycles_even_inside_functions():
+    edges = _imports(_modules())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+    sys.setrecursionlimit(10_000)
+
+    def strong(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges[v]:
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in edges:
+        if v not in index:
+            strong(v)
+    assert cycles == []
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    upward = sorted(f"{a} -> {b}" for a, bs in _imports(_modules()).items() for b in bs
+                    if _top(a) in LAYER and _top(b) in LAYER and LAYER[_top(b)] > LAYER[_top(a)])
+    assert upward == []
+
+
+def test_loading_a_campaign_spec_or_a_harness_does_not_import_torch(tmp_path):
+    (tmp_path / "h.yaml").write_text("name: h\n")
+    (tmp_path / "c.yaml").write_text("name: c\ntask: arith\nharness: h.yaml\nbudget: {total_steps: 1000}\n")
+    code = ("import sys; from evotrainer.agent.spec import load_campaign_spec; from evotrainer.config import load_harness;"
+            f"load_campaign_spec({str(tmp_path / 'c.yaml')!r}); load_harness({str(tmp_path / 'h.yaml')!r});"
+            "print(sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
