@@ -21,7 +21,7 @@ LAYERS: list[set[str]] = [
     {"jobs", "readers", "store"},
     {"library", "watch", "callback"},
     {"agent", "reports", "shapes"},
-    {"ui", "cli", "cli_common", "cli_evidence", "cli_skills", "cli_ui"},
+    {"ui", "cli"},
 ]
 LAYER = {top: i for i, tops in enumerate(LAYERS) for top in tops}
 

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from evotrainer.bm25 import BM25
-from evotrainer.cli_skills import skills_app
+from evotrainer.cli.skills import skills_app
 from evotrainer.config import HarnessSpec
 from evotrainer.domain import BacktestStats, Decision, Finding, Hypothesis, Proposal
 from evotrainer.errors import ConfigError

@@ -5,7 +5,7 @@ The library is a folder (``--library``, else ``$EVOTRAINER_LIBRARY``, else ``./s
 message) and exits 1 when there is any; other user errors exit with their ``EvoError`` code, as everywhere
 in the CLI.
 
-Options, consoles and the error guard come from ``evotrainer.cli_common``, shared with ``evotrainer.cli``.
+Options, consoles and the error guard come from ``evotrainer.cli.common``, shared with ``evotrainer.cli``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from evotrainer.cli_common import HomeOpt, JsonOpt, err_console, out_console
-from evotrainer.cli_common import emit_json as _emit_json
-from evotrainer.cli_common import guard as _guard
+from evotrainer.cli.common import HomeOpt, JsonOpt, err_console, out_console
+from evotrainer.cli.common import emit_json as _emit_json
+from evotrainer.cli.common import guard as _guard
 from evotrainer.errors import ConfigError
 
 skills_app = typer.Typer(no_args_is_help=True, help="The skill library: list, show, search, lint, and where a skill was used.")

@@ -16,10 +16,10 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from evotrainer.cli_common import HomeOpt, JsonOpt, err_console, out_console
-from evotrainer.cli_common import emit_json as _emit_json
-from evotrainer.cli_common import guard as _guard
-from evotrainer.cli_evidence import (
+from evotrainer.cli.common import HomeOpt, JsonOpt, err_console, out_console
+from evotrainer.cli.common import emit_json as _emit_json
+from evotrainer.cli.common import guard as _guard
+from evotrainer.cli.evidence import (
     CorrectnessOpt,
     DiagHarnessOpt,
     MapFileOpt,
@@ -30,8 +30,8 @@ from evotrainer.cli_evidence import (
     field_map,
     watch_cmd,
 )
-from evotrainer.cli_skills import skills_app
-from evotrainer.cli_ui import ui_cmd
+from evotrainer.cli.skills import skills_app
+from evotrainer.cli.ui import ui_cmd
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -696,18 +696,5 @@ def schema_cmd(name: Optional[str] = typer.Argument(None, help="A shape name (de
     _guard(body, as_json)
 
 
-def __getattr__(name: str) -> Any:
-    """``campaign_summary`` lives in ``evotrainer.reports`` (shared with the UI); importable from here as before."""
-    if name == "campaign_summary":
-        from evotrainer.reports import campaign_summary
-
-        return campaign_summary
-    raise AttributeError(f"module 'evotrainer.cli' has no attribute '{name}'")
-
-
 def main() -> None:
     app()
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """``evotrainer evidence contract`` and ``evotrainer watch``, and the field-map options ``diagnose`` shares with them.
 
-A module of its own, like ``cli_skills``: the evidence contract (what the diagnostics consume,
+A module of its own, like ``cli.skills``: the evidence contract (what the diagnostics consume,
 :mod:`evotrainer.diagnostics.contract`) and live diagnosis (:mod:`evotrainer.watch`) are what a user who never runs
 a campaign needs, and they share the options that map a run's own names onto the contract
 (:class:`evotrainer.mapping.FieldMap`).
@@ -15,9 +15,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from evotrainer.cli_common import HomeOpt, JsonOpt, err_console, out_console
-from evotrainer.cli_common import emit_json as _emit_json
-from evotrainer.cli_common import guard as _guard
+from evotrainer.cli.common import HomeOpt, JsonOpt, err_console, out_console
+from evotrainer.cli.common import emit_json as _emit_json
+from evotrainer.cli.common import guard as _guard
 
 evidence_app = typer.Typer(no_args_is_help=True, help="The evidence contract: what the diagnostics consume.")
 

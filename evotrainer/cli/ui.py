@@ -15,8 +15,8 @@ from typing import Optional
 
 import typer
 
-from evotrainer.cli_common import HomeOpt, err_console, out_console
-from evotrainer.cli_common import guard as _guard
+from evotrainer.cli.common import HomeOpt, err_console, out_console
+from evotrainer.cli.common import guard as _guard
 from evotrainer.errors import ConfigError
 
 

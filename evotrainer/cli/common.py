@@ -1,6 +1,6 @@
 """What every ``evotrainer`` sub-command shares: the consoles, the --home/--json options, the error guard.
 
-A module of its own so that sub-apps in other modules (``cli_skills``) use the same options and exit codes
+A module of its own so that sub-apps in other modules (``cli.skills``) use the same options and exit codes
 as ``cli`` without importing it (``cli`` registers them at import time, which would be circular).
 
 ``--json`` is a promise to scripts: exactly one JSON document on stdout, whatever happens. ``guard(fn,
