@@ -8,7 +8,8 @@ only, so even text that escaped escaping could not run.
 
 Reads go through ``ui.views`` (batched queries, cached file reads); the three writes — approve, reject, stop —
 go through ``evotrainer.reports.record_review`` and ``agent.campaign.stop_campaign``, the functions the CLI
-uses, behind the token, CSRF and Origin checks of ``ui.security``.
+uses, behind the token, CSRF and Origin checks of ``ui.security``. The pages and forms are ``APIRouter``s in
+``ui.routes``; this module builds what they share (middleware, error pages, the renderer, ``authorize``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
@@ -37,6 +38,15 @@ from evotrainer.errors import EvoError
 from evotrainer.home import resolve_home
 from evotrainer.names import check_name
 from evotrainer.store import NotFound, Store
+from evotrainer.ui.routes import (
+    REVIEWER_COOKIE,
+    Deps,
+    auth_routes,
+    campaign_routes,
+    review_routes,
+    run_routes,
+    skill_routes,
+)
 from evotrainer.ui.security import (
     CSRF_COOKIE,
     CSRF_FIELD,
@@ -51,7 +61,6 @@ from evotrainer.ui.views import Views
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
-REVIEWER_COOKIE = "evotrainer_reviewer"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 OPEN_PATHS = ("/login", "/static/", "/favicon.ico")
@@ -247,113 +256,10 @@ def create_app(home: str | Path, token: str | None = None, *, host: str = "127.0
         return await run_in_threadpool(render, request, "error.html.j2", status, code=status, message=str(exc),
                                        login=False)
 
-    # -------------------------------------------------------------------------------------- sign in / out
-    @app.get("/login", response_class=HTMLResponse)
-    def login_page(request: Request, next: str = "/") -> HTMLResponse:
-        return render(request, "login.html.j2", next=safe_next(next), error="")
-
-    @app.post("/login")
-    async def login(request: Request) -> Response:
-        if not guard.origin_ok(request):
-            raise HTTPException(403, "refused: the sign-in form was posted from another site")
-        form = await request.form()
-        if not guard.csrf_ok(request, form.get(CSRF_FIELD)):  # type: ignore[arg-type]
-            raise HTTPException(403, "the form's CSRF token does not match this browser's: reload the page")
-        target = safe_next(str(form.get("next") or "/"))
-        if not guard.token_ok(str(form.get("token") or "").strip()):
-            return await run_in_threadpool(render, request, "login.html.j2", 403, next=target,
-                                           error="That is not this dashboard's token.")
-        response = RedirectResponse(target, status_code=303)
-        _sign_in(response)
-        return response
-
-    @app.post("/logout")
-    async def logout(request: Request) -> Response:
-        await authorize(request)
-        response = RedirectResponse("/", status_code=303)
-        response.delete_cookie(SESSION_COOKIE, path="/")
-        return response
-
-    # -------------------------------------------------------------------------------------- pages
-    @app.get("/", response_class=HTMLResponse)
-    def campaigns_page(request: Request) -> HTMLResponse:
-        return render(request, "campaigns.html.j2", rows=views.campaigns())
-
-    @app.get("/campaigns/{cid}", response_class=HTMLResponse)
-    def campaign_page(request: Request, cid: str, page: int = 1, dpage: int = 1) -> HTMLResponse:
-        return render(request, "campaign.html.j2", **views.campaign(cid, page, dpage))
-
-    @app.get("/campaigns/{cid}/state.json")
-    def campaign_state(cid: str) -> JSONResponse:
-        return JSONResponse(views.state(cid))
-
-    @app.post("/campaigns/{cid}/stop")
-    async def stop(request: Request, cid: str) -> Response:
-        await authorize(request)
-        from evotrainer.agent.campaign import stop_campaign
-
-        camp = await run_in_threadpool(store.get_campaign, cid)
-        if camp.status not in ("created", "running", "waiting_review"):
-            raise HTTPException(409, f"campaign {cid} is {camp.status}; there is nothing to stop")
-        await run_in_threadpool(stop_campaign, cid, home, False, 0.0)  # signal the owner; the page shows the rest
-        return RedirectResponse(f"/campaigns/{quote(cid, safe='')}?done=stop", status_code=303)
-
-    @app.get("/reviews", response_class=HTMLResponse)
-    def reviews_page(request: Request, page: int = 1) -> HTMLResponse:
-        return render(request, "reviews.html.j2", **views.review_queue(page))
-
-    @app.get("/proposals/{pid}", response_class=HTMLResponse)
-    def proposal_page(request: Request, pid: str) -> HTMLResponse:
-        return render(request, "proposal.html.j2", error="", comment="", **views.proposal(pid))
-
-    @app.post("/proposals/{pid}/review")
-    async def review(request: Request, pid: str) -> Response:
-        form = await authorize(request)
-        from evotrainer.reports import record_review
-
-        verdict = str(form.get("verdict") or "")
-        comment = str(form.get("comment") or "").strip()
-        who = str(form.get("reviewer") or "").strip()[:200]
-        if verdict not in ("approve", "reject"):
-            raise HTTPException(400, f"verdict must be approve or reject, got {verdict!r}")
-        try:
-            await run_in_threadpool(record_review, store, pid, verdict, comment, who)
-        except NotFound:
-            raise
-        except EvoError as err:
-            data = await run_in_threadpool(views.proposal, pid)
-            return await run_in_threadpool(render, request, "proposal.html.j2", 409, error=str(err), comment=comment,
-                                           **data)
-        response = RedirectResponse(f"/proposals/{quote(pid, safe='')}?done={verdict}", status_code=303)
-        response.set_cookie(REVIEWER_COOKIE, who, httponly=True, samesite="strict", path="/", max_age=365 * 86400)
-        return response
-
-    @app.get("/skills", response_class=HTMLResponse)
-    def skills_page(request: Request, lib: str = "default", q: str = "", kind: str = "", symptom: str = "",
-                    domain: str = "", status: str = "", page: int = 1) -> HTMLResponse:
-        data = views.skills(lib, q, kind, symptom, domain, status, page)
-        keep = {k: v for k, v in (("lib", "" if lib == "default" else lib), ("q", q), ("kind", kind),
-                                  ("symptom", symptom), ("domain", domain), ("status", status)) if v}
-        base = "/skills?" + (urlencode(keep) + "&" if keep else "")
-        return render(request, "skills.html.j2", q=q, kind=kind, symptom=symptom, domain=domain, status=status,
-                      pager_base=base, **data)
-
-    @app.get("/skills/{slug}", response_class=HTMLResponse)
-    def skill_page(request: Request, slug: str, lib: str = "default") -> HTMLResponse:
-        return render(request, "skill.html.j2", **views.skill(lib, slug))
-
-    @app.get("/diagnose", response_class=HTMLResponse)
-    def runs_page(request: Request, q: str = "", page: int = 1) -> HTMLResponse:
-        return render(request, "runs.html.j2", **views.runs(q, page))
-
-    @app.get("/diagnose/{name}", response_class=HTMLResponse)
-    def diagnose_page(request: Request, name: str) -> HTMLResponse:
-        return render(request, "diagnose.html.j2", **views.diagnose(name))
-
-    @app.get("/favicon.ico")
-    def favicon() -> FileResponse:
-        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
-
+    deps = Deps(home=home, store=store, views=views, guard=guard, render=render, authorize=authorize,
+                sign_in=_sign_in)
+    for routes in (auth_routes, campaign_routes, review_routes, skill_routes, run_routes):
+        app.include_router(routes(deps))
     return app
 
 
