@@ -109,3 +109,24 @@ def test_run_job_publishes_a_complete_directory_and_refuses_late_writers(shared_
     with pytest.raises(JobBusy, match="finished.*never rewritten.*--fork jobdir-once"):
         run_job(spec, shared_home, resume="jobdir-once")
     assert (run_dir / "meta.json").read_text() == before
+
+
+def test_run_meta_reads_a_job_record_one_way_and_knows_where_the_job_stands(tmp_path):
+    import json
+
+    from evotrainer.runmeta import read_run_meta, run_meta_dict
+
+    d = tmp_path / "job"
+    d.mkdir()
+    assert read_run_meta(d) is None and run_meta_dict(d) == {}
+    for garbage in ("{not json", "", "[1, 2]", '{"target_step": "six"}', "\udcff"):
+        (d / "meta.json").write_text(garbage, errors="surrogateescape")
+        assert read_run_meta(d) is None, garbage
+    base = {"status": "running", "start_step": 3, "target_step": 6, "run_id": "r", "extra": {"kept": True}}
+    cases = [({}, 3), ({"status": "paused", "paused_at": 4}, 4), ({"paused_at": 5, "last_checkpoint_step": 5}, 5),
+             ({"status": "finished", "paused_at": None}, 6)]
+    for update, reached in cases:
+        (d / "meta.json").write_text(json.dumps({**base, **update}))
+        meta = read_run_meta(d)
+        assert meta is not None and meta.reached == reached, update
+        assert meta.raw["extra"] == {"kept": True} and run_meta_dict(d)["run_id"] == "r"

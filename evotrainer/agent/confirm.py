@@ -45,12 +45,12 @@ class Confirmation(BaseModel):
 
 def confirm(home: Path, cid: str, seed: int | None = None, store: Any = None) -> Confirmation:
     """Evaluate the campaign's base policy and its mainline on fresh held-out problems; record and return it."""
-    import json
 
     from evotrainer.agent.spec import spec_of
     from evotrainer.config import HarnessSpec
     from evotrainer.evaluation import split_problems
     from evotrainer.policy import policy_accuracy
+    from evotrainer.runmeta import read_run_meta
     from evotrainer.store import Store
     from evotrainer.tasks import get_task
 
@@ -60,7 +60,11 @@ def confirm(home: Path, cid: str, seed: int | None = None, store: Any = None) ->
         raise ConfigError(f"campaign {cid} has no mainline version yet: nothing to confirm")
     spec = spec_of(camp)
     lineage = store.policy_lineage(cid)
-    first = json.loads((home / "jobs" / lineage[0].run_name / "meta.json").read_text())
+    first_dir = home / "jobs" / lineage[0].run_name
+    first = read_run_meta(first_dir)
+    if first is None or first.base_policy is None:
+        raise ConfigError(f"{first_dir / 'meta.json'}: no readable job record of the campaign's first segment, so "
+                          "the base policy to confirm against is unknown")
     mainline = store.get_policy_version(camp.mainline_version)
     start_version = camp.spec["initial_harness_version"]
     harness = {v: HarnessSpec.model_validate(store.get_harness_version(v).spec)
@@ -79,7 +83,7 @@ def confirm(home: Path, cid: str, seed: int | None = None, store: Any = None) ->
     lo, hi = ev.difficulty or (task.default_difficulty, task.default_difficulty)
     result = Confirmation(
         seed=seed, n=len(problems), difficulty=(lo, hi), mainline=mainline.id, budgets=budgets,
-        start=acc(first["base_policy"], budgets[0]), end=acc(mainline.checkpoint, budgets[1]),
-        start_at_end_budget=acc(first["base_policy"], budgets[1]) if budgets[1] != budgets[0] else None)
+        start=acc(first.base_policy, budgets[0]), end=acc(mainline.checkpoint, budgets[1]),
+        start_at_end_budget=acc(first.base_policy, budgets[1]) if budgets[1] != budgets[0] else None)
     store.log_event(cid, "confirmation", result.model_dump(mode="json"))
     return result

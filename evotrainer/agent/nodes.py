@@ -9,7 +9,6 @@ answered: LangGraph re-runs a node from its start on resume, so code before an i
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,6 +25,7 @@ from evotrainer.domain import BranchResult, Decision, PolicyVersion, Proposal, R
 from evotrainer.evaluation import EvalSpec
 from evotrainer.evidence import load_run_evidence, read_metrics
 from evotrainer.jobs.runner import complete_checkpoints
+from evotrainer.runmeta import RunMeta, read_run_meta
 
 STATUS_OF = {"promote": "promoted", "reject": "refuted", "inconclusive": "inconclusive", "blocked": "blocked",
              "failed": "failed"}
@@ -66,26 +66,6 @@ def _out_of_time(ctx: CampaignContext) -> bool:
     return cap is not None and (time.time() - ctx.started_at) / 60 > cap
 
 
-def _meta(run_dir: Path) -> dict[str, Any] | None:
-    try:
-        meta = json.loads((run_dir / "meta.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return meta if isinstance(meta, dict) else None
-
-
-def _reached(meta: dict[str, Any] | None) -> int:
-    """The global step a job has trained to and can be read back at: its target when finished, its last recorded
-    pause when paused — or when it was resumed from that pause and died before its next one (meta still says
-    ``running``; found by ``bench/soak.py``: the resumed backtest asked such a job for an earlier look, which the
-    runner refused, and the branch failed with its already-trained step never ledgered)."""
-    if meta is None:
-        return -1
-    if meta.get("status") == "finished":
-        return int(meta["target_step"])
-    return int(meta.get("paused_at") or meta.get("start_step", 0))
-
-
 def _run(ctx: CampaignContext, name: str, harness: HarnessSpec, steps: int, seed: int, fork: str | None,
          eval_every: int, tags: dict[str, str], stop_at: int | None = None) -> dict[str, Any]:
     """Run (or read back, or resume) one job up to global step ``stop_at`` (see :func:`_run_many`)."""
@@ -115,8 +95,8 @@ def _request(ctx: CampaignContext, name: str, harness: HarnessSpec, steps: int, 
     past ``stop_at``, finished, or failed: a failed branch is a result, not something to retry)."""
     from evotrainer.jobs.launch import JobRequest
 
-    meta = _meta(ctx.home / "jobs" / name)
-    if meta is not None and (meta.get("status") in ("finished", "failed") or (stop_at is not None and _reached(meta) >= stop_at)):
+    meta = read_run_meta(ctx.home / "jobs" / name)
+    if meta is not None and (meta.status in ("finished", "failed") or (stop_at is not None and meta.reached >= stop_at)):
         return None
     if ctx.store.get_campaign(ctx.campaign_id).status == "stopped":
         raise CampaignStopped(ctx.campaign_id)
@@ -131,7 +111,7 @@ def _request(ctx: CampaignContext, name: str, harness: HarnessSpec, steps: int, 
     job["tags"] = {k: v for k, v in job["tags"].items() if v}
     upto = "" if stop_at is None else f" to step {stop_at}"
     ctx.log(f"{'resuming' if meta else 'running'} {name} ({steps} steps{upto})")
-    target = (int(meta["target_step"]) if meta else None)
+    target = meta.target_step if meta else None
     return JobRequest(job=job, home=str(ctx.home), fork=None if meta else fork, resume=name if meta else None,
                       stop_at=None if stop_at is None or stop_at == target else stop_at)
 
@@ -144,10 +124,10 @@ def _collect(ctx: CampaignContext, name: str, tags: dict[str, str], stop_at: int
     from evotrainer.evaluation import read_outcomes
 
     run_dir = ctx.home / "jobs" / name
-    meta = _meta(run_dir) or {"status": "failed"}
+    meta = read_run_meta(run_dir) or RunMeta(status="failed")
     if outcome is not None and outcome.status != "finished":
-        meta = {**meta, "status": "failed", "error": outcome.error}
-    target = int(meta.get("target_step", 0) or 0)
+        meta = meta.model_copy(update={"status": "failed", "error": outcome.error})
+    target = meta.target_step
     upto = target if stop_at is None else stop_at
     metrics = read_metrics(run_dir) if run_dir.exists() else None
     if metrics is not None and "step" in metrics:
@@ -166,13 +146,13 @@ def _collect(ctx: CampaignContext, name: str, tags: dict[str, str], stop_at: int
     reward = None
     if metrics is not None and "reward" in metrics and metrics["reward"].notna().any():
         reward = float(metrics["reward"].dropna().tail(5).mean())
-    reached = _reached(meta) if meta.get("status") != "failed" else -1
+    reached = meta.reached if meta.status != "failed" else -1
     # a 'running' job here is one that died (this process owns the campaign): its recorded looks stay readable
-    ok = (meta.get("status") in ("finished", "paused", "running", "interrupted") and reached >= upto
+    ok = (meta.status in ("finished", "paused", "running", "interrupted") and reached >= upto
           and acc is not None and upto in ckpts)
     return {"name": name, "status": "finished" if ok else "failed",
-            "error": None if ok else (meta.get("error") or f"no held-out evaluation and checkpoint at step {upto}"),
-            "run_id": meta.get("run_id"), "eval_accuracy": acc, "train_reward": reward, "steps": trained,
+            "error": None if ok else (meta.error or f"no held-out evaluation and checkpoint at step {upto}"),
+            "run_id": meta.run_id, "eval_accuracy": acc, "train_reward": reward, "steps": trained,
             "run_dir": run_dir, "checkpoint": str(ckpts[upto]) if upto in ckpts else None, "step": upto,
             "outcomes": read_outcomes(run_dir, upto) if ok else None}
 
@@ -248,7 +228,7 @@ def _finish(reason: str) -> Command:
 def train_segment(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[Literal["diagnose", "finish"]]:
     ctx, rnd = runtime.context, state["round"]
     name = f"{ctx.campaign_id}__r{rnd:02d}__segment"
-    meta = _meta(ctx.home / "jobs" / name)
+    meta = read_run_meta(ctx.home / "jobs" / name)
     # the steps a backtest freed by stopping early go to the mainline (within what the budget still holds); once the
     # exploration share cannot pay for one more look, nothing is left to backtest: the mainline trains the rest
     parent = ctx.store.get_policy_version(state["mainline"]) if state.get("mainline") else None
@@ -257,7 +237,7 @@ def train_segment(state: CampaignState, runtime: Runtime[CampaignContext]) -> Co
     if last:
         steps = _remaining(ctx)
     if meta is not None:
-        steps = int(meta["spec"]["steps"])
+        steps = int(meta.spec["steps"])
     elif _remaining(ctx) < ctx.spec.segment_steps:
         return _finish(f"budget: {_remaining(ctx)} steps left, a segment needs {ctx.spec.segment_steps}")
     elif _out_of_time(ctx):
@@ -730,13 +710,13 @@ def _keep_branch(ctx: CampaignContext, rnd: int, bt_id: str, best: str | None, v
                  "decision_accuracy": x.eval_accuracy} for x, _ in scored]})
         ctx.log(f"round {rnd}: the mainline continues from {chosen.run_name} (selection split "
                 f"{chosen.selection_accuracy}, best of {len(scored)} {'promoted' if best else 'control'} branches)")
-    meta = _meta(ctx.home / "jobs" / chosen.run_name) or {}
+    meta = read_run_meta(ctx.home / "jobs" / chosen.run_name)
     step = chosen.step
     ck = complete_checkpoints(ctx.home / "jobs" / chosen.run_name)
     return ctx.store.add_policy_version(PolicyVersion(
         id=f"{ctx.campaign_id}:r{rnd:02d}:{'promoted' if best else 'control'}", campaign_id=ctx.campaign_id,
         parent_id=mainline, harness_version=version, checkpoint=str(ck[step]), run_name=chosen.run_name,
-        mlflow_run_id=meta.get("run_id"), eval_accuracy=chosen.eval_accuracy, step=step, created=_now(),
+        mlflow_run_id=meta.run_id if meta else None, eval_accuracy=chosen.eval_accuracy, step=step, created=_now(),
         selection_accuracy=chosen.selection_accuracy))
 
 

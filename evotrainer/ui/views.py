@@ -27,6 +27,7 @@ from evotrainer.evidence import read_metrics
 from evotrainer.library.loader import Library, resolve_library
 from evotrainer.names import is_name
 from evotrainer.reports import campaign_summary, mainline_accuracy, skill_history, start_accuracy
+from evotrainer.runmeta import run_meta_dict
 from evotrainer.store import NotFound, Store
 from evotrainer.ui.charts import Series, interval_chart, line_chart
 
@@ -135,10 +136,7 @@ class Views:
 
     @staticmethod
     def _read_meta(run_dir: Path) -> dict[str, Any]:
-        try:
-            return json.loads((run_dir / "meta.json").read_text())
-        except (OSError, ValueError):
-            return {}
+        return run_meta_dict(run_dir)
 
     def meta(self, run_name: str | None) -> dict[str, Any]:
         return self._meta(self.jobs / run_name) if run_name else {}

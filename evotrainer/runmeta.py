@@ -1,0 +1,72 @@
+"""A job directory's record (``meta.json``), read one way by everyone who is not the runner.
+
+Why a facade: the job directory is a second store beside the state database, and its record used to be parsed
+raw, by string keys, in the campaign nodes, the confirmation, the dashboard and the evidence loader — each with its
+own idea of a missing or garbage file and of which step a job has reached (the soak found a resume bug in exactly
+that: a job that died after resuming from a pause looked as if it had never paused). ``RunMeta`` names the fields
+readers use, keeps every other key (``raw``) for the few that show the whole record, and answers "where is this job"
+in one place. The runner (``evotrainer.jobs.runner``) remains the only writer.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+RunStatus = Literal["running", "paused", "finished", "failed", "interrupted"]
+
+
+class RunMeta(BaseModel):
+    """What a job's ``meta.json`` says, as far as its readers need (unknown keys are kept in ``raw``)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str | None = None
+    status: str = Field("running", description="running (or died while running), paused, finished, failed, "
+                                                "interrupted.")
+    run_id: str | None = Field(None, description="The job's MLflow run id.")
+    target_step: int = Field(0, description="Global step the job trains to.")
+    start_step: int = Field(0, description="Global step it started (or was forked) at.")
+    paused_at: int | None = Field(None, description="Global step of its last recorded pause (a backtest look); kept "
+                                                    "while it is resumed towards the next one.")
+    last_checkpoint_step: int | None = Field(None, description="Its last checkpoint the trainer acknowledged.")
+    steps_done: int | None = None
+    base_policy: str | None = Field(None, description="The base policy directory it trains (architecture, tokenizer).")
+    error: str | None = None
+    spec: dict[str, Any] = Field(default_factory=dict, description="The job spec, as the runner recorded it.")
+    raw: dict[str, Any] = Field(default_factory=dict, description="The whole record, every key.")
+
+    @property
+    def reached(self) -> int:
+        """The global step the job has trained to and can be read back at: its target when finished, else its last
+        recorded pause — also when it was resumed from that pause and died before the next one (status still
+        ``running``) — else where it started."""
+        if self.status == "finished":
+            return self.target_step
+        return self.paused_at or self.start_step
+
+
+def read_run_meta(run_dir: Path) -> RunMeta | None:
+    """The record of the job in ``run_dir``; None when there is none, or it is not a readable JSON object."""
+    try:
+        doc = json.loads((Path(run_dir) / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    try:
+        return RunMeta.model_validate({**doc, "raw": doc})
+    except ValueError:  # a field of the wrong type: a record we cannot trust
+        return None
+
+
+def run_meta_dict(run_dir: Path) -> dict[str, Any]:
+    """The whole record as a dict ({} when there is none): for readers that show every key (dashboard, evidence)."""
+    meta = read_run_meta(run_dir)
+    return dict(meta.raw) if meta is not None else {}
+
+
+__all__ = ["RunMeta", "RunStatus", "read_run_meta", "run_meta_dict"]
