@@ -63,6 +63,9 @@ def _create_sqlite_db(uri: str) -> None:
         os.link(tmp, path)
     except FileExistsError:
         pass
+    except OSError:  # a file system without hard links: a rename, which a racing creator could overwrite
+        if not path.exists():
+            os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
