@@ -131,9 +131,10 @@ def _harness_file(h, home: Path, name: str) -> str:
 
 
 def _job(name: str, spec: dict, home: Path, dest: Path) -> None:
-    from evotrainer.evaluation import EvalSpec
-    from evotrainer.jobs.runner import JobSpec, run_job
-    from evotrainer.policy import PolicySpec
+    from evotrainer.config.eval import EvalSpec
+    from evotrainer.config.job import JobSpec
+    from evotrainer.config.policy import PolicySpec
+    from evotrainer.jobs.runner import run_job
 
     job = JobSpec(task=spec["task"], harness=_harness_file(spec["harness"], home, name), steps=spec["steps"],
                   seed=spec["seed"], policy=PolicySpec(**spec["policy"]), save_every=spec["steps"], name=name,

@@ -6,7 +6,7 @@ policy and may spend the same number of trainer steps (every segment, branch leg
 
 (a) **static**: the starting recipe for the whole budget, one job;
 (b) **campaign**: heuristic brain, automatic approval, sequential backtests, the kept branch, screening and
-    Optuna values (the defaults of ``evotrainer.agent.spec``);
+    Optuna values (the defaults of ``evotrainer.config.campaign``);
 (c) **optuna**: Optuna's TPE sampler with its median pruner over the knobs the campaign may change (every
     library skill's knob, resolved against the starting recipe: numeric knobs on a range around the start
     value, the others over the values the skills name), each trial a job from the warm start for
@@ -80,15 +80,16 @@ def confirmation_accuracy(task: str, checkpoint: str, budget: int, n: int) -> fl
 
 # ---------------------------------------------------------------------------------------------- arms
 def _policy(a: Any):
-    from evotrainer.policy import PolicySpec
+    from evotrainer.config.policy import PolicySpec
 
     return PolicySpec(seed=a.policy_seed)
 
 
 def run_static(task: str, harness: Path, seed: int, a: Any, home: Path) -> dict[str, Any]:
-    from evotrainer.config import load_harness
-    from evotrainer.evaluation import EvalSpec
-    from evotrainer.jobs.runner import JobSpec, run_job
+    from evotrainer.config.eval import EvalSpec
+    from evotrainer.config.harness import load_harness
+    from evotrainer.config.job import JobSpec
+    from evotrainer.jobs.runner import run_job
 
     t = time.perf_counter()
     res = run_job(JobSpec(task=task, harness=str(harness), steps=a.budget, seed=seed, save_every=a.budget,
@@ -172,11 +173,12 @@ def run_optuna(task: str, harness: Path, seed: int, a: Any, home: Path) -> dict[
     import optuna
 
     from evotrainer.agent.values import _quiet
-    from evotrainer.config import dump_harness, load_harness
+    from evotrainer.config.eval import EvalSpec
+    from evotrainer.config.harness import load_harness
+    from evotrainer.config.job import JobSpec
     from evotrainer.errors import ConfigError
-    from evotrainer.evaluation import EvalSpec
     from evotrainer.evidence import read_metrics
-    from evotrainer.jobs.runner import JobSpec, complete_checkpoints, run_job
+    from evotrainer.jobs.runner import complete_checkpoints, run_job
 
     _quiet()
     start = load_harness(harness)
@@ -199,11 +201,9 @@ def run_optuna(task: str, harness: Path, seed: int, a: Any, home: Path) -> dict[
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             results.append({"trial": trial.number, "params": trial.params, "error": str(err)[:200]})
             continue
-        hfile = home / f"optuna-{name}-t{trial.number}.yaml"
-        hfile.write_text(dump_harness(h))
         steps = min(a.trial_steps, (a.budget - spent) // every * every)
         run = f"optuna-{name}-t{trial.number}"
-        job = JobSpec(task=task, harness=str(hfile), steps=steps, seed=seed, save_every=every, name=run,
+        job = JobSpec(task=task, harness=h, steps=steps, seed=seed, save_every=every, name=run,
                       policy=_policy(a), eval=EvalSpec(every=every, n=a.eval_n, k=1))
         last, pruned = None, False
         for upto in range(every, steps + 1, every):

@@ -72,7 +72,7 @@ def main() -> None:
     p.add_argument("--label", default="current", help="name of this scoring in the results (e.g. a revision)")
     p.add_argument("--stride", type=int, default=5, help="prefix stride (steps) for steps-to-first-finding")
     a = p.parse_args()
-    from evotrainer.config import HarnessSpec
+    from evotrainer.config.harness import HarnessSpec
     from evotrainer.diagnostics.registry import Registry
 
     harness = HarnessSpec()

@@ -59,7 +59,7 @@ def _harness_for(task: str, home: Path, patch: dict | None, name: str) -> str:
 
 def _finished(home: Path, spec, harness_file: str) -> tuple[str, str] | None:
     """(name, run_dir) of a finished run in ``home`` made from the same job spec, or None."""
-    from evotrainer.config import load_harness
+    from evotrainer.config.harness import load_harness
 
     version = load_harness(harness_file).version
     want = spec.model_dump(mode="json")
@@ -97,7 +97,7 @@ def _minutes(run_dir: str) -> float:
 
 
 def _flagged(run_dir: str, diagnostic: str, harness_file: str) -> tuple[bool, str]:
-    from evotrainer.config import load_harness
+    from evotrainer.config.harness import load_harness
     from evotrainer.diagnostics.registry import Registry
     from evotrainer.domain import SEVERITY_RANK
     from evotrainer.readers import load_evidence
@@ -118,11 +118,11 @@ def main() -> None:
                    help="train only the trap runs; report the baseline runs already finished in --home")
     a = p.parse_args()
 
-    from evotrainer.evaluation import EvalSpec
+    from evotrainer.config.eval import EvalSpec
+    from evotrainer.config.job import JobSpec
+    from evotrainer.config.policy import PolicySpec
     from evotrainer.evidence import read_metrics
     from evotrainer.home import resolve_home
-    from evotrainer.jobs.runner import JobSpec
-    from evotrainer.policy import PolicySpec
 
     policy = PolicySpec(seed=0)
 

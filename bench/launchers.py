@@ -24,8 +24,9 @@ POLICY = {"size": "nano", "sft_steps": 150}
 
 
 def parent_checkpoint(home: Path, harness: Path) -> str:
-    from evotrainer.jobs.runner import JobSpec, run_job
-    from evotrainer.policy import PolicySpec
+    from evotrainer.config.job import JobSpec
+    from evotrainer.config.policy import PolicySpec
+    from evotrainer.jobs.runner import run_job
 
     res = run_job(JobSpec(task="arith", harness=str(harness), steps=2, seed=0, save_every=2, name="launch-parent",
                           policy=PolicySpec(**POLICY)), home)

@@ -22,10 +22,11 @@ def main() -> None:
     p.add_argument("--harness", default=str(ROOT / "harnesses" / "grpo-baseline.yaml"))
     a = p.parse_args()
 
-    from evotrainer.evaluation import EvalSpec
+    from evotrainer.config.eval import EvalSpec
+    from evotrainer.config.job import JobSpec
     from evotrainer.evidence import read_metrics
     from evotrainer.home import resolve_home
-    from evotrainer.jobs.runner import JobSpec, run_job
+    from evotrainer.jobs.runner import run_job
 
     home = resolve_home(a.home)
     rows = []

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 def contexts():
     from evotrainer.agent.brains.base import BrainContext
-    from evotrainer.config import HarnessSpec
+    from evotrainer.config.harness import HarnessSpec
     from evotrainer.domain import Candidate, Finding
 
     def finding(symptom, severity, metrics):

@@ -38,9 +38,10 @@ VARIANTS: dict[str, tuple[str, dict, list[str], bool]] = {
 
 
 def make_runs(home: Path, seeds: list[int], steps: int, export: Path, only: list[str] | None = None) -> Path:
-    from evotrainer.evaluation import EvalSpec
-    from evotrainer.jobs.runner import JobSpec, run_job
-    from evotrainer.policy import PolicySpec
+    from evotrainer.config.eval import EvalSpec
+    from evotrainer.config.job import JobSpec
+    from evotrainer.config.policy import PolicySpec
+    from evotrainer.jobs.runner import run_job
 
     export.mkdir(parents=True, exist_ok=True)
     archive_path = export / "archive.yaml"

@@ -21,9 +21,10 @@ def main() -> None:
     p.add_argument("--segments", type=int, default=4)
     a = p.parse_args()
 
-    from evotrainer.evaluation import EvalSpec
+    from evotrainer.config.eval import EvalSpec
+    from evotrainer.config.job import JobSpec
     from evotrainer.home import resolve_home
-    from evotrainer.jobs.runner import JobSpec, run_job
+    from evotrainer.jobs.runner import run_job
 
     home = resolve_home(a.home)
     harness = str(ROOT / "harnesses" / "grpo-baseline.yaml")

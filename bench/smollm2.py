@@ -39,10 +39,11 @@ def harness(home: Path, name: str, task: str, r: int, lr: float, match: str = "e
 
 
 def steps_part(home: Path, n: int) -> dict:
-    from evotrainer.evaluation import EvalSpec
+    from evotrainer.config.eval import EvalSpec
+    from evotrainer.config.job import JobSpec
+    from evotrainer.config.policy import FormatWarmStart, PolicySpec
     from evotrainer.evidence import read_metrics
-    from evotrainer.jobs.runner import JobSpec, run_job
-    from evotrainer.policy import FormatWarmStart, PolicySpec
+    from evotrainer.jobs.runner import run_job
 
     out = {}
     for label, r in (("lora_r8", 8), ("full", 0)):
@@ -62,9 +63,10 @@ def steps_part(home: Path, n: int) -> dict:
 
 
 def accuracy_part(home: Path, task_name: str, steps: int, eval_n: int, match: str) -> dict:
+    from evotrainer.config.job import JobSpec
     from evotrainer.evaluation import EvalSpec, evaluate
     from evotrainer.evidence import read_metrics
-    from evotrainer.jobs.runner import JobSpec, run_job
+    from evotrainer.jobs.runner import run_job
     from evotrainer.policy import PolicySpec, load_policy
     from evotrainer.pretrained import converted_dir
     from evotrainer.tasks import get_task

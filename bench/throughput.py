@@ -20,18 +20,17 @@ def main() -> None:
     p.add_argument("--size", default="tiny")
     a = p.parse_args()
 
-    from evotrainer.config import dump_harness, load_harness
-    from evotrainer.evaluation import EvalSpec
+    from evotrainer.config.eval import EvalSpec
+    from evotrainer.config.harness import load_harness
+    from evotrainer.config.job import JobSpec
+    from evotrainer.config.policy import PolicySpec
     from evotrainer.evidence import read_metrics, read_rollouts
     from evotrainer.home import resolve_home
-    from evotrainer.jobs.runner import JobSpec, run_job
-    from evotrainer.policy import PolicySpec
+    from evotrainer.jobs.runner import run_job
 
     home = resolve_home(a.home)
     harness = load_harness(ROOT / "harnesses" / "grpo-baseline.yaml").with_knob("grpo.prompts_per_step", 32)
-    hfile = home / "throughput-harness.yaml"
-    hfile.write_text(dump_harness(harness))
-    spec = JobSpec(task="arith", harness=str(hfile), steps=a.steps, seed=0,
+    spec = JobSpec(task="arith", harness=harness, steps=a.steps, seed=0,
                    policy=PolicySpec(size=a.size), eval=EvalSpec(every=0), save_every=10_000)
     res = run_job(spec, home)
     m = read_metrics(Path(res.run_dir)).set_index("step")

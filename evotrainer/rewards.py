@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from evotrainer.config import HarnessSpec
+from evotrainer.config.harness import HarnessSpec
 from evotrainer.episodes import transcript, turn_records
 from evotrainer.evidence import RolloutRecorder
 from evotrainer.tasks import Problem, Task, Verdict

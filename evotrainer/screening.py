@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, Field
 
-from evotrainer.config import HarnessSpec
+from evotrainer.config.harness import HarnessSpec
 from evotrainer.errors import ConfigError
 
 ADV_TOL = 0.01  # relative change of the advantage vector below which the update is the same

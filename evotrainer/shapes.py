@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evotrainer.agent.campaign import StopOutcome
 from evotrainer.agent.confirm import Confirmation
-from evotrainer.config import KnobChange
+from evotrainer.config.harness import KnobChange
 from evotrainer.diagnostics.revision import RevisionResult
 from evotrainer.domain import Campaign, Decision, Finding, PolicyVersion, Proposal, Review
 from evotrainer.library.format import Skill

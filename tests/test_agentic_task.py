@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from evotrainer.config import LATE_KNOBS, HarnessSpec, knob_docs, load_harness
+from evotrainer.config.harness import LATE_KNOBS, HarnessSpec, knob_docs, load_harness
 from evotrainer.data import problem_row
 from evotrainer.diagnostics.builtin import BUILTIN_DIAGNOSTICS, used_leak
 from evotrainer.episodes import (
@@ -445,7 +445,8 @@ def test_warm_started_policy_solves_held_out_episodes(task, home):
 
 @pytest.mark.parametrize("leak", [False, True])
 def test_a_real_trl_job_plays_episodes_through_the_environment(task, home, leak):
-    from evotrainer.jobs.runner import JobSpec, run_job
+    from evotrainer.config.job import JobSpec
+    from evotrainer.jobs.runner import run_job
 
     h = home / f"agentic-{leak}.yaml"
     h.write_text(HARNESS % str(leak).lower())

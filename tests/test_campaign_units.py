@@ -10,9 +10,9 @@ import pytest
 from evotrainer.agent.brains.base import BrainContext, RefutedChange
 from evotrainer.agent.brains.heuristic import HeuristicBrain
 from evotrainer.agent.lessons import SEED_LIBRARY, brain_inputs
-from evotrainer.agent.spec import load_campaign_spec
 from evotrainer.backtest import decide
-from evotrainer.config import HarnessSpec
+from evotrainer.config.campaign import load_campaign_spec
+from evotrainer.config.harness import HarnessSpec
 from evotrainer.domain import BranchResult, Finding
 from evotrainer.errors import ConfigError
 from tests.conftest import REPO
@@ -244,7 +244,7 @@ def test_a_mainline_that_falls_below_its_best_version_goes_back_to_it_once(tmp_p
     from types import SimpleNamespace
 
     from evotrainer.agent.nodes import _keep_best
-    from evotrainer.agent.spec import CampaignSpec
+    from evotrainer.config.campaign import CampaignSpec
     from evotrainer.domain import PolicyVersion
     from evotrainer.reports import campaign_summary
     from evotrainer.store import Store
@@ -301,7 +301,7 @@ def test_a_mainline_that_falls_below_its_best_version_goes_back_to_it_once(tmp_p
 def test_a_completion_budget_that_fills_the_policy_context_is_no_candidate(tmp_path):
     """longer-completions doubles 192 to 384; a 256-position policy cannot run that, so it is not proposed."""
     from evotrainer.agent.lessons import overflows_context
-    from evotrainer.policy import PolicySpec
+    from evotrainer.config.policy import PolicySpec
 
     h = HarnessSpec().with_knob("grpo.max_completion_length", 192)
     trunc = [_finding("truncation")]
@@ -463,8 +463,8 @@ def test_a_backtest_look_runs_only_within_the_budget_and_the_exploration_share(t
     from pathlib import Path
 
     from evotrainer.agent.nodes import _explore_spent, _look_budget
-    from evotrainer.agent.spec import CampaignSpec
     from evotrainer.agent.state import CampaignContext
+    from evotrainer.config.campaign import CampaignSpec
     from evotrainer.domain import LedgerEntry, PolicyVersion
     from evotrainer.store import Store
 
@@ -501,7 +501,7 @@ def test_a_backtest_look_runs_only_within_the_budget_and_the_exploration_share(t
 
 def test_loading_a_campaign_spec_and_its_harness_does_not_import_torch():
     # validating a spec (CLI start-up, the dashboard, `campaign start` before its worker) must not pay torch's import
-    code = ("import sys\nfrom evotrainer.agent.spec import load_campaign_spec\nfrom evotrainer.config import load_harness\n"
+    code = ("import sys\nfrom evotrainer.config.campaign import load_campaign_spec\nfrom evotrainer.config.harness import load_harness\n"
             "load_campaign_spec('campaigns/arith-demo.yaml'); load_harness('harnesses/demo-start.yaml')\n"
             "heavy = sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules)\nprint(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from evotrainer.config import HarnessSpec, knob_docs
+from evotrainer.config.harness import HarnessSpec, knob_docs
 from evotrainer.diagnostics.base import Diagnostic
 from evotrainer.diagnostics.builtin import BUILTIN_DIAGNOSTICS, hardcoded
 from evotrainer.errors import ConfigError

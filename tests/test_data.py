@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from evotrainer.config import HarnessSpec
+from evotrainer.config.harness import HarnessSpec
 from evotrainer.data import build_pool, difficulty_range, segment_problems, selection_weights, to_dataset
 from evotrainer.errors import ConfigError
 from evotrainer.evidence import prompt_pass_stats

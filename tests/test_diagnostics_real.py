@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from evotrainer.cli import app
-from evotrainer.config import load_harness
+from evotrainer.config.harness import load_harness
 from evotrainer.diagnostics.gates import check_gate
 from evotrainer.diagnostics.registry import Registry
 from evotrainer.diagnostics.revision import Archive

@@ -32,9 +32,9 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
-from evotrainer.agent.spec import CampaignSpec, load_campaign_spec
 from evotrainer.cli import app
-from evotrainer.config import HarnessSpec, load_harness
+from evotrainer.config.campaign import CampaignSpec, load_campaign_spec
+from evotrainer.config.harness import HarnessSpec, load_harness
 from evotrainer.diagnostics.registry import Registry, builtin_diagnostics
 from evotrainer.errors import ConfigError
 from tests.conftest import REPO

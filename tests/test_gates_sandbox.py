@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evotrainer.config import HarnessSpec, load_harness
+from evotrainer.config.harness import HarnessSpec, load_harness
 from evotrainer.diagnostics.gates import check_gate
 from evotrainer.diagnostics.registry import Registry
 from evotrainer.diagnostics.revision import Archive, evaluate_revision, history, record

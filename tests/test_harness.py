@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from evotrainer.cli import app
-from evotrainer.config import HarnessSpec, diff, knob_docs, load_harness
+from evotrainer.config.harness import HarnessSpec, diff, knob_docs, load_harness
 from evotrainer.errors import ConfigError
 from tests.conftest import BASELINE
 
@@ -23,7 +23,7 @@ def test_baseline_loads_and_spells_out_every_knob():
     # The reference recipe lists every knob explicitly: its file and the defaults agree knob for knob.
     import yaml
 
-    from evotrainer.config import _flatten
+    from evotrainer.config.harness import _flatten
 
     raw = yaml.safe_load(BASELINE.read_text())
     listed = set(_flatten({k: v for k, v in raw.items() if k not in ("name", "description")}))
@@ -123,3 +123,22 @@ def test_cli_validate_and_diff(tmp_path):
     d = runner.invoke(app, ["harness", "diff", str(BASELINE), str(other), "--json"])
     paths = [c["path"] for c in json.loads(d.stdout)["changes"]]
     assert "grpo.beta" in paths
+
+
+def test_a_job_spec_carries_the_harness_itself_across_a_json_boundary(tmp_path):
+    """A campaign hands a job the recipe it decided on (no file written and read back); the harness survives the
+    launcher's JSON, and so does where its user files resolve (source_dir is not part of the harness's dump)."""
+    from pydantic import ValidationError
+
+    from evotrainer.config.job import JobSpec
+
+    changed = load_harness(BASELINE).with_knob("optim.learning_rate", 1e-3)
+    job = JobSpec.model_validate_json(JobSpec(harness=changed, steps=3).model_dump_json())
+    got = job.resolved_harness()
+    assert isinstance(job.harness, HarnessSpec) and got.version == changed.version != load_harness(BASELINE).version
+    assert got.optim.learning_rate == 1e-3 and got.source_dir == str(BASELINE.resolve().parent)
+    assert job.harness_label == f"harness 'grpo-baseline' ({changed.version})" and job.harness_stem == "grpo-baseline"
+    by_path = JobSpec(harness=str(BASELINE))
+    assert by_path.resolved_harness().version == load_harness(BASELINE).version and by_path.harness_stem == "grpo-baseline"
+    with pytest.raises(ValidationError, match="learning_rate"):
+        JobSpec.model_validate({"harness": {"optim": {"learning_rate": -1}}})

@@ -87,9 +87,10 @@ def test_a_second_writer_is_refused_naming_the_holder_until_it_is_gone(tmp_path)
 
 
 def test_run_job_publishes_a_complete_directory_and_refuses_late_writers(shared_home, tiny_harness):
-    from evotrainer.evaluation import EvalSpec
-    from evotrainer.jobs.runner import JobSpec, run_job
-    from evotrainer.policy import PolicySpec
+    from evotrainer.config.eval import EvalSpec
+    from evotrainer.config.job import JobSpec
+    from evotrainer.config.policy import PolicySpec
+    from evotrainer.jobs.runner import run_job
 
     spec = JobSpec(task="arith", harness=str(tiny_harness), steps=1, seed=0,
                    policy=PolicySpec(size="nano", sft_steps=150, sft_batch_size=64), eval=EvalSpec(every=0, n=16, k=1),

@@ -18,12 +18,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from evotrainer.config import HarnessSpec
+from evotrainer.config.eval import EvalSpec
+from evotrainer.config.harness import HarnessSpec
+from evotrainer.config.job import JobSpec
+from evotrainer.config.policy import PolicySpec
 from evotrainer.errors import ConfigError, RunNotFound, TaskError
-from evotrainer.evaluation import EvalSpec
 from evotrainer.evidence import ROLLOUT_SCHEMA, read_metrics, read_rollouts, undocumented_metrics
-from evotrainer.jobs.runner import JobSpec, complete_checkpoints, run_job
-from evotrainer.policy import PolicySpec
+from evotrainer.jobs.runner import complete_checkpoints, run_job
 from tests.conftest import REPO, TINY_HARNESS
 
 NANO = PolicySpec(size="nano", sft_steps=150, sft_batch_size=64)

@@ -72,7 +72,7 @@ def test_ray_launcher_runs_jobs_as_parallel_ray_tasks_and_faults_fail_only_their
 
 
 def test_launcher_settings_are_checked_and_name_what_to_set():
-    from evotrainer.agent.spec import LauncherSpec
+    from evotrainer.config.campaign import LauncherSpec
     from evotrainer.errors import ConfigError
 
     with pytest.raises(ValueError, match="launcher.address, cpus_per_job and gpus_per_job are Ray settings"):

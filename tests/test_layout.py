@@ -116,12 +116,15 @@ def test_no_module_imports_from_a_layer_above_its_own():
     assert upward == []
 
 
-def test_loading_a_campaign_spec_or_a_harness_does_not_import_torch(tmp_path):
+def test_loading_the_specs_does_not_import_torch(tmp_path):
     (tmp_path / "h.yaml").write_text("name: h\n")
-    (tmp_path / "c.yaml").write_text("name: c\ntask: arith\nharness: h.yaml\nbudget: {total_steps: 1000}\n")
-    code = ("import sys; from evotrainer.agent.spec import load_campaign_spec; from evotrainer.config import load_harness;"
-            f"load_campaign_spec({str(tmp_path / 'c.yaml')!r}); load_harness({str(tmp_path / 'h.yaml')!r});"
-            "print(sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules))")
+    (tmp_path / "c.yaml").write_text("name: c\ntask: arith\nharness: h.yaml\nbudget: {total_steps: 1000}\n"
+                                     "policy: {pretrained: smollm2-135m-instruct}\n")
+    code = ("import sys; from evotrainer.config import load_campaign_spec, load_harness, JobSpec;"
+            f"c = load_campaign_spec({str(tmp_path / 'c.yaml')!r}); h = load_harness({str(tmp_path / 'h.yaml')!r});"
+            "j = JobSpec.model_validate_json(JobSpec(harness=h, policy=c.policy).model_dump_json());"
+            "assert j.resolved_harness().version == h.version and j.policy.context_length() == 8192;"
+            "print(sorted(m for m in ('torch', 'transformers', 'trl', 'sqlalchemy', 'mlflow') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

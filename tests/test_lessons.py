@@ -18,8 +18,8 @@ from evotrainer.agent.lessons import (
     repeated_mistake,
     repeats_mistake,
 )
-from evotrainer.agent.spec import CampaignSpec
-from evotrainer.config import HarnessSpec
+from evotrainer.config.campaign import CampaignSpec
+from evotrainer.config.harness import HarnessSpec
 from evotrainer.domain import BacktestStats, Decision, Finding, Hypothesis, Proposal
 from evotrainer.library.curation import read_log, record_outcome
 from evotrainer.library.loader import Library

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from evotrainer.bm25 import BM25
 from evotrainer.cli.skills import skills_app
-from evotrainer.config import HarnessSpec
+from evotrainer.config.harness import HarnessSpec
 from evotrainer.domain import BacktestStats, Decision, Finding, Hypothesis, Proposal
 from evotrainer.errors import ConfigError
 from evotrainer.library.candidates import to_candidates

@@ -18,7 +18,7 @@ from llm_server import HANG, ScriptedLLM
 
 from evotrainer.agent.brains.base import BrainContext, BrainResult, RefutedChange
 from evotrainer.agent.brains.llm import LLMBrain, LLMSettings, extract_json, render_prompt, template_env
-from evotrainer.config import HarnessSpec
+from evotrainer.config.harness import HarnessSpec
 from evotrainer.domain import Candidate, Example, Finding, Hypothesis, ProposalDraft
 from evotrainer.symptoms import SYMPTOMS
 

@@ -73,8 +73,9 @@ def test_local_hf_directory_is_used_as_is(tmp_path):
 
 
 def test_policy_seed_decouples_the_warm_start_from_the_job_seed(tmp_path):
-    from evotrainer.evaluation import EvalSpec
-    from evotrainer.jobs.runner import JobSpec, run_job
+    from evotrainer.config.eval import EvalSpec
+    from evotrainer.config.job import JobSpec
+    from evotrainer.jobs.runner import run_job
 
     harness = tmp_path / "h.yaml"
     harness.write_text("grpo: {prompts_per_step: 2, num_generations: 2, max_completion_length: 2}\ndata: {pool_size: 16}\n")
@@ -91,8 +92,9 @@ def test_policy_seed_decouples_the_warm_start_from_the_job_seed(tmp_path):
 def test_warm_start_difficulty_picks_the_levels_the_base_is_built_on(tmp_path):
     from pathlib import Path
 
-    from evotrainer.evaluation import EvalSpec
-    from evotrainer.jobs.runner import JobSpec, run_job
+    from evotrainer.config.eval import EvalSpec
+    from evotrainer.config.job import JobSpec
+    from evotrainer.jobs.runner import run_job
     from evotrainer.policy import _cache_key
 
     task = get_task("arith")

@@ -14,9 +14,10 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from evotrainer.evaluation import EvalSpec
+from evotrainer.config.eval import EvalSpec
+from evotrainer.config.job import JobSpec
 from evotrainer.evidence import read_metrics, read_rollouts
-from evotrainer.jobs.runner import JobSpec, complete_checkpoints, run_job
+from evotrainer.jobs.runner import complete_checkpoints, run_job
 from evotrainer.policy import FormatWarmStart, PolicySpec, format_warm_start, load_policy
 from evotrainer.pretrained import MARKER, converted_dir, file_sha256, gguf_path
 from evotrainer.prompting import chat_format, render

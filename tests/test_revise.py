@@ -21,8 +21,8 @@ from evotrainer.agent.revise import (
     refuted_blocks,
     refutes_block,
 )
-from evotrainer.agent.spec import CampaignSpec
-from evotrainer.config import HarnessSpec
+from evotrainer.config.campaign import CampaignSpec
+from evotrainer.config.harness import HarnessSpec
 from evotrainer.diagnostics.builtin import outcomes
 from evotrainer.diagnostics.revision import history
 from evotrainer.domain import (

@@ -13,9 +13,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from evotrainer.agent.spec import load_campaign_spec
 from evotrainer.cli import app
-from evotrainer.config import load_harness
+from evotrainer.config.campaign import load_campaign_spec
+from evotrainer.config.harness import load_harness
 from evotrainer.diagnostics.revision import Archive
 from evotrainer.errors import ConfigError
 from evotrainer.library.format import split_front_matter

@@ -13,11 +13,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from evotrainer.config import HarnessSpec, load_harness
-from evotrainer.evaluation import EvalSpec
+from evotrainer.config.eval import EvalSpec
+from evotrainer.config.harness import HarnessSpec, load_harness
+from evotrainer.config.job import JobSpec
+from evotrainer.config.policy import PolicySpec
 from evotrainer.evidence import read_metrics, read_rollouts
-from evotrainer.jobs.runner import JobSpec, run_job
-from evotrainer.policy import PolicySpec
+from evotrainer.jobs.runner import run_job
 from evotrainer.screening import screen, screen_run
 from evotrainer.tasks import get_task
 from tests.conftest import REPO
@@ -119,7 +120,7 @@ KILLER = textwrap.dedent("""
     sys.path.insert(0, {repo!r})
     import optuna
     from evotrainer.agent.values import ValueOptimizer
-    from evotrainer.config import load_harness
+    from evotrainer.config.harness import load_harness
     h = load_harness({harness!r})
     vo = ValueOptimizer(__import__("pathlib").Path({home!r}), "c", 0)
     vo.sync(h, "optim.learning_rate", [("c:r00:p0", 9e-5, 0.03, "promote")])

@@ -25,8 +25,8 @@ from typing import Any, Callable
 from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict, Field
 
-from evotrainer.agent.spec import CampaignSpec, load_campaign_spec, spec_of
 from evotrainer.agent.state import CampaignContext
+from evotrainer.config.campaign import CampaignSpec, load_campaign_spec, spec_of
 from evotrainer.domain import CampaignOwner
 from evotrainer.errors import ConfigError
 
@@ -76,7 +76,7 @@ def create_campaign(spec_path: Path, home: Path) -> str:
 
 
 def _validated(spec_path: Path, seed: int | None = None) -> tuple[CampaignSpec, Any]:
-    from evotrainer.config import load_harness
+    from evotrainer.config.harness import load_harness
     from evotrainer.diagnostics.registry import Registry
     from evotrainer.errors import TaskError
     from evotrainer.tasks import get_task
@@ -93,7 +93,7 @@ def _validated(spec_path: Path, seed: int | None = None) -> tuple[CampaignSpec, 
     except TaskError as err:  # the task's own message, with the file and field that gave it
         raise TaskError(f"{spec_path}: task / task_options: {err}") from None
     _check_paths(spec, spec_path)
-    from evotrainer.policy import budget_overflow
+    from evotrainer.config.policy import budget_overflow
 
     if (why := budget_overflow(harness.grpo.max_completion_length, spec.policy.context_length())) is not None:
         raise ConfigError(f"{spec.harness_path()}: {why}")  # refused now, not at the first segment

@@ -46,8 +46,8 @@ class Confirmation(BaseModel):
 def confirm(home: Path, cid: str, seed: int | None = None, store: Any = None) -> Confirmation:
     """Evaluate the campaign's base policy and its mainline on fresh held-out problems; record and return it."""
 
-    from evotrainer.agent.spec import spec_of
-    from evotrainer.config import HarnessSpec
+    from evotrainer.config.campaign import spec_of
+    from evotrainer.config.harness import HarnessSpec
     from evotrainer.evaluation import split_problems
     from evotrainer.policy import policy_accuracy
     from evotrainer.runmeta import read_run_meta

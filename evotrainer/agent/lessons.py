@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from evotrainer.agent.brains.base import KnownMistake, RefutedChange
-from evotrainer.config import HarnessSpec
+from evotrainer.config.harness import HarnessSpec
 from evotrainer.domain import Candidate, Finding
 
 SEED_LIBRARY = Path(__file__).resolve().parents[2] / "skills"
@@ -73,7 +73,7 @@ def repeats_mistake(note: Any, direction: str, value: Any) -> bool:
 
 def overflows_context(knob: str, value: Any, context: int | None) -> str | None:
     """Why ``knob=value`` cannot run on a policy with ``context`` positions, or None when it can."""
-    from evotrainer.policy import budget_overflow
+    from evotrainer.config.policy import budget_overflow
 
     if knob == "grpo.max_completion_length" and isinstance(value, int):
         return budget_overflow(value, context)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Literal
 
 from langgraph.runtime import Runtime
@@ -20,9 +19,9 @@ from langgraph.types import Command, interrupt
 from evotrainer.agent.brains.base import BrainContext, RefutedChange
 from evotrainer.agent.state import CampaignContext, CampaignState
 from evotrainer.backtest import decide, regression_margin
-from evotrainer.config import HarnessSpec, diff, dump_harness, locked_knob
+from evotrainer.config.eval import EvalSpec
+from evotrainer.config.harness import HarnessSpec, diff, locked_knob
 from evotrainer.domain import BranchResult, Decision, PolicyVersion, Proposal, Review
-from evotrainer.evaluation import EvalSpec
 from evotrainer.evidence import load_run_evidence, read_metrics
 from evotrainer.jobs.runner import complete_checkpoints
 from evotrainer.runmeta import RunMeta, read_run_meta
@@ -45,16 +44,6 @@ def _harness(ctx: CampaignContext, version: str) -> HarnessSpec:
     spec = HarnessSpec.model_validate(hv.spec)
     spec.source_dir = str(ctx.spec.harness_path().resolve().parent)
     return spec
-
-
-def _harness_file(ctx: CampaignContext, harness: HarnessSpec) -> Path:
-    path = ctx.home / "campaigns" / ctx.campaign_id / "harnesses" / f"{harness.version}.yaml"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(dump_harness(harness))
-        tmp.replace(path)
-    return path
 
 
 def _remaining(ctx: CampaignContext) -> int:
@@ -102,7 +91,7 @@ def _request(ctx: CampaignContext, name: str, harness: HarnessSpec, steps: int, 
         raise CampaignStopped(ctx.campaign_id)
     sp = ctx.spec
     job = {
-        "task": sp.task, "task_options": sp.task_options, "harness": str(_harness_file(ctx, harness)),
+        "task": sp.task, "task_options": sp.task_options, "harness": harness.model_dump(mode="json"), "harness_dir": harness.source_dir,
         "steps": steps, "seed": seed, "policy": sp.policy.model_dump(mode="json"),
         "eval": EvalSpec(**{**sp.eval.model_dump(), "every": eval_every, "at_start": fork is None}).model_dump(mode="json"),
         "save_every": eval_every, "name": name,

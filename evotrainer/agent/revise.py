@@ -41,7 +41,7 @@ from typing import Any, Callable, Literal
 import yaml
 from pydantic import BaseModel
 
-from evotrainer.config import HarnessSpec, diff
+from evotrainer.config.harness import HarnessSpec, diff
 from evotrainer.diagnostics.revision import Archive, LabelledRun, RevisionResult, evaluate_revision, record
 from evotrainer.domain import SEVERITY_RANK, Finding
 from evotrainer.evidence import Evidence

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TypedDict
 
-from evotrainer.agent.spec import CampaignSpec
+from evotrainer.config.campaign import CampaignSpec
 
 
 class CampaignState(TypedDict, total=False):

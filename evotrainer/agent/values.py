@@ -37,7 +37,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from evotrainer.config import HarnessSpec, locked_knob
+from evotrainer.config.harness import HarnessSpec, locked_knob
 
 # Knobs searched on a log scale (their useful values span decades).
 LOG_KNOBS = frozenset({"optim.learning_rate", "grpo.beta", "grpo.entropy_coef", "optim.weight_decay"})

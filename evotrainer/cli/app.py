@@ -121,15 +121,17 @@ def train_cmd(
     from pydantic import ValidationError
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+    from evotrainer.config.eval import EvalSpec
+    from evotrainer.config.job import JobSpec
+    from evotrainer.config.policy import PolicySpec
     from evotrainer.errors import ConfigError
-    from evotrainer.evaluation import EvalSpec
     from evotrainer.home import resolve_home
-    from evotrainer.jobs.runner import JobSpec, run_job
-    from evotrainer.policy import SIZES, PolicySpec
+    from evotrainer.jobs.runner import run_job
+    from evotrainer.policy import SIZES
     from evotrainer.tasks import parse_task_options
 
     def body() -> None:
-        from evotrainer.pretrained import PRETRAINED
+        from evotrainer.config.policy import PRETRAINED
 
         pol: dict[str, Any] = ({"size": policy} if policy in SIZES else {"pretrained": policy} if policy in PRETRAINED
                                else {"path": policy})
@@ -194,7 +196,7 @@ def train_cmd(
 @harness_app.command("validate")
 def harness_validate(files: list[Path] = typer.Argument(..., help="Harness YAML files."), as_json: bool = JsonOpt) -> None:
     """Validate harness files (and the diagnostics their gates and params name); exit 2 on the first invalid one."""
-    from evotrainer.config import load_harness
+    from evotrainer.config.harness import load_harness
     from evotrainer.diagnostics.registry import Registry
 
     def body() -> None:
@@ -215,7 +217,7 @@ def harness_validate(files: list[Path] = typer.Argument(..., help="Harness YAML 
 @harness_app.command("diff")
 def harness_diff(a: Path, b: Path, as_json: bool = JsonOpt) -> None:
     """List the knobs that differ between two harness files."""
-    from evotrainer.config import diff, load_harness
+    from evotrainer.config.harness import diff, load_harness
 
     def body() -> None:
         changes = [c.model_dump(mode="json") for c in diff(load_harness(a), load_harness(b))]
@@ -233,7 +235,7 @@ def harness_diff(a: Path, b: Path, as_json: bool = JsonOpt) -> None:
 @harness_app.command("knobs")
 def harness_knobs(as_json: bool = JsonOpt) -> None:
     """Every harness knob with its default, bounds and description."""
-    from evotrainer.config import knob_docs
+    from evotrainer.config.harness import knob_docs
 
     def body() -> None:
         rows = knob_docs()
@@ -360,7 +362,7 @@ def diagnostics_revise(
     as_json: bool = JsonOpt,
 ) -> None:
     """Replay a revision over a labelled archive; accept only if no invalid-run recall is lost and F1 improves."""
-    from evotrainer.config import HarnessSpec, load_harness
+    from evotrainer.config.harness import HarnessSpec, load_harness
     from evotrainer.diagnostics.registry import Registry, SandboxedDiagnostic, load_diagnostic_file
     from evotrainer.diagnostics.revision import Archive, evaluate_revision, record
     from evotrainer.errors import ConfigError

@@ -42,7 +42,7 @@ def field_map(pairs: list[str], correctness: str | None, file: Path | None):
 def diagnosis_setup(harness: Path | None, only: list[str], fail_on: str | None):
     """The registry a diagnose or watch command runs (the harness's params and user files), checking ``--only``
     names (an unknown one fails with the known ones) and ``--fail-on`` (ConfigError naming what is allowed)."""
-    from evotrainer.config import HarnessSpec, load_harness
+    from evotrainer.config.harness import HarnessSpec, load_harness
     from evotrainer.diagnostics.registry import Registry
     from evotrainer.errors import ConfigError
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from evotrainer.config import HarnessSpec
+from evotrainer.config.harness import HarnessSpec
 from evotrainer.diagnostics.base import Diagnostic
 from evotrainer.domain import SEVERITY_RANK, Finding
 from evotrainer.errors import ConfigError

@@ -51,7 +51,7 @@ class Archive(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> Archive:
-        from evotrainer.config import load_yaml_model
+        from evotrainer.config.harness import load_yaml_model
 
         arch = load_yaml_model(path, cls, "labelled archive", max_bytes=ARCHIVE_MAX_BYTES)
         for r in arch.runs:  # relative paths are relative to the archive file

@@ -131,7 +131,8 @@ def run_branch(job: dict[str, Any], home: str, fork: str | None, resume: str | N
         try:
             if restore is not None:
                 bytearray(256 << 20)
-            from evotrainer.jobs.runner import JobSpec, run_job
+            from evotrainer.config.job import JobSpec
+            from evotrainer.jobs.runner import run_job
 
             res = run_job(JobSpec.model_validate(job), Path(home), resume=resume, fork=fork, stop_at=stop_at)
         finally:

@@ -35,41 +35,20 @@ import traceback
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
-from evotrainer.config import HarnessSpec, dump_harness, load_harness
+from evotrainer.config.harness import HarnessSpec, dump_harness
+from evotrainer.config.job import JobSpec
+from evotrainer.config.policy import PolicySpec, budget_overflow
 from evotrainer.diagnostics.registry import Registry
 from evotrainer.errors import ConfigError, JobBusy, JobFailed, RunNotFound
-from evotrainer.evaluation import EvalSpec
 from evotrainer.home import jobs_dir
 from evotrainer.jobs.jobdir import JobLock, is_locked, publish, staging_dir
 from evotrainer.names import check_name, to_name
-from evotrainer.policy import PolicySpec, budget_overflow
 
 CKPT = "checkpoint-"
-
-
-class JobSpec(BaseModel):
-    """Everything that defines a job besides the harness's knobs."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    task: str = Field("arith", description="Built-in task name or 'module:Class' of a user task.")
-    task_options: dict[str, Any] = Field(default_factory=dict, description="Task options (see `evotrainer tasks`).")
-    harness: str = Field("harnesses/grpo-baseline.yaml", description="Harness YAML file.")
-    steps: int = Field(100, ge=1, le=10_000_000, description="Optimiser steps of this job (for a fork: steps after the fork point).")
-    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of sampling, data order and the warm start.")
-    policy: PolicySpec = Field(default_factory=PolicySpec, description="Policy to train.")
-    device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto", description="Where the warm start, training and evaluation run: 'auto' = CUDA when available (unless "
-                            "$EVOTRAINER_DEVICE=cpu), else the CPU. A GPU computes in bf16 autocast, a CPU in fp32.")
-    eval: EvalSpec = Field(default_factory=EvalSpec, description="Held-out evaluation.")
-    save_every: int = Field(25, ge=1, le=1_000_000, description="Checkpoint every N steps (and at the last step).")
-    keep_checkpoints: int = Field(0, ge=0, le=100_000, description="Keep only the newest N checkpoints (0 = keep all, so any step can be forked).")
-    name: str | None = Field(None, description="Run name; default {task}__{harness}__s{seed}__{time}.")
-    tags: dict[str, str] = Field(default_factory=dict, description="Extra MLflow tags (campaigns add proposal ids, roles).")
 
 
 class JobResult(BaseModel):
@@ -349,7 +328,7 @@ def run_job(
     else:
         if spec.name is not None:
             check_name(spec.name, "run name (--name)")  # a name is a folder under HOME/jobs: never a path
-        harness = load_harness(spec.harness)
+        harness = spec.resolved_harness()
         Registry(harness)  # gates and diagnostics.params must name diagnostics that exist (with their parameters)
         meta = None
         target = spec.steps
@@ -370,7 +349,7 @@ def run_job(
         target = parent_step + spec.steps
         parent_model = HarnessSpec.model_validate(_read_meta(parent_dir)["harness"]).model
         if parent_model != harness.model:
-            raise ConfigError(f"{spec.harness}: model.* must match the parent run's ({parent_model.model_dump()}): its "
+            raise ConfigError(f"{spec.harness_label}: model.* must match the parent run's ({parent_model.model_dump()}): its "
                               "checkpoints are full weights or LoRA adapters of one shape; fork under those values")
     if stop_at is not None:
         first = (parent_step or 0) if meta is None else int(meta.get("paused_at") or meta["start_step"])
@@ -393,7 +372,7 @@ def run_job(
     # a fork or resume trains its parent's base; a new run the policy its spec names (checked before warm-starting)
     context = spec.policy.context_length() if base_dir is None else PolicySpec(path=str(base_dir)).context_length()
     if (why := budget_overflow(harness.grpo.max_completion_length, context)) is not None:
-        raise ConfigError(f"{spec.harness}: {why}")
+        raise ConfigError(f"{spec.harness_label}: {why}")
     from evotrainer.policy import precision, resolve_device
 
     device = resolve_device(spec.device)
@@ -409,7 +388,7 @@ def run_job(
     # ---- create or reopen the run (see jobs/jobdir.py: complete or absent, one writer) ----------------
     if meta is None:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
-        hname = to_name(Path(spec.harness).stem, "harness")
+        hname = to_name(spec.harness_stem, "harness")
         name = spec.name or f"{to_name(spec.task.replace(':', '.'), 'task')}__{hname}__s{spec.seed}__{stamp}"
         run_dir = jobs_dir(home) / name
         if run_dir.exists() and not (run_dir / "meta.json").exists() and not is_locked(run_dir):
@@ -653,7 +632,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     if harness.model.lora_r:
         have = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
         if missing := [m for m in harness.model.lora_target_modules if m not in have]:
-            raise ConfigError(f"{spec.harness}: model.lora_target_modules names {', '.join(missing)}, which the policy "
+            raise ConfigError(f"{spec.harness_label}: model.lora_target_modules names {', '.join(missing)}, which the policy "
                               f"({base_dir}) does not have; Linear layers it has: "
                               f"{', '.join(sorted(n for n in have if n.endswith('proj'))) or 'none named *_proj'}")
     args = grpo_config(harness, run_dir / "trainer", target, spec, weights, rounds)

@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evotrainer.evaluation import EvalSpec, Split
+from evotrainer.config.eval import EvalSpec
+from evotrainer.evaluation import Split
 
 
 class ScoreRequest(BaseModel):

@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from evotrainer.config import HarnessSpec, locked_knob
+from evotrainer.config.harness import HarnessSpec, locked_knob
 from evotrainer.domain import Candidate
 from evotrainer.errors import ConfigError
 from evotrainer.library.changes import resolve_value

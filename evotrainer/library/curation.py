@@ -32,7 +32,7 @@ from typing import IO, Annotated, Any, Literal, get_args
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from evotrainer.config import knob_docs
+from evotrainer.config.harness import knob_docs
 from evotrainer.errors import EvoError, format_validation_error
 from evotrainer.library.changes import direction, intervention_direction, knob_slug, resolve_value
 from evotrainer.library.format import (

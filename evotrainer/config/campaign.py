@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from evotrainer.config import load_yaml_model
-from evotrainer.evaluation import EvalSpec
-from evotrainer.policy import PolicySpec
+from evotrainer.config.eval import EvalSpec
+from evotrainer.config.harness import load_yaml_model
+from evotrainer.config.policy import PolicySpec
 
 
 class _S(BaseModel):
