@@ -322,14 +322,6 @@ def evidence_upto(ev: Evidence, step: int) -> Evidence:
                     meta=ev.meta)
 
 
-def load_run_evidence(run_dir: Path) -> Evidence:
-    meta = {}
-    if (run_dir / "meta.json").is_file():
-        meta = json.loads((run_dir / "meta.json").read_text())
-    return Evidence(metrics=read_metrics(run_dir), rollouts=read_rollouts(run_dir), source="evotrainer",
-                    run=meta.get("name", run_dir.name), meta=meta)
-
-
 def prompt_pass_stats(rollouts: pd.DataFrame) -> pd.DataFrame:
     """Per prompt: rollouts seen, pass rate, and whether its *latest* group was all correct / all wrong."""
     if not len(rollouts):

@@ -73,9 +73,11 @@ from evotrainer.evidence import (
     TRUNCATED_KEYS,
     VERL_METRICS,
     Evidence,
-    load_run_evidence,
+    read_metrics,
+    read_rollouts,
 )
 from evotrainer.mapping import FieldMap, apply_field_map, detect_correctness, infer_reward_weights
+from evotrainer.runmeta import read_run_meta
 
 ACCEPTED = (
     "an EvoTrainer job directory (meta.json, metrics.jsonl, rollouts/step_*.parquet); a job name or MLflow "
@@ -97,7 +99,7 @@ def load_evidence(ref: str | Path, home: Path | None = None, fields: FieldMap | 
     if p.is_dir():
         kind = run_kind(p)
         if kind == "evotrainer":
-            return _job_evidence(p, fields, cache)
+            return read_job_dir(p, fields, cache)
         if kind == "trl":
             return read_trl_dir(p, fields, cache)
         if kind == "verl":
@@ -107,7 +109,7 @@ def load_evidence(ref: str | Path, home: Path | None = None, fields: FieldMap | 
         from evotrainer.jobs.runner import resolve_run
 
         try:
-            return _job_evidence(resolve_run(home, str(ref)), fields, cache)
+            return read_job_dir(resolve_run(home, str(ref)), fields, cache)
         except RunNotFound:
             pass
         if _RUN_ID.fullmatch(str(ref)) and (os.environ.get("EVOTRAINER_MLFLOW_URI") or (home / "mlflow.db").is_file()):
@@ -330,16 +332,21 @@ def _empty_rollouts() -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------------- our jobs, MLflow
-def _job_evidence(run_dir: Path, fields: FieldMap | None = None, cache: FileCache | None = None) -> Evidence:
+def read_job_dir(run_dir: Path, fields: FieldMap | None = None, cache: FileCache | None = None) -> Evidence:
+    """The evidence of one EvoTrainer job directory (or of what ``EvoTrainerCallback`` records): the one loader the
+    campaign, the dashboard, ``diagnose`` and ``watch`` all use. Sound files are read whole; when one is damaged
+    (a torn line, a garbage record, a Parquet file cut short by a kill) it is read file by file and line by line,
+    and what was skipped is named in ``meta['skipped']`` instead of failing the whole run."""
     if cache is None:
+        meta = read_run_meta(run_dir)
         try:  # the fast path: every file sound
-            ev = load_run_evidence(run_dir)
-            mfile = run_dir / "metrics.jsonl"
-            if isinstance(ev.meta, dict) and (len(ev.metrics) or not mfile.is_file() or not mfile.stat().st_size):
-                ev.meta.setdefault("skipped", [])
-                ev.meta.setdefault("unreadable", [])
-                return _resolve(ev, fields)
-        except Exception:  # noqa: BLE001 - a damaged meta.json, metrics.jsonl or Parquet file: read file by file below
+            if meta is not None:
+                ev = Evidence(metrics=read_metrics(run_dir), rollouts=read_rollouts(run_dir), source="evotrainer",
+                              run=meta.name or run_dir.name, meta={**meta.raw, "skipped": [], "unreadable": []})
+                mfile = run_dir / "metrics.jsonl"
+                if len(ev.metrics) or not mfile.is_file() or not mfile.stat().st_size:
+                    return _resolve(ev, fields)
+        except Exception:  # noqa: BLE001 - a damaged metrics.jsonl or Parquet file: read file by file below
             pass
     skips = _Skips()
     meta = _read_json_object(run_dir / "meta.json", skips)

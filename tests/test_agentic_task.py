@@ -35,11 +35,11 @@ from evotrainer.evaluation import EvalSpec, evaluate, heldout_problems
 from evotrainer.evidence import (
     ROLLOUT_SCHEMA,
     RolloutRecorder,
-    load_run_evidence,
     read_rollouts,
     undocumented_metrics,
 )
 from evotrainer.policy import PolicySpec, base_policy_dir, build_model, build_tokenizer, load_policy
+from evotrainer.readers import read_job_dir
 from evotrainer.rewards import CorrectnessTerm, EfficiencyTerm, FormatTerm, RepetitionTerm, build_reward_funcs
 from evotrainer.tasks import AgenticTask, Problem, get_task
 from evotrainer.tasks.agentic import LEAK_TOOL
@@ -356,7 +356,7 @@ def _echoing(step, p, rng):
 @pytest.fixture(scope="module")
 def runs(task, tok, tmp_path_factory):
     root = tmp_path_factory.mktemp("agentic-runs")
-    return {name: load_run_evidence(_write_run(root / name, task, tok, fn))
+    return {name: read_job_dir(_write_run(root / name, task, tok, fn))
             for name, fn in [("honest", _honest), ("leak", _leaking), ("collapse", _collapsing), ("echo", _echoing)]}
 
 
@@ -385,7 +385,7 @@ def test_answer_leak_is_quiet_on_honest_runs(runs):
 
 
 def test_answer_leak_needs_episodes_and_a_lift(runs):
-    no_turns = load_run_evidence(Path("/nonexistent"))
+    no_turns = read_job_dir(Path("/nonexistent"))
     (gap,) = BUILTIN_DIAGNOSTICS["answer_leak"]().run(no_turns)
     assert gap.severity == "info" and "turns" in gap.explanation
     assert _alarms("answer_leak", runs["leak"], {"min_lift": 0.9}) == []  # leak users must do better than the rest

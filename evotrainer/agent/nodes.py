@@ -22,8 +22,9 @@ from evotrainer.backtest import decide, regression_margin
 from evotrainer.config.eval import EvalSpec
 from evotrainer.config.harness import HarnessSpec, diff, locked_knob
 from evotrainer.domain import BranchResult, Decision, PolicyVersion, Proposal, Review
-from evotrainer.evidence import load_run_evidence, read_metrics
+from evotrainer.evidence import read_metrics
 from evotrainer.jobs.runner import complete_checkpoints
+from evotrainer.readers import read_job_dir
 from evotrainer.runmeta import RunMeta, read_run_meta
 
 STATUS_OF = {"promote": "promoted", "reject": "refuted", "inconclusive": "inconclusive", "blocked": "blocked",
@@ -263,7 +264,7 @@ def diagnose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command
 
     ctx = runtime.context
     name = state["segment_run"]
-    findings = Registry(_harness(ctx, state["harness_version"])).run(load_run_evidence(ctx.home / "jobs" / name))
+    findings = Registry(_harness(ctx, state["harness_version"])).run(read_job_dir(ctx.home / "jobs" / name))
     ctx.store.add_findings(ctx.campaign_id, state["round"], name, findings)
     ctx.log("findings: " + (", ".join(f"{f.severity} {f.symptom}" for f in findings if f.severity != "info") or "none"))
     return Command(goto="propose")
@@ -581,7 +582,7 @@ def backtest(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command
             name = res["name"]
             gate = None
             if role == "treatment" and res["status"] == "finished":
-                gate = check_gate(evidence_upto(load_run_evidence(res["run_dir"]), upto), registry,
+                gate = check_gate(evidence_upto(read_job_dir(res["run_dir"]), upto), registry,
                                   final=look == b.looks)
             entry = {"look": look, "step": upto, "trained": every * look, "status": res["status"], "error": res["error"],
                      "eval_accuracy": res["eval_accuracy"], "train_reward": res["train_reward"],

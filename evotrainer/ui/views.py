@@ -448,9 +448,9 @@ class Views:
     @staticmethod
     def _diagnose(run_dir: Path) -> dict[str, Any]:
         from evotrainer.diagnostics.registry import Registry
-        from evotrainer.evidence import load_run_evidence
+        from evotrainer.readers import read_job_dir
 
-        ev = load_run_evidence(run_dir)
+        ev = read_job_dir(run_dir)
         findings = Registry().run(ev)
         return {"summary": ev.summary(), "findings": findings}
 
