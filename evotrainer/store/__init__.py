@@ -6,8 +6,11 @@ Why a facade: a campaign, the ``review`` CLI and the UI all read and write the s
 different processes at once. Giving them one object whose methods take and return the pydantic entities
 of ``evotrainer.domain`` (never ORM rows, never sessions) keeps transactions short and in one
 place, makes every keyed write idempotent (a node re-run after ``kill -9`` duplicates nothing), and lets
-the tables change behind migrations without touching callers. ``store.models`` is imported by ``store.store``
-and its mixin ``store.ownership`` alone (leases: who owns a campaign now, and the processes it started).
+the tables change behind migrations without touching callers. ``store.models`` is imported inside this package
+alone: ``store.store`` (the engine, migrations and the class), ``store.base`` (sessions, keyed writes, errors),
+``store.rows`` (rows to entities) and one mixin per area: ``campaigns`` (versions, findings, ledger, events),
+``proposals`` (reviews, backtests, branches, decisions), ``skills`` (the library index) and ``ownership``
+(leases: who owns a campaign now, and the processes it started).
 
 Where the data lives: ``Store.for_home(home)`` opens ``sqlite:///HOME/state.db`` (WAL, busy timeout,
 foreign keys on). To share state between machines, point it at PostgreSQL (or any SQLAlchemy URL) with::

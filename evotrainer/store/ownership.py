@@ -30,6 +30,7 @@ from sqlalchemy.exc import IntegrityError
 from evotrainer import procs
 from evotrainer.domain import CampaignOwner
 from evotrainer.errors import CampaignBusy
+from evotrainer.store.base import StoreBase
 from evotrainer.store.entities import Lease, RecordedProcess
 from evotrainer.store.models import CampaignRow, EventRow, LeaseRow, ProcessRow, utcnow
 
@@ -70,7 +71,7 @@ def busy_message(campaign_id: str, o: CampaignOwner, now: datetime) -> str:
             f"stop {campaign_id}` (add --now to end it at once), or wait until it exits")
 
 
-class OwnershipMixin:
+class OwnershipMixin(StoreBase):
     """Lease and process-record methods of ``Store`` (they use its ``_write``/``_read`` transactions)."""
 
     def acquire_lease(self, campaign_id: str, purpose: str, me: procs.ProcessRef | None = None) -> Lease:
