@@ -48,6 +48,7 @@ from pydantic import BaseModel, Field
 
 from evotrainer.config.harness import HarnessSpec
 from evotrainer.errors import ConfigError
+from evotrainer.runmeta import read_run_meta
 
 ADV_TOL = 0.01  # relative change of the advantage vector below which the update is the same
 DEAD_TOL = 0.005  # absolute change of the dead / misaligned share
@@ -286,7 +287,6 @@ def screen(harness: HarnessSpec, knob: str, value: Any, rollouts: pd.DataFrame, 
 
 def screen_run(run_dir: Path, harness: HarnessSpec, knob: str, value: Any, task: Any, last_steps: int | None = None) -> Screening:
     """:func:`screen` on a job directory's rollouts (its last ``last_steps`` steps), rebuilding its pool."""
-    import json
 
     from evotrainer.data import build_pool
     from evotrainer.evidence import read_rollouts
@@ -296,7 +296,10 @@ def screen_run(run_dir: Path, harness: HarnessSpec, knob: str, value: Any, task:
         df = df[df["step"] > df["step"].max() - last_steps]
     pool = None
     if knob in ("reward.correctness.match", "reward.correctness.tests"):
-        meta = json.loads((run_dir / "meta.json").read_text())
-        job_harness = HarnessSpec.model_validate(meta["harness"])
-        pool = {p.id: p for p in build_pool(task, job_harness, int(meta["spec"]["seed"]))}
+        meta = read_run_meta(run_dir)
+        if meta is None or not isinstance(meta.raw.get("harness"), dict) or "seed" not in meta.spec:
+            raise ConfigError(f"{run_dir / 'meta.json'}: no readable job record with its harness and seed, which "
+                              f"screening {knob} needs (it re-grades the run's own problems)")
+        job_harness = HarnessSpec.model_validate(meta.raw["harness"])
+        pool = {p.id: p for p in build_pool(task, job_harness, int(meta.spec["seed"]))}
     return screen(harness, knob, value, df, task, pool)
