@@ -165,3 +165,46 @@ def test_archive_file_errors_name_the_file(tmp_path):
     p.write_text("runs: [{path: x, labels: [not_a_symptom]}]\n")
     with pytest.raises(ConfigError, match=r"(?s)a.yaml.*runs.0.labels: unknown symptom 'not_a_symptom'"):
         Archive.load(p)
+
+
+def test_sandbox_confines_files_and_signals_to_its_own_domain(tmp_path):
+    """Code an LLM drafted may try to read the campaign's files, write outside its directory or kill the campaign:
+    Landlock refuses all three (reads below the interpreter and packages only, writes in its directory only,
+    signals within its domain only)."""
+    import os
+    import subprocess
+    import sys
+
+    from evotrainer.diagnostics.registry import SandboxedDiagnostic
+    from evotrainer.diagnostics.sandbox import confinement
+
+    if confinement() == "unrestricted" and not os.environ.get("CI"):
+        pytest.skip("this kernel has no Landlock (Linux >= 5.13), so the sandbox cannot confine files")
+    (tmp_path / "secret.txt").write_text("sk-secret-api-key")
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    attempts = {
+        "read": f"open({str(tmp_path / 'secret.txt')!r}).read()",
+        "write": f"open({str(tmp_path / 'escaped.txt')!r}, 'w').write('x')",
+        "environ": f"open('/proc/{victim.pid}/environ').read()",
+        "home": f"open({str(Path.home() / '.bashrc')!r}).read() if os.path.exists({str(Path.home() / '.bashrc')!r}) "
+                "else (_ for _ in ()).throw(PermissionError('absent'))",
+    }
+    body = "        import os, signal\n        out = []\n"
+    for what, expr in attempts.items():
+        body += (f"        try:\n            got = {expr}\n            out.append('{what}:ok:' + str(got)[:40])\n"
+                 f"        except OSError as e:\n            out.append('{what}:' + type(e).__name__)\n")
+    if confinement() == "landlock+signals":
+        body += (f"        try:\n            os.kill({victim.pid}, signal.SIGKILL)\n            out.append('kill:ok')\n"
+                 "        except OSError as e:\n            out.append('kill:' + type(e).__name__)\n")
+    body += "        return [self.finding('warning', ' '.join(out))]\n"
+    (tmp_path / "escape.py").write_text(USER_DIAG.split("    def analyze")[0] + "    def analyze(self, ev):\n" + body)
+    try:
+        (finding,) = SandboxedDiagnostic(tmp_path / "escape.py", "high_reward", timeout_s=20).run(_ev(0.9))
+        time.sleep(0.5)
+        assert victim.poll() is None, "the sandboxed code killed a process outside its domain"
+    finally:
+        victim.kill()
+    assert finding.symptom == "reward_hacking", finding.explanation  # it ran, and reported what it was refused
+    assert ":ok" not in finding.explanation and "sk-secret" not in finding.explanation, finding.explanation
+    assert "read:PermissionError" in finding.explanation and "write:PermissionError" in finding.explanation
+    assert not (tmp_path / "escaped.txt").exists()

@@ -10,6 +10,15 @@ in a fresh process that:
 - has no network: it is moved into a new, empty network namespace with ``unshare(CLONE_NEWNET)`` (as root,
   or via a user namespace where the kernel allows it); where neither is possible, socket creation is
   disabled inside the interpreter and the result says ``network: "socket-blocked"``;
+- sees little of the file system and no other process: once its trusted imports are done, a Landlock ruleset
+  (Linux ≥ 5.13; ``landlock_create_ruleset`` through ``ctypes``) lets it read only below the interpreter, its
+  installed packages, the ``evotrainer`` package and ``/usr``, ``/lib*``, and write only in its working
+  directory, so neither a campaign's home (state, API-key files, other runs) nor ``/proc`` of other processes
+  is readable, and nothing outside the temporary directory is writable; where the kernel has Landlock ABI 6 it
+  also may not signal processes outside its domain (the campaign that started it). The result says
+  ``filesystem: "landlock"`` (or ``"landlock+signals"``), or ``"unrestricted"`` where the kernel has no
+  Landlock: :func:`confinement` tells which, and code an LLM drafted is only run where it is confined;
+- gets a minimal environment (no API keys, no proxy settings, no ``EVOTRAINER_*`` locations);
 - returns findings as JSON on stdout, which the parent validates with the ``Finding`` schema — the
   child's output is as untrusted as its code.
 
@@ -42,6 +51,92 @@ def _isolate_network() -> str:
     return "socket-blocked"
 
 
+# Landlock (include/uapi/linux/landlock.h): syscalls, access rights by ABI version, scopes.
+_SYS_CREATE, _SYS_ADD_RULE, _SYS_RESTRICT = 444, 445, 446  # the same numbers on x86_64 and aarch64
+_PR_SET_NO_NEW_PRIVS = 38
+_FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+_FS_BASE = (1 << 13) - 1  # execute .. make_sym: the ABI 1 rights
+_FS_REFER, _FS_TRUNCATE, _FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15  # ABI 2, 3, 5
+_FILE_RIGHTS = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
+_SCOPE_ABSTRACT_UNIX, _SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
+
+
+def _landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0: none, or the platform is not Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return max(0, int(libc.syscall(_SYS_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1))))
+    except (OSError, AttributeError):
+        return 0
+
+
+def confinement() -> str:
+    """How a sandboxed child's file system (and signals) would be confined on this machine: 'landlock+signals',
+    'landlock' or 'unrestricted' (see the module docstring)."""
+    abi = _landlock_abi()
+    return "unrestricted" if abi < 1 else "landlock+signals" if abi >= 6 else "landlock"
+
+
+def _readable_roots() -> list[Path]:
+    """What a sandboxed child may read: the interpreter and its libraries, the installed packages, evotrainer."""
+    import site
+
+    import evotrainer
+
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(), site.getusersitepackages(),
+             str(Path(evotrainer.__file__).resolve().parent), "/usr", "/lib", "/lib64", "/lib32", "/bin",
+             f"/proc/{os.getpid()}", "/dev/null", "/dev/urandom", "/dev/zero"}
+    return [Path(r) for r in sorted(roots) if r and os.path.exists(r)]
+
+
+def _restrict_filesystem(workdir: Path) -> str:
+    """Landlock the calling process (and what it starts): read below :func:`_readable_roots`, write only below
+    ``workdir``; with ABI 6, no signals or abstract sockets outside the domain. Returns the mode it reached."""
+    abi = _landlock_abi()
+    if abi < 1:
+        return "unrestricted"
+    libc = ctypes.CDLL(None, use_errno=True)
+    handled = _FS_BASE | (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0) | \
+        (_FS_IOCTL_DEV if abi >= 5 else 0)
+    fields = [handled] + ([0] if abi >= 4 else []) + ([_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL] if abi >= 6 else [])
+    attr = (ctypes.c_uint64 * len(fields))(*fields)
+    ruleset = libc.syscall(_SYS_CREATE, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
+    if ruleset < 0:
+        return "unrestricted"
+
+    class PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+    def allow(path: Path, access: int) -> None:
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            rights = (access if path.is_dir() else access & _FILE_RIGHTS) & handled
+            rule = PathBeneath(rights, fd)
+            libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(1), ctypes.byref(rule), ctypes.c_uint32(0))
+        finally:
+            os.close(fd)
+
+    try:
+        for root in _readable_roots():
+            allow(root, _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR)
+        allow(Path("/dev/null"), _FS_READ_FILE | _FS_WRITE_FILE)
+        allow(workdir, handled)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.syscall(_SYS_RESTRICT, ctypes.c_int(ruleset),
+                                                                              ctypes.c_uint32(0)) != 0:
+            return "unrestricted"
+    finally:
+        os.close(ruleset)
+    return "landlock+signals" if abi >= 6 else "landlock"
+
+
+SANDBOX_ENV = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "PYTHONHASHSEED", "TMPDIR", "OMP_NUM_THREADS")
+"""The parent's environment variables a sandboxed child keeps (no API keys, tokens, proxies or home locations)."""
+
+
 def _limits(memory_mb: int, cpu_s: int) -> None:
     # RLIMIT_AS counts address space, which numpy/arrow reserve generously at import: bound the growth
     # from the current size (the trusted imports are done by now) rather than the absolute size.
@@ -68,7 +163,7 @@ def _error_finding(name: str, message: str):
 
 
 def _spawn(args: list[str], workdir: Path, timeout_s: float, memory_mb: int) -> tuple[int | None, str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    env = {k: v for k, v in os.environ.items() if k in SANDBOX_ENV}
     env["EVOTRAINER_SANDBOX_MEMORY_MB"] = str(memory_mb)
     env["EVOTRAINER_SANDBOX_CPU_S"] = str(max(1, int(timeout_s)))
     proc = subprocess.Popen(
@@ -168,6 +263,7 @@ def _child(argv: list[str]) -> int:
                       source="sandbox")
         params = json.loads(Path("params.json").read_text())
     _limits(int(os.environ.get("EVOTRAINER_SANDBOX_MEMORY_MB", "1024")), int(os.environ.get("EVOTRAINER_SANDBOX_CPU_S", "30")))
+    filesystem = _restrict_filesystem(Path.cwd())
 
     spec = importlib.util.spec_from_file_location("untrusted_diagnostic", Path("diagnostic.py").resolve())
     module = importlib.util.module_from_spec(spec)
@@ -177,10 +273,11 @@ def _child(argv: list[str]) -> int:
     if argv[0] == "list":
         fields = {n: getattr(getattr(c, "Params", None), "model_fields", None) for n, c in classes.items()}
         params = {n: sorted(f) if isinstance(f, dict) else None for n, f in fields.items()}
-        print(json.dumps({"names": sorted(classes), "params": params, "network": mode}))
+        print(json.dumps({"names": sorted(classes), "params": params, "network": mode, "filesystem": filesystem}))
         return 0
     findings = classes[argv[1]](params).run(ev)
-    print(json.dumps({"findings": [f.model_dump(mode="json") for f in findings], "network": mode}))
+    print(json.dumps({"findings": [f.model_dump(mode="json") for f in findings], "network": mode,
+                      "filesystem": filesystem}))
     return 0
 
 
