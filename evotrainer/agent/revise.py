@@ -28,8 +28,9 @@ at a time, and each candidate is replayed over the archive with
 lost and F1 improves). The best accepted candidate (highest F1, then the smallest change) becomes a new
 harness version on the mainline and is appended to ``HOME/diagnostics/history.jsonl``; every misfire,
 adopted or not, is a campaign event (kind ``diagnostic_revision``) with the candidates tried and the
-scores. New code for a diagnostic is the LLM brain's job and is not attempted here; sandboxed user
-diagnostics are skipped.
+scores. When no parameter change catches a false negative, the LLM brain (if configured) drafts new diagnostic
+code for it, run only in the sandbox and adopted under the same rule (:mod:`evotrainer.agent.drafts`); sandboxed
+diagnostics' own parameters are not searched here.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from typing import Any, Callable, Literal
 import yaml
 from pydantic import BaseModel
 
+from evotrainer.agent.drafts import draft_diagnostic, with_draft
 from evotrainer.config.harness import HarnessSpec, diff
 from evotrainer.diagnostics.revision import Archive, LabelledRun, RevisionResult, evaluate_revision, record
 from evotrainer.domain import SEVERITY_RANK, Finding
@@ -68,6 +70,9 @@ class RevisionOutcome(BaseModel):
     harness_version: str | None
     tried: int
     reasons: list[str]
+    symptom: str | None = None  # the symptom the revised (or drafted) diagnostic reports
+    drafted: bool = False  # new code drafted by the LLM brain (agent/drafts.py), not a parameter change
+    tokens: int = 0  # LLM tokens the draft cost
 
 
 def archive_path(home: Path, campaign_id: str) -> Path:
@@ -189,9 +194,17 @@ def revise(misfire: Misfire, harness: HarnessSpec, archive: Archive, classes: di
     new = with_params(harness, name, res.candidate["params"])
     changes = ", ".join(f"{c.path} {c.old!r} → {c.new!r}" for c in diff(harness, new))
     return RevisionOutcome(
-        misfire=misfire, diagnostic=name, accepted=True, candidate=res.candidate["params"],
+        misfire=misfire, diagnostic=name, accepted=True, candidate=res.candidate["params"], symptom=classes[name].symptom,
         scores={"before": res.before.model_dump(exclude={"flagged"}), "after": res.after.model_dump(exclude={"flagged"})},
         harness_version=new.version, tried=tried, reasons=[f"{name}: {changes}; {res.reasons[0]}", *reasons]), new
+
+
+def _adopted(harness: HarnessSpec, msg: dict[str, Any]) -> HarnessSpec:
+    """``harness`` with an adopted revision re-applied from its event (a re-run after kill -9)."""
+    cand = msg["candidate"]
+    if isinstance(cand, dict) and "draft" in cand:
+        return with_draft(harness, Path(cand["draft"]["path"]), msg["diagnostic"])
+    return with_params(harness, msg["diagnostic"], cand)
 
 
 # ------------------------------------------------------------------------------------- campaign glue
@@ -315,20 +328,27 @@ def campaign_revisions(ctx: Any, rnd: int, bt_id: str | None, harness: HarnessSp
         if m.key in done:  # re-run after kill -9: decided already; an adopted revision is applied again, not lost
             msg = done[m.key]
             if msg.get("accepted"):
-                harness = with_params(harness, msg["diagnostic"], msg["candidate"])
+                harness = _adopted(harness, msg)
                 if m.kind == "false_negative":
-                    archive = tentative(archive, Registry(harness).classes[msg["diagnostic"]].symptom)
+                    archive = tentative(archive, msg.get("symptom") or Registry(harness).classes[msg["diagnostic"]].symptom)
                     save_archive(archive_path(ctx.home, ctx.campaign_id), archive)
             continue
         both = Archive(runs=[*extra.runs, *archive.runs])
 
         outcome, new = revise(m, harness, both, Registry(harness).classes, load, ctx.home,
                               tentative if m.kind == "false_negative" else None)
+        if new is None and m.kind == "false_negative":  # no threshold names it: new code, from the LLM brain
+            drafted = draft_diagnostic(ctx, m, harness, both, load, tentative)
+            if drafted is not None:
+                d, new = drafted
+                outcome = outcome.model_copy(update={
+                    **d, "drafted": True, "harness_version": new.version if new is not None else None,
+                    "reasons": [*d["reasons"], *outcome.reasons]})
         if new is not None:
             ctx.store.add_harness_version(new.version, harness.version, new.model_dump(mode="json"),
                                           [c.model_dump(mode="json") for c in diff(harness, new)])
             if m.kind == "false_negative":  # the adopted hypothesis becomes the label
-                archive = tentative(archive, Registry(new).classes[outcome.diagnostic].symptom)
+                archive = tentative(archive, outcome.symptom)
                 save_archive(archive_path(ctx.home, ctx.campaign_id), archive)
             harness = new
         ctx.store.log_event(ctx.campaign_id, "diagnostic_revision", {"key": m.key, **outcome.model_dump(mode="json")})

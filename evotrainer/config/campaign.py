@@ -134,6 +134,10 @@ class RevisionSpec(_S):
         description="Held-out accuracy drop after a promotion, with no warning from any diagnostic, that counts as a missed finding.")
     archive: str | None = Field(
         None, description="Extra labelled archive YAML (e.g. tests/fixtures/runs/archive.yaml) replayed beside the campaign's own branches.")
+    draft_code: bool = Field(
+        True, description="With brain.kind 'llm': when a missed regression has no parameter fix, ask the LLM to draft a "
+                          "new diagnostic, run it only in the sandbox, and adopt it into the gate only if it improves F1 "
+                          "on the labelled archive without losing recall on invalid runs (agent/drafts.py).")
 
 
 class LauncherSpec(_S):

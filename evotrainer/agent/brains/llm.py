@@ -36,7 +36,7 @@ import os
 import re
 import unicodedata
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Callable, Literal, get_args, get_origin
 
 import jinja2
 from openai import APIConnectionError, APIStatusError, APITimeoutError, OpenAI, OpenAIError
@@ -367,11 +367,14 @@ class LLMBrain:
             content = ""
         return content if isinstance(content, str) else "", used if isinstance(used, int) and used > 0 else 0
 
-    def propose(self, ctx: BrainContext) -> BrainResult:
+    def ask(self, base: list[dict[str, str]], schema: dict[str, Any],
+            check: Callable[[Any], tuple[Any, list[str]]], what: str = "reply") -> tuple[Any, list[str], int, str]:
+        """Ask until ``check`` accepts a reply: ``check(json_object) -> (value or None, problems)``. Each attempt
+        after an unusable reply shows the model its reply and the problems. Returns (value or None, notes, tokens
+        spent, why nothing was accepted). Transport errors, the token budget and ``max_retries`` bound it."""
         notes: list[str] = []
         tokens, why = 0, "no attempt was made"
-        base = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": render_prompt(ctx, self.settings)}]
-        messages, schema = base, proposal_schema(ctx, self.settings)
+        messages = base
         for attempt in range(1, self.settings.max_retries + 2):
             if self.token_budget is not None and self.tokens_used >= self.token_budget:
                 why = f"token budget of {self.token_budget} spent ({self.tokens_used} used)"
@@ -384,16 +387,24 @@ class LLMBrain:
                 continue
             tokens, self.tokens_used = tokens + used, self.tokens_used + used
             try:
-                drafts, problems = check_reply(ctx, extract_json(text))
+                value, problems = check(extract_json(text))
             except (ValueError, RecursionError) as err:
-                drafts, problems = [], [f"reply is not valid JSON: {_clip(str(err), 200)}"]
+                value, problems = None, [f"reply is not valid JSON: {_clip(str(err), 200)}"]
             notes += [f"attempt {attempt}: {p}" for p in problems]
-            if drafts:
-                return BrainResult(drafts=drafts, brain=self.name, notes=notes, tokens=tokens)
-            why = f"attempt {attempt}: no valid proposal"
-            errors = "\n".join(f"- {p}" for p in problems) or "- no proposal"
+            if value:
+                return value, notes, tokens, ""
+            why = f"attempt {attempt}: no valid {what}"
+            errors = "\n".join(f"- {p}" for p in problems) or f"- no {what}"
             messages = [*base, {"role": "assistant", "content": text[:4000]},
                         {"role": "user", "content": FOLLOW_UP.format(errors=errors)}]
+        return None, notes, tokens, why
+
+    def propose(self, ctx: BrainContext) -> BrainResult:
+        base = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": render_prompt(ctx, self.settings)}]
+        drafts, notes, tokens, why = self.ask(base, proposal_schema(ctx, self.settings), lambda obj: check_reply(ctx, obj),
+                                           "proposal")
+        if drafts:
+            return BrainResult(drafts=drafts, brain=self.name, notes=notes, tokens=tokens)
         fb = self.fallback.propose(ctx)
         return BrainResult(drafts=fb.drafts, brain=f"{self.name}→{self.fallback.name}", tokens=tokens + fb.tokens,
                            notes=[*notes, f"fell back to the {self.fallback.name} brain: {why}", *fb.notes])
