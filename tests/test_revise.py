@@ -46,6 +46,7 @@ class Ctx:
     home: Path
     store: Any
     logs: list[str] = field(default_factory=list)
+    brain: Any = None
 
     def log(self, m: str) -> None:
         self.logs.append(m)
@@ -216,3 +217,65 @@ def test_revision_can_be_switched_off(tmp_path):
     bt = _blocked_backtest(ctx, harness, ci_low=0.05)
     assert campaign_revisions(ctx, 0, bt, harness).version == harness.version
     assert not archive_path(ctx.home, "rev").exists()
+
+
+SPRAY_DRAFT = """import re
+
+from evotrainer.diagnostics.base import Diagnostic
+
+
+class Spray(Diagnostic):
+    name = "number_spray"
+    symptom = "reward_hacking"
+    signal = "share of late completions holding more than one number"
+    requires_rollouts = ("completion", "step")
+
+    def analyze(self, ev):
+        r = ev.rollouts[ev.rollouts["step"] > ev.rollouts["step"].max() / 2]
+        share = float(r["completion"].map(lambda c: len(re.findall(r"-?\\d+", str(c))) > 1).mean())
+        if share > 0.3:
+            return [self.finding("warning", f"{share:.0%} of late completions hold several numbers")]
+        return []
+"""
+
+
+def test_a_missed_regression_no_threshold_catches_gets_a_drafted_diagnostic_once(tmp_path):
+    """The campaign glue (issue 17 part 4): no gate diagnostic to revise, so the LLM brain drafts one; it is adopted
+    as a new harness version, the segment is labelled with its symptom, and a re-run (resume) asks nothing again."""
+    import json
+
+    from evotrainer.agent.brains.heuristic import HeuristicBrain
+    from evotrainer.agent.brains.llm import LLMBrain, LLMSettings
+    from evotrainer.diagnostics.registry import Registry
+    from evotrainer.diagnostics.sandbox import confinement
+    from tests.llm_server import ScriptedLLM
+
+    if confinement() == "unrestricted":
+        import pytest
+
+        pytest.skip("drafted code runs only under Landlock")
+    harness = HarnessSpec.model_validate({"diagnostics": {"gate": [], "params": {"reward_hacking": {"gap": 0.2}}}})
+    ctx = _ctx(tmp_path, harness, {"seg_r01": "lenient-reward-s0"})
+    s = ctx.store
+    for pv in (("rev:r00:promoted", None, None, 0.5), ("rev:r01:segment", "rev:r00:promoted", "seg_r01", 0.40)):
+        s.add_policy_version(PolicyVersion(id=pv[0], campaign_id="rev", parent_id=pv[1], harness_version=harness.version,
+                                           checkpoint="x", run_name=pv[2], mlflow_run_id=None, eval_accuracy=pv[3],
+                                           step=10, created=NOW))
+    reply = json.dumps({"name": "number_spray", "symptom": "reward_hacking", "code": SPRAY_DRAFT, "rationale": "spraying"})
+    with ScriptedLLM([reply]) as llm:
+        ctx.brain = LLMBrain(LLMSettings(base_url=llm.base_url, model="scripted", max_retries=0),
+                             fallback=HeuristicBrain())
+        new = campaign_revisions(ctx, 1, None, harness)
+        again = campaign_revisions(ctx, 1, None, harness)  # the node re-run after kill -9
+        assert len(llm.requests) == 1
+    (ev,) = s.events("rev", kind="diagnostic_revision")
+    msg = ev.message
+    assert msg["drafted"] and msg["accepted"] and msg["diagnostic"] == "number_spray", msg["reasons"]
+    assert msg["scores"]["before"]["invalid_recall"] == 0.0 and msg["scores"]["after"]["invalid_recall"] == 1.0
+    assert new.version == again.version == msg["harness_version"] != harness.version
+    assert s.get_harness_version(new.version).spec["diagnostics"]["gate"] == [{"diagnostic": "number_spray",
+                                                                            "fail_at": "warning"}]
+    assert "number_spray" in Registry(new).untrusted
+    seg = next(r for r in load_archive(archive_path(ctx.home, "rev")).runs if Path(r.path).name == "seg_r01")
+    assert seg.labels == ["reward_hacking"] and "tentative" in seg.note
+    assert [r.accepted for r in history(ctx.home, "number_spray")] == [True]
