@@ -202,9 +202,7 @@ class EvoTrainerCallback(TrainerCallback):
             self.frames.append(df)
             if "correct" in df:
                 self._accuracy[step] = float(df["correct"].astype(float).mean())
-            keep = df[[c for c in df.columns if c in ROLLOUT_COLUMNS]].astype(object)
-            self.recorder.add(keep.where(keep.notna(), None).to_dict("records"))
-            self.recorder.flush(wait=False)
+            self.recorder.write_frame(df[[c for c in df.columns if c in ROLLOUT_COLUMNS]])
         if getattr(args, "logging_strategy", "no") == "no":  # no on_log will come: diagnose here
             self._maybe_diagnose(step, control)
         return control

@@ -179,16 +179,26 @@ class RolloutRecorder:
     def flush(self, wait: bool = True) -> list[Path]:
         """Write the pending rows; with ``wait=False`` on the writer thread (returns no paths then)."""
         rows, self._pending, self._batch_start = self._pending, [], 0
-        if not wait:
-            if rows:
-                if self._writer is None:
-                    from concurrent.futures import ThreadPoolExecutor
+        if not rows:
+            return [] if wait else self._submit(None)
+        return self.write_frame(pd.DataFrame(rows), wait)
 
-                    self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollouts")
-                self._writes.append(self._writer.submit(self._write, rows))
-            return []
+    def write_frame(self, df: pd.DataFrame, wait: bool = False) -> list[Path]:
+        """Write a step's rollouts given as a frame (columns of the schema; others are ignored), without the
+        pending rows' round trip through dicts; with ``wait=False`` on the writer thread."""
+        if not wait:
+            return self._submit(df)
         self.wait()
-        return self._write(rows) if rows else []
+        return self._write(df)
+
+    def _submit(self, df: pd.DataFrame | None) -> list[Path]:
+        if df is not None and len(df):
+            if self._writer is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollouts")
+            self._writes.append(self._writer.submit(self._write, df))
+        return []
 
     def wait(self) -> None:
         """Block until every asynchronous write is on disk; re-raise the first write error."""
@@ -202,11 +212,8 @@ class RolloutRecorder:
             self._writer.shutdown()
             self._writer = None
 
-    def _write(self, rows: list[dict[str, Any]]) -> list[Path]:
-        df = pd.DataFrame(rows)
-        for col in ROLLOUT_COLUMNS:
-            if col not in df:
-                df[col] = None
+    def _write(self, df: pd.DataFrame) -> list[Path]:
+        df = df.assign(**{col: None for col in ROLLOUT_COLUMNS if col not in df})
         written = []
         for step, part in df.groupby("step", sort=True):
             path = self.dir / f"step_{int(step):06d}.parquet"
