@@ -300,6 +300,10 @@ def screen_run(run_dir: Path, harness: HarnessSpec, knob: str, value: Any, task:
         if meta is None or not isinstance(meta.raw.get("harness"), dict) or "seed" not in meta.spec:
             raise ConfigError(f"{run_dir / 'meta.json'}: no readable job record with its harness and seed, which "
                               f"screening {knob} needs (it re-grades the run's own problems)")
-        job_harness = HarnessSpec.model_validate(meta.raw["harness"])
+        try:
+            job_harness = HarnessSpec.model_validate(meta.raw["harness"])
+        except ValueError as err:  # pydantic's ValidationError is one
+            raise ConfigError(f"{run_dir / 'meta.json'}: the recorded harness is not valid ({str(err).splitlines()[0]})"
+                              ) from None
         pool = {p.id: p for p in build_pool(task, job_harness, int(meta.spec["seed"]))}
     return screen(harness, knob, value, df, task, pool)

@@ -147,3 +147,31 @@ def test_with_draft_keeps_the_harness_valid_and_the_recipe_unchanged(tmp_path):
     new = with_draft(base, path, "heldout_drop")
     assert new.grpo == base.grpo and new.optim == base.optim and new.version != base.version
     assert new.diagnostics.gate[-1].fail_at == "warning"
+
+
+def test_a_draft_is_scored_on_every_warning_it_writes_whatever_symptom_it_claims(tmp_path):
+    sly = HEADER + ("        acc = ev.metrics['eval/greedy_accuracy'].dropna()\n"
+                    "        if acc.max() - acc.iloc[-1] > 0.1:\n"
+                    "            return [self.finding('warning', 'drop')]\n"
+                    "        return [self.finding('warning', 'other', symptom='plateau')]\n")
+    (out, new), _ = _draft(tmp_path, [_reply(sly)])
+    assert new is None and "flags 3 archived run(s)" in out["reasons"][0]  # its 'plateau' warnings gate healthy runs
+
+
+def test_a_draft_must_define_exactly_the_one_diagnostic_it_names(tmp_path):
+    two = GOOD + "\n\nfrom evotrainer.diagnostics.builtin.dynamics import *  # noqa\n"
+    (out, new), _ = _draft(tmp_path, [_reply(two)])
+    assert new is None and "must define exactly one diagnostic" in out["reasons"][0]
+
+
+def test_a_re_run_replays_the_kept_draft_and_refuses_a_changed_file(tmp_path):
+    from evotrainer.errors import ConfigError
+
+    (first, new), _ = _draft(tmp_path, [_reply(GOOD)])
+    (again, new2), llm = _draft(tmp_path, [])  # a node re-run after kill -9: nothing asked
+    assert llm.requests == [] and again["accepted"] and new2.version == new.version
+    assert len(history(tmp_path / "home", "heldout_drop")) == 1  # recorded once
+    path = Path(first["candidate"]["draft"]["path"])
+    path.write_text(GOOD + "# changed\n")
+    with pytest.raises(ConfigError, match="sha256 differs"):
+        _adopted(HarnessSpec(), {"diagnostic": "heldout_drop", "candidate": first["candidate"]})

@@ -207,3 +207,4 @@ def test_sandbox_confines_files_and_signals_to_its_own_domain(tmp_path):
     assert ":ok" not in finding.explanation and "sk-secret" not in finding.explanation, finding.explanation
     assert "read:PermissionError" in finding.explanation and "write:PermissionError" in finding.explanation
     assert not (tmp_path / "escaped.txt").exists()
+

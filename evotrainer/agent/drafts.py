@@ -24,8 +24,11 @@ writes is trusted:
    draft that fails in the sandbox on any run, and one that flags an archived run not labelled with its symptom
    (a new false alarm would block honest changes from then on).
 5. **Adoption**: a new harness version whose ``diagnostics.user`` runs the file untrusted and whose gate fails a
-   branch on its warning; the result joins ``HOME/diagnostics/history.jsonl`` (adopted or not) and the campaign's
-   ``diagnostic_revision`` event records the draft, the scores and why.
+   branch on its warning (so every warning it writes is scored as its symptom, whatever symptom the code claims,
+   and it must define exactly one diagnostic); the result joins ``HOME/diagnostics/history.jsonl`` once (adopted or
+   not) and the campaign's ``diagnostic_revision`` event records the draft, the scores and why. The validated reply
+   is kept under the campaign, so a node re-run after ``kill -9`` replays the same draft rather than asking again,
+   and a re-applied draft whose file no longer matches its recorded hash is refused.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from evotrainer.agent.brains.llm import LLMBrain, clean, template_env
 from evotrainer.config.harness import GateRule, HarnessSpec, UserDiagnostic
 from evotrainer.diagnostics.registry import Registry, SandboxedDiagnostic
-from evotrainer.diagnostics.revision import Archive, evaluate_revision, record
+from evotrainer.diagnostics.revision import Archive, evaluate_revision, history, record
 from evotrainer.diagnostics.sandbox import confinement, list_diagnostics
 from evotrainer.domain import Finding
 from evotrainer.errors import ConfigError
@@ -156,13 +159,15 @@ def with_draft(harness: HarnessSpec, path: Path, name: str) -> HarnessSpec:
 class _WithDraft:
     """The registry's findings plus the draft's (run in the sandbox); the registry's are reused from ``before``."""
 
-    def __init__(self, before: Any, draft: SandboxedDiagnostic):
-        self.before, self.draft, self.name = before, draft, draft.name
+    def __init__(self, before: Any, draft: SandboxedDiagnostic, symptom: str):
+        self.before, self.draft, self.name, self.symptom = before, draft, draft.name, symptom
         self.errors: list[str] = []
 
     def run(self, ev: Evidence) -> list[Finding]:
         mine = self.draft.run(ev)
         self.errors += [f.explanation for f in mine if f.symptom == "diagnostic_error"]
+        # the gate fails a branch on any warning of the draft, whatever symptom its code writes: score it so
+        mine = [f if f.symptom == "diagnostic_error" else f.model_copy(update={"symptom": self.symptom}) for f in mine]
         return [*self.before.run(ev), *mine]
 
 
@@ -197,11 +202,7 @@ def draft_diagnostic(ctx: Any, misfire: Any, harness: HarnessSpec, archive: Arch
         return out, None
     registry = Registry(harness)
     timeout_s, memory_mb = 30.0, 1024
-    prompt = render_prompt(ctx.spec.task, misfire.explanation, load(misfire.runs[0]), timeout_s=timeout_s,
-                           memory_mb=memory_mb)
-    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
-    draft, notes, tokens, why = brain.ask(messages, draft_schema(), lambda obj: check_draft(obj, set(registry.names())),
-                                          "diagnostic")
+    draft, notes, tokens, why = _asked(ctx, misfire, registry, brain, load(misfire.runs[0]), timeout_s, memory_mb)
     out["tokens"] = tokens
     if draft is None:
         out["reasons"] = [f"no usable draft: {why}", *notes[-3:]]
@@ -216,11 +217,12 @@ def draft_diagnostic(ctx: Any, misfire: Any, harness: HarnessSpec, archive: Arch
     except ConfigError as err:
         out["reasons"] = [f"the draft does not load in the sandbox: {clean(str(err), 300)}"]
         return out, None
-    if draft.name not in defined:
-        out["reasons"] = [f"the draft defines {sorted(defined)}, not '{draft.name}'"]
+    if set(defined) != {draft.name}:  # every class it defines (or imports) would join the registry unscored
+        out["reasons"] = [f"the draft defines {sorted(defined)}; it must define exactly one diagnostic, '{draft.name}'"]
         return out, None
     before = _Memo(registry)
-    after = _WithDraft(before, SandboxedDiagnostic(path, draft.name, timeout_s=timeout_s, memory_mb=memory_mb))
+    after = _WithDraft(before, SandboxedDiagnostic(path, draft.name, timeout_s=timeout_s, memory_mb=memory_mb),
+                       draft.symptom)
     res = evaluate_revision(before, after, draft.symptom, label(archive, draft.symptom), load,
                             {**out["candidate"], "source": "llm"})
     res = res.model_copy(update={"diagnostic": draft.name})
@@ -230,15 +232,44 @@ def draft_diagnostic(ctx: Any, misfire: Any, harness: HarnessSpec, archive: Arch
     elif res.after.fp > res.before.fp:  # it would gate: a new false alarm blocks honest changes from now on
         res = res.model_copy(update={"accepted": False, "reasons": [
             f"the draft flags {res.after.fp - res.before.fp} archived run(s) that do not have {draft.symptom}", *res.reasons]})
-    record(ctx.home, res)  # every scored draft joins the history, adopted or not
+    sha = out["candidate"]["draft"]["sha256"]
+    if not any((r.candidate.get("draft") or {}).get("sha256") == sha for r in history(ctx.home, draft.name)):
+        record(ctx.home, res)  # every scored draft joins the history once, adopted or not
     out.update(accepted=res.accepted, reasons=list(res.reasons),
                scores={"before": res.before.model_dump(exclude={"flagged"}),
                        "after": res.after.model_dump(exclude={"flagged"})})
     if not res.accepted:
         return out, None
     new = with_draft(harness, path, draft.name)
+    try:
+        Registry(new)  # the mainline's registry must still load with the draft in it
+    except ConfigError as err:
+        out.update(accepted=False, reasons=[f"the harness with the draft does not load: {clean(str(err), 300)}"])
+        return out, None
     out["reasons"] = [f"adopted drafted diagnostic {draft.name} ({draft.symptom}) into the gate; {res.reasons[0]}"]
     return out, new
+
+
+def _asked(ctx: Any, misfire: Any, registry: Registry, brain: LLMBrain, ev: Evidence, timeout_s: float,
+           memory_mb: int) -> tuple[DraftReply | None, list[str], int, str]:
+    """The model's validated draft for ``misfire``: asked once, then kept under the campaign, so a node re-run after
+    kill -9 replays the same draft instead of asking again (an LLM need not answer the same twice)."""
+    keep = ctx.home / "campaigns" / ctx.campaign_id / "diagnostics" / "replies" / f"{misfire.key.replace(':', '_')}.json"
+    if keep.is_file():
+        try:
+            return DraftReply.model_validate_json(keep.read_text(encoding="utf-8")), ["the draft asked before"], 0, ""
+        except (ValidationError, ValueError, OSError):
+            pass  # a damaged copy: ask again
+    prompt = render_prompt(ctx.spec.task, misfire.explanation, ev, timeout_s=timeout_s, memory_mb=memory_mb)
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
+    draft, notes, tokens, why = brain.ask(messages, draft_schema(), lambda obj: check_draft(obj, set(registry.names())),
+                                          "diagnostic")
+    if draft is not None:
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        tmp = keep.with_suffix(".tmp")
+        tmp.write_text(draft.model_dump_json(), encoding="utf-8")
+        tmp.replace(keep)
+    return draft, notes, tokens, why
 
 
 __all__ = ["DraftReply", "MAX_CODE_CHARS", "check_draft", "draft_diagnostic", "draft_schema", "render_prompt",

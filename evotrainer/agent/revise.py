@@ -35,6 +35,7 @@ diagnostics' own parameters are not searched here.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -46,6 +47,7 @@ from evotrainer.agent.drafts import draft_diagnostic, with_draft
 from evotrainer.config.harness import HarnessSpec, diff
 from evotrainer.diagnostics.revision import Archive, LabelledRun, RevisionResult, evaluate_revision, record
 from evotrainer.domain import SEVERITY_RANK, Finding
+from evotrainer.errors import ConfigError
 from evotrainer.evidence import Evidence
 from evotrainer.symptoms import EXPLOIT_SYMPTOMS
 
@@ -203,7 +205,15 @@ def _adopted(harness: HarnessSpec, msg: dict[str, Any]) -> HarnessSpec:
     """``harness`` with an adopted revision re-applied from its event (a re-run after kill -9)."""
     cand = msg["candidate"]
     if isinstance(cand, dict) and "draft" in cand:
-        return with_draft(harness, Path(cand["draft"]["path"]), msg["diagnostic"])
+        path = Path(cand["draft"]["path"])
+        try:
+            same = hashlib.sha256(path.read_bytes()).hexdigest() == cand["draft"]["sha256"]
+        except OSError:
+            same = False
+        if not same:
+            raise ConfigError(f"{path}: the drafted diagnostic adopted as {msg['diagnostic']} is missing or no longer "
+                              "the code that was scored (its sha256 differs); restore it from the campaign's history")
+        return with_draft(harness, path, msg["diagnostic"])
     return with_params(harness, msg["diagnostic"], cand)
 
 

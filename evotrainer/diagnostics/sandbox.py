@@ -17,7 +17,9 @@ in a fresh process that:
   is readable, and nothing outside the temporary directory is writable; where the kernel has Landlock ABI 6 it
   also may not signal processes outside its domain (the campaign that started it). The result says
   ``filesystem: "landlock"`` (or ``"landlock+signals"``), or ``"unrestricted"`` where the kernel has no
-  Landlock: :func:`confinement` tells which, and code an LLM drafted is only run where it is confined;
+  Landlock: :func:`confinement` tells which, and code an LLM drafted is only run where it is confined. The ruleset
+  is applied first, while the child has one thread (Landlock binds a thread and those it starts later), and a child
+  that reaches less confinement than the parent's kernel offers refuses to run the code;
 - gets a minimal environment (no API keys, no proxy settings, no ``EVOTRAINER_*`` locations);
 - returns findings as JSON on stdout, which the parent validates with the ``Finding`` schema — the
   child's output is as untrusted as its code.
@@ -116,7 +118,9 @@ def _restrict_filesystem(workdir: Path) -> str:
         try:
             rights = (access if path.is_dir() else access & _FILE_RIGHTS) & handled
             rule = PathBeneath(rights, fd)
-            libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(1), ctypes.byref(rule), ctypes.c_uint32(0))
+            if libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(1), ctypes.byref(rule),
+                            ctypes.c_uint32(0)) != 0:
+                print(f"sandbox: Landlock refused a rule for {path} (it stays unreadable)", file=sys.stderr)
         finally:
             os.close(fd)
 
@@ -166,6 +170,7 @@ def _spawn(args: list[str], workdir: Path, timeout_s: float, memory_mb: int) -> 
     env = {k: v for k, v in os.environ.items() if k in SANDBOX_ENV}
     env["EVOTRAINER_SANDBOX_MEMORY_MB"] = str(memory_mb)
     env["EVOTRAINER_SANDBOX_CPU_S"] = str(max(1, int(timeout_s)))
+    env["EVOTRAINER_SANDBOX_REQUIRE"] = confinement()  # the child refuses to run code with less than this
     proc = subprocess.Popen(
         [sys.executable, "-m", "evotrainer.diagnostics.sandbox", *args],
         cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
@@ -248,7 +253,16 @@ def _child(argv: list[str]) -> int:
 
         socket.socket = _blocked  # type: ignore[assignment, misc]
         socket.create_connection = _blocked  # type: ignore[assignment]
-    # Trusted imports and input first; the limits then apply to everything the untrusted code does.
+    # Landlock first, while this process has one thread: a ruleset binds the calling thread and the threads it starts
+    # later, so the threads numpy, OpenBLAS and Arrow start during the imports below are bound too. The parent says
+    # what this kernel allows (EVOTRAINER_SANDBOX_REQUIRE); reaching less is a refusal, not a quieter run.
+    filesystem = _restrict_filesystem(Path.cwd())
+    required = os.environ.get("EVOTRAINER_SANDBOX_REQUIRE", "unrestricted")
+    if required != "unrestricted" and filesystem != required:
+        print(f"sandbox: could not confine the file system ({filesystem}, expected {required}); not running the code",
+              file=sys.stderr)
+        return 3
+    # Trusted imports and input next; the limits then apply to everything the untrusted code does.
     import importlib.util
     import inspect
 
@@ -263,7 +277,6 @@ def _child(argv: list[str]) -> int:
                       source="sandbox")
         params = json.loads(Path("params.json").read_text())
     _limits(int(os.environ.get("EVOTRAINER_SANDBOX_MEMORY_MB", "1024")), int(os.environ.get("EVOTRAINER_SANDBOX_CPU_S", "30")))
-    filesystem = _restrict_filesystem(Path.cwd())
 
     spec = importlib.util.spec_from_file_location("untrusted_diagnostic", Path("diagnostic.py").resolve())
     module = importlib.util.module_from_spec(spec)
@@ -273,7 +286,9 @@ def _child(argv: list[str]) -> int:
     if argv[0] == "list":
         fields = {n: getattr(getattr(c, "Params", None), "model_fields", None) for n, c in classes.items()}
         params = {n: sorted(f) if isinstance(f, dict) else None for n, f in fields.items()}
-        print(json.dumps({"names": sorted(classes), "params": params, "network": mode, "filesystem": filesystem}))
+        symptoms = {n: str(getattr(c, "symptom", "")) for n, c in classes.items()}
+        print(json.dumps({"names": sorted(classes), "params": params, "symptoms": symptoms, "network": mode,
+                          "filesystem": filesystem}))
         return 0
     findings = classes[argv[1]](params).run(ev)
     print(json.dumps({"findings": [f.model_dump(mode="json") for f in findings], "network": mode,
