@@ -69,6 +69,14 @@ def _ctx(tmp_path: Path, harness: HarnessSpec, runs: dict[str, str]) -> Ctx:
     return Ctx("rev", spec, home, store)
 
 
+def _promoted_then_segment(ctx: Ctx, harness: HarnessSpec, accuracy: float) -> None:
+    """A promoted version at held-out 0.5, then round 1's segment (job seg_r01) at ``accuracy``."""
+    for pv in (("rev:r00:promoted", None, None, 0.5), ("rev:r01:segment", "rev:r00:promoted", "seg_r01", accuracy)):
+        ctx.store.add_policy_version(PolicyVersion(
+            id=pv[0], campaign_id="rev", parent_id=pv[1], harness_version=harness.version, checkpoint="x",
+            run_name=pv[2], mlflow_run_id=None, eval_accuracy=pv[3], step=10, created=NOW))
+
+
 def _too_strict_gate(tmp_path: Path) -> tuple[HarnessSpec, Ctx]:
     """A gate so strict it flags healthy runs (reward_hacking with no gap threshold), over healthy branches."""
     harness = _harness({"gap": 0.0, "min_gap_growth": 0.0})
@@ -203,10 +211,7 @@ def test_small_drop_is_not_a_misfire(tmp_path):
     harness = _harness({"gap": 0.2})
     ctx = _ctx(tmp_path, harness, {"seg_r01": "lenient-reward-s0"})
     s = ctx.store
-    for pv in (("rev:r00:promoted", None, None, 0.5), ("rev:r01:segment", "rev:r00:promoted", "seg_r01", 0.49)):
-        s.add_policy_version(PolicyVersion(id=pv[0], campaign_id="rev", parent_id=pv[1], harness_version=harness.version,
-                                           checkpoint="x", run_name=pv[2], mlflow_run_id=None, eval_accuracy=pv[3],
-                                           step=10, created=NOW))
+    _promoted_then_segment(ctx, harness, 0.49)
     assert campaign_revisions(ctx, 1, None, harness).version == harness.version
     assert s.events("rev", kind="diagnostic_revision") == []
 
@@ -257,10 +262,7 @@ def test_a_missed_regression_no_threshold_catches_gets_a_drafted_diagnostic_once
     harness = HarnessSpec.model_validate({"diagnostics": {"gate": [], "params": {"reward_hacking": {"gap": 0.2}}}})
     ctx = _ctx(tmp_path, harness, {"seg_r01": "lenient-reward-s0"})
     s = ctx.store
-    for pv in (("rev:r00:promoted", None, None, 0.5), ("rev:r01:segment", "rev:r00:promoted", "seg_r01", 0.40)):
-        s.add_policy_version(PolicyVersion(id=pv[0], campaign_id="rev", parent_id=pv[1], harness_version=harness.version,
-                                           checkpoint="x", run_name=pv[2], mlflow_run_id=None, eval_accuracy=pv[3],
-                                           step=10, created=NOW))
+    _promoted_then_segment(ctx, harness, 0.40)
     reply = json.dumps({"name": "number_spray", "symptom": "reward_hacking", "code": SPRAY_DRAFT, "rationale": "spraying"})
     with ScriptedLLM([reply]) as llm:
         ctx.brain = LLMBrain(LLMSettings(base_url=llm.base_url, model="scripted", max_retries=0),
