@@ -27,23 +27,36 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
+import statistics
 import sys
+import time
+from collections import deque
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import pandas as pd
 from transformers import TrainerCallback
 
 from evotrainer.diagnostics.base import Diagnostic
 from evotrainer.domain import SEVERITY_RANK, Finding
 from evotrainer.errors import ConfigError
-from evotrainer.evidence import ROLLOUT_COLUMNS, Evidence, RolloutRecorder, append_metrics, truncate_after
+from evotrainer.evidence import Evidence, RolloutRecorder, append_metrics, truncate_after
 from evotrainer.mapping import as_bool, detect_correctness
 
 log = logging.getLogger("evotrainer.callback")
 
 StopOn = Literal["gate", "warning", "critical"]
+
+
+def _floats(vals: list[Any]) -> np.ndarray:
+    """Numbers (possibly tensors' items, None or text) as float64, anything else as NaN."""
+    try:
+        return np.asarray(vals, dtype="float64")
+    except (TypeError, ValueError):
+        return pd.to_numeric(pd.Series(vals, dtype=object), errors="coerce").to_numpy(dtype="float64")
 
 
 def _text(x: Any) -> str:
@@ -58,7 +71,12 @@ class EvoTrainerCallback(TrainerCallback):
     Args:
         out_dir: where the evidence goes (default ``<output_dir>/evotrainer``); read it with ``evotrainer diagnose``
             or follow it with ``evotrainer watch``.
-        every: diagnose after every ``every`` optimiser steps (at logging steps; and at the end).
+        every: diagnose after every ``every`` optimiser steps at most (at logging steps; and at the end).
+        max_overhead: a cap on the diagnosis's share of training time (default 0.02, 2 %; None: no cap, exactly
+            every ``every`` steps). A diagnosis reads the whole recorded history, so its cost grows with the run
+            while a step's does not; after a diagnosis that took ``d`` seconds, at a median step of ``s`` seconds,
+            the next waits ``max(every, ceil(d / (max_overhead * s)))`` steps. A finding then comes later on a
+            long run of short steps, never at a cost the user did not agree to.
         diagnostics: names of the diagnostics to run (default: all of the harness's).
         harness: a harness YAML file (or ``HarnessSpec``) whose diagnostic parameters, user diagnostics and gate apply.
         stop_on: ``"gate"`` stops training at a finding of a gate diagnostic at or above its ``fail_at`` (the
@@ -70,11 +88,16 @@ class EvoTrainerCallback(TrainerCallback):
         name: the run's name in ``meta.json`` (default: the output dir's name).
     """
 
-    def __init__(self, out_dir: str | Path | None = None, every: int = 10, diagnostics: list[str] | None = None,
+    def __init__(self, out_dir: str | Path | None = None, every: int = 10, max_overhead: float | None = 0.02,
+                 diagnostics: list[str] | None = None,
                  harness: str | Path | Any | None = None, stop_on: StopOn | None = None, correctness: str | None = None,
                  mlflow: bool = True, trainer: Any = None, name: str | None = None):
         if not isinstance(every, int) or isinstance(every, bool) or every < 1:
             raise ConfigError(f"EvoTrainerCallback(every={every!r}): a whole number of steps, at least 1")
+        if max_overhead is not None and (isinstance(max_overhead, bool) or not isinstance(max_overhead, (int, float))
+                                         or not 0 < max_overhead <= 1):
+            raise ConfigError(f"EvoTrainerCallback(max_overhead={max_overhead!r}): a fraction of training time in "
+                              "(0, 1], e.g. 0.02 for 2 %; or None to diagnose exactly every `every` steps")
         if stop_on not in (None, "gate", "warning", "critical"):
             raise ConfigError(f"EvoTrainerCallback(stop_on={stop_on!r}): use 'gate', 'warning', 'critical' or None")
         from evotrainer.config.harness import HarnessSpec, load_harness
@@ -87,6 +110,7 @@ class EvoTrainerCallback(TrainerCallback):
         self.names = list(diagnostics) if diagnostics else None
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.every, self.stop_on, self.correctness = every, stop_on, correctness
+        self.max_overhead = float(max_overhead) if max_overhead is not None else None
         self.use_mlflow, self.trainer, self.name = mlflow, trainer, name
         self.recorder: RolloutRecorder | None = None
         self.frames: list[pd.DataFrame] = []
@@ -97,7 +121,11 @@ class EvoTrainerCallback(TrainerCallback):
         self.correct_source: str | None = None
         self._fingerprint: Any = None
         self._diagnosed_at = 0
+        self._next_at = every  # the first step at which the next (non-final) diagnosis may run
+        self._step_ends: deque[float] = deque(maxlen=21)  # wall times of the latest step ends (and the start)
+        self.diagnoses: list[tuple[int, float]] = []  # (step, seconds) of every diagnosis run
         self._accuracy: dict[int, float] = {}
+        self._prompt_ids: dict[str, str] = {}
         self.meta: dict[str, Any] = {}
 
     # ------------------------------------------------------------------------------------------ set-up
@@ -127,6 +155,7 @@ class EvoTrainerCallback(TrainerCallback):
         self.num_generations = int(getattr(t, "num_generations", 1) or 1)
         name = self.name or Path(args.output_dir).name
         self.recorder = RolloutRecorder(self.out_dir, run_id=name)
+        self._step_ends.append(time.perf_counter())  # the first step's time counts from here
         self.meta = {"name": name, "source": "EvoTrainerCallback", "status": "running",
                      "created": datetime.now(timezone.utc).isoformat(), "output_dir": str(args.output_dir),
                      "max_steps": int(state.max_steps), "reward_functions": names, "reward_weights": self.weights,
@@ -151,23 +180,35 @@ class EvoTrainerCallback(TrainerCallback):
         self._fingerprint = fp
         n = len(completions)
         prompts = [_text(p) for p in list(logs["prompt"])[-n:]]
-        df = pd.DataFrame({"step": [step] * n, "prompt": prompts, "completion": [_text(c) for c in completions],
-                           "advantage": advantages[-n:]})
-        for fn, vals in logs["rewards"].items():
-            df[f"reward_{fn}"] = pd.to_numeric(pd.Series(list(vals)[-n:]), errors="coerce").values
+        # one frame built from whole columns: inserting columns one by one costs more than the rest of the hook
+        cols: dict[str, Any] = {"step": np.full(n, step, dtype="int64"), "prompt": prompts,
+                                "completion": [_text(c) for c in completions],
+                                "advantage": _floats(advantages[-n:])}
+        rewards = {f"reward_{fn}": _floats(list(vals)[-n:]) for fn, vals in logs["rewards"].items()}
+        cols.update(rewards)
         for col, vals in logs["extra"].items():
             vals = list(vals)[-n:]
-            if len(vals) == n and f"reward_{col}" not in df and col not in df:
-                df[col] = vals
-        rcols = [f"reward_{fn}" for fn in self.weights if f"reward_{fn}" in df]
-        if rcols:
-            df["reward"] = sum(df[c].fillna(0.0) * self.weights[c[len("reward_"):]] for c in rcols)
-            df.loc[df[rcols].isna().all(axis=1), "reward"] = float("nan")
-        df["group_id"] = [f"{step}:{i // self.num_generations}" for i in range(n)]
-        df["prompt_id"] = [hashlib.sha1(p.encode()).hexdigest()[:16] for p in prompts]
-        df["run_id"] = self.meta.get("name", "")
+            if len(vals) == n and f"reward_{col}" not in cols and col not in cols:
+                cols[col] = vals
+        terms = [(rewards[f"reward_{fn}"], w) for fn, w in self.weights.items() if f"reward_{fn}" in rewards]
+        if terms:
+            vals = np.stack([v for v, _ in terms])
+            total = (np.nan_to_num(vals) * np.array([w for _, w in terms])[:, None]).sum(axis=0)
+            cols["reward"] = np.where(np.isnan(vals).all(axis=0), np.nan, total)
+        cols["group_id"] = [f"{step}:{i // self.num_generations}" for i in range(n)]
+        cols["prompt_id"] = [self._prompt_id(p) for p in prompts]
+        cols["run_id"] = [self.meta.get("name", "")] * n
+        df = pd.DataFrame(cols)
         self._add_correct(df)
         return df
+
+    def _prompt_id(self, prompt: str) -> str:
+        pid = self._prompt_ids.get(prompt)
+        if pid is None:
+            if len(self._prompt_ids) > 100_000:  # a bound on memory over a long run of fresh prompts
+                self._prompt_ids.clear()
+            pid = self._prompt_ids[prompt] = hashlib.sha1(prompt.encode()).hexdigest()[:16]
+        return pid
 
     def _add_correct(self, df: pd.DataFrame) -> None:
         if self.correct_source is None:
@@ -196,13 +237,14 @@ class EvoTrainerCallback(TrainerCallback):
                 df["correct"] = b.values
 
     def on_step_end(self, args, state, control, **kw):
+        self._step_ends.append(time.perf_counter())
         step = state.global_step
         df = self._batch(step)
         if df is not None:
             self.frames.append(df)
             if "correct" in df:
                 self._accuracy[step] = float(df["correct"].astype(float).mean())
-            self.recorder.write_frame(df[[c for c in df.columns if c in ROLLOUT_COLUMNS]])
+            self.recorder.write_frame(df)  # the writer thread keeps the schema's columns
         if getattr(args, "logging_strategy", "no") == "no":  # no on_log will come: diagnose here
             self._maybe_diagnose(step, control)
         return control
@@ -233,10 +275,14 @@ class EvoTrainerCallback(TrainerCallback):
                         meta=dict(self.meta))
 
     def _maybe_diagnose(self, step: int, control, final: bool = False) -> None:
-        if step <= 0 or (not final and step - self._diagnosed_at < self.every) or step == self._diagnosed_at:
+        if step <= 0 or (not final and step < self._next_at) or step == self._diagnosed_at:
             return
         self._diagnosed_at = step
+        t0 = time.perf_counter()
         findings = self.registry.run(self.evidence(), self.names)
+        spent = time.perf_counter() - t0
+        self.diagnoses.append((step, spent))
+        self._next_at = step + self._gap(spent)
         new = []
         for f in findings:
             if f.severity == "info":
@@ -259,6 +305,16 @@ class EvoTrainerCallback(TrainerCallback):
                 self._write_meta()
                 log.warning("evotrainer: stopping training at step %d on %s %s (stop_on=%s)", step, hit.severity,
                             hit.symptom, self.stop_on)
+
+    def _gap(self, spent: float) -> int:
+        """Steps until the next diagnosis: ``every``, or more when ``max_overhead`` says so."""
+        ends = list(self._step_ends)
+        if self.max_overhead is None or len(ends) < 3:
+            return self.every
+        step_s = statistics.median(b - a for a, b in zip(ends, ends[1:]))
+        if step_s <= 0:
+            return self.every
+        return max(self.every, math.ceil(spent / (self.max_overhead * step_s)))
 
     def _stops(self, f: Finding) -> bool:
         if f.severity == "info" or f.symptom == "diagnostic_error" or Diagnostic.insufficient(f):

@@ -112,3 +112,49 @@ def test_callback_arguments_are_checked():
         EvoTrainerCallback(stop_on="error")
     with pytest.raises(ConfigError, match="unknown diagnostic 'dead_group'"):
         EvoTrainerCallback(diagnostics=["dead_group"])
+
+
+def test_the_diagnosis_cadence_stretches_to_keep_its_share_of_training_time_under_max_overhead(tmp_path, monkeypatch):
+    """A fake clock: steps of 1 s, a diagnosis of 0.5 s. Uncapped, every=2 diagnoses 15 times in 30 steps; with
+    max_overhead=0.05 each waits ceil(0.5 / (0.05 * 1)) = 10 steps, so the diagnosis's share stays at 5 %."""
+    import types
+
+    import evotrainer.callback as module
+
+    clock = types.SimpleNamespace(now=0.0)
+    monkeypatch.setattr(module, "time", types.SimpleNamespace(perf_counter=lambda: clock.now))
+
+    def run(cap):
+        cb = EvoTrainerCallback(out_dir=tmp_path / f"cap{cap}", every=2, max_overhead=cap, mlflow=False)
+        real = cb.registry.run
+
+        def slow(*a, **kw):
+            clock.now += 0.5
+            return real(*a, **kw)
+
+        cb.registry.run = slow
+        cb.trainer = types.SimpleNamespace(reward_func_names=["exact_match"], reward_weights=None, num_generations=4)
+        args = types.SimpleNamespace(output_dir=str(tmp_path / f"out{cap}"), logging_strategy="no")
+        state = types.SimpleNamespace(global_step=0, max_steps=30)
+        control = types.SimpleNamespace(should_training_stop=False)
+        cb.on_train_begin(args, state, control)
+        for step in range(1, 31):
+            clock.now += 1.0
+            completions = [str(step % 3)] * 4 + ["2"] * 4
+            cb.trainer._logs = {"prompt": PROMPTS[:2] * 4, "completion": completions, "advantages": [0.0] * 8,
+                                "rewards": {"exact_match": exact_match(completions)}, "extra": {}}
+            state.global_step = step
+            cb.on_step_end(args, state, control)
+        cb.on_train_end(args, state, control)
+        return [s for s, _ in cb.diagnoses]
+
+    assert run(None) == list(range(2, 31, 2))
+    capped = run(0.05)
+    assert capped[:2] == [2, 12] and capped[-1] == 30  # the end is always diagnosed
+    assert all(b - a >= 10 for a, b in zip(capped, capped[1:-1]))
+
+
+def test_max_overhead_is_checked():
+    for bad in (0, -0.1, 1.5, True, "2%"):
+        with pytest.raises(ConfigError, match="max_overhead"):
+            EvoTrainerCallback(max_overhead=bad)
