@@ -258,6 +258,10 @@ def warm_start(model, tokenizer, task: Task, spec: PolicySpec, seed: int, diffic
                 log(f"warm start {steps_done}/{spec.sft_steps}: loss {losses[-1]:.3f}, probe accuracy {acc:.2f}")
             if acc >= spec.sft_target_accuracy:
                 break
+        elif spec.sft_target_accuracy is None and log is not None and steps_done % 100 == 0:
+            # no probe to wait for (a fixed number of steps): still say how far it is, a long warm start is not silent
+            log(f"warm start {steps_done}/{spec.sft_steps}: loss {sum(losses[-20:]) / len(losses[-20:]):.3f}, "
+                f"{time.perf_counter() - t0:.0f} s")
     model.eval()
     if spec.sft_target_accuracy is not None and steps_done and acc is None:
         acc = probe_accuracy()

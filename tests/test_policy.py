@@ -116,3 +116,16 @@ def test_warm_start_difficulty_picks_the_levels_the_base_is_built_on(tmp_path):
     assert bases[0] != bases[1]
     assert Path(bases[0]).name == _cache_key(task, PolicySpec(**pol), 0, (3, 3))
     assert Path(bases[1]).name == _cache_key(task, PolicySpec(**pol), 0, (1, 1))
+
+
+def test_a_fixed_length_warm_start_still_reports_progress():
+    """With no probe target (``sft_target_accuracy: null``, as the code task's 1000-step warm start) the loop used to
+    train in silence; it says how far it is every 100 steps."""
+    from evotrainer.policy import warm_start
+
+    tok = build_tokenizer()
+    lines: list[str] = []
+    spec = PolicySpec(size="nano", sft_steps=100, sft_batch_size=4, sft_target_accuracy=None)
+    report = warm_start(build_model("nano", tok), tok, get_task("arith"), spec, seed=0, difficulty=(1, 1), log=lines.append)
+    assert report["sft_steps_run"] == 100 and report["probe_accuracy"] is None
+    assert [ln.split(":")[0] for ln in lines] == ["warm start 100/100"]
