@@ -165,7 +165,7 @@ class KLBlowup(BuiltinDiagnostic):
 class GradSpike(BuiltinDiagnostic):
     """Version 2 adds ``min_norm``: in runs whose groups are all dead the median grad_norm is ~1e-4, so any
     ordinary step looked like a ×1000 "spike" (tests/fixtures/runs/too-short-s0). Version 3 raises it from 1.0 to
-    2.0, scored on both halves of the labelled archive (bench/RESULTS.md §12, 2026-11-25): the mostly-dead too-short
+    2.0, scored on both halves of the labelled archive (bench/RESULTS.md §12, 2026-11-24): the mostly-dead too-short
     runs still had single steps at grad_norm 1.0-1.6 (×10,000 the median, under TRL's default clip of 1.0); false
     alarms went from 2 to 1 on the tuning half and from 2 to 1 on the held-out half."""
 
