@@ -3,7 +3,8 @@
 Why: most GRPO runs are not ours. One line, ``GRPOTrainer(..., callbacks=[EvoTrainerCallback()])``, gives a
 plain TRL script what our jobs have: every step's metrics and every rollout recorded in our schema (a directory
 ``diagnose`` and ``watch`` read like one of our jobs: ``meta.json``, ``metrics.jsonl``, ``rollouts/step_*.parquet``;
-default ``<output_dir>/evotrainer``), the diagnostics run every ``every`` steps on what has been recorded, new
+default ``<output_dir>/evotrainer``), the diagnostics run every ``every`` steps (less often when they would take more
+than ``max_overhead`` of training time) on what has been recorded, new
 findings logged (Python logging, and MLflow when an MLflow run is active: a metric ``evotrainer/<diagnostic>`` =
 1 warning / 2 critical at the step, and the findings as ``evotrainer/findings/step_<N>.json``), and training
 stopped on a gate-level finding when asked (``stop_on``).
@@ -18,8 +19,9 @@ samples each prompt ``num_generations`` times in a row); ``correct`` is the name
 reward function or ``log_extra`` column) or what :func:`evotrainer.mapping.detect_correctness` finds, and the
 per-step ``accuracy`` metric is its mean. Lengths and truncation come from TRL's metrics.
 
-Cost: writing is on a background thread (:class:`evotrainer.evidence.RolloutRecorder`); a diagnosis reads only
-memory (``bench/callback_overhead.py`` measures the step-time overhead).
+Cost: a step's rollouts become one frame built from whole columns; writing is on a background thread
+(:class:`evotrainer.evidence.RolloutRecorder`); a diagnosis reads only memory and is spaced by ``max_overhead``
+(``bench/callback_overhead.py`` measures the step-time overhead).
 """
 
 from __future__ import annotations
