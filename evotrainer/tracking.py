@@ -49,8 +49,9 @@ def _create_sqlite_db(uri: str) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     for stale in path.parent.glob(f".{path.name}.init-*"):  # left by a creator that was killed
-        pid = stale.name.rpartition("-")[2]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+        # the private file and SQLite's companions of it (a kill mid-transaction leaves "-journal")
+        m = re.fullmatch(rf"\.{re.escape(path.name)}\.init-(\d+)(-journal|-wal|-shm)?", stale.name)
+        if m and not Path(f"/proc/{m[1]}").exists():
             stale.unlink(missing_ok=True)
     tmp = path.with_name(f".{path.name}.init-{os.getpid()}")
     tmp.unlink(missing_ok=True)
