@@ -213,13 +213,18 @@ class RolloutRecorder:
             self._writer = None
 
     def _write(self, df: pd.DataFrame) -> list[Path]:
-        df = df.assign(**{col: None for col in ROLLOUT_COLUMNS if col not in df})
         written = []
-        for step, part in df.groupby("step", sort=True):
+        steps = df["step"].to_numpy()
+        # the callback hands one step at a time: no groupby then (this runs beside training, every step)
+        parts = [(steps[0], df)] if len(steps) and (steps == steps[0]).all() else df.groupby("step", sort=True)
+        for step, part in parts:
             path = self.dir / f"step_{int(step):06d}.parquet"
-            extra = [f for f in EXTRA_ROLLOUT_FIELDS if part[f.name].notna().any()]
+            extra = [f for f in EXTRA_ROLLOUT_FIELDS if f.name in part and part[f.name].notna().any()]
             schema = pa.schema([*ROLLOUT_SCHEMA, *extra])
-            table = pa.Table.from_pandas(part[schema.names], schema=schema, preserve_index=False)
+            # column by column: a missing column is typed nulls, not an object column of None to convert
+            table = pa.Table.from_arrays(
+                [pa.array(part[f.name], type=f.type, from_pandas=True) if f.name in part else pa.nulls(len(part), f.type)
+                 for f in schema], schema=schema)
             old = path.with_suffix(".parquet.tmp")
             pq.write_table(table, old)
             old.replace(path)
