@@ -3,7 +3,8 @@
 A plain TRL script's trainer (the warm-started tiny arith policy as a plain HF dir, 32 prompts x 8 completions =
 256 rollouts per step, 16 tokens, exact-match reward) runs ``--steps`` steps in each arm: no callback, the callback
 with its defaults (``every=10``, ``max_overhead=0.02``: the diagnosis waits longer when it would take more than 2 % of
-training time), and ``every=1`` uncapped (a diagnosis after every step: the worst case). Arms are interleaved
+training time), the same writing its Parquet files on the training thread (``background_writes=False``), and
+``every=1`` uncapped (a diagnosis after every step: the worst case). Arms are interleaved
 (``--rounds`` rounds of all arms, each a fresh trainer from the same weights and seed) so that load from other
 processes on the machine falls on every arm alike; ``overhead_per_round`` pairs each arm with the no-callback arm of
 its own round (the machine's speed drifts by ±20 % between trainers, more than the effect measured). A step's time is measured from one ``on_step_begin`` to the
@@ -75,7 +76,8 @@ def main() -> None:
     data = Dataset.from_list(problems(4096, 3, 7))
     from scipy import stats
 
-    arms = {"none": None, "callback (defaults)": {}, "callback every=1, uncapped": {"every": 1, "max_overhead": None}}
+    arms = {"none": None, "callback (defaults)": {}, "callback, writes on the training thread": {"background_writes": False},
+            "callback every=1, uncapped": {"every": 1, "max_overhead": None}}
     steps: dict[str, list[float]] = {k: [] for k in arms}
     per_round: dict[str, list[float]] = {k: [] for k in arms}  # each round's mean step time: arms paired by round
     hook_ms: dict[str, list[float]] = {k: [] for k in arms}  # the callback's own time per step, training thread

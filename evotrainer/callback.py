@@ -79,6 +79,9 @@ class EvoTrainerCallback(TrainerCallback):
             while a step's does not; after a diagnosis that took ``d`` seconds, at a median step of ``s`` seconds,
             the next waits ``max(every, ceil(d / (max_overhead * s)))`` steps. A finding then comes later on a
             long run of short steps, never at a cost the user did not agree to.
+        background_writes: write each step's rollouts to Parquet on a background thread (default), or on the
+            training thread (False: when training already keeps every core busy, a thread woken each step takes a
+            core from torch's pool).
         diagnostics: names of the diagnostics to run (default: all of the harness's).
         harness: a harness YAML file (or ``HarnessSpec``) whose diagnostic parameters, user diagnostics and gate apply.
         stop_on: ``"gate"`` stops training at a finding of a gate diagnostic at or above its ``fail_at`` (the
@@ -91,7 +94,7 @@ class EvoTrainerCallback(TrainerCallback):
     """
 
     def __init__(self, out_dir: str | Path | None = None, every: int = 10, max_overhead: float | None = 0.02,
-                 diagnostics: list[str] | None = None,
+                 background_writes: bool = True, diagnostics: list[str] | None = None,
                  harness: str | Path | Any | None = None, stop_on: StopOn | None = None, correctness: str | None = None,
                  mlflow: bool = True, trainer: Any = None, name: str | None = None):
         if not isinstance(every, int) or isinstance(every, bool) or every < 1:
@@ -113,6 +116,7 @@ class EvoTrainerCallback(TrainerCallback):
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.every, self.stop_on, self.correctness = every, stop_on, correctness
         self.max_overhead = float(max_overhead) if max_overhead is not None else None
+        self.background_writes = bool(background_writes)
         self.use_mlflow, self.trainer, self.name = mlflow, trainer, name
         self.recorder: RolloutRecorder | None = None
         self.frames: list[pd.DataFrame] = []
@@ -246,7 +250,7 @@ class EvoTrainerCallback(TrainerCallback):
             self.frames.append(df)
             if "correct" in df:
                 self._accuracy[step] = float(df["correct"].astype(float).mean())
-            self.recorder.write_frame(df)  # the writer thread keeps the schema's columns
+            self.recorder.write_frame(df, wait=not self.background_writes)  # the writer keeps the schema's columns
         if getattr(args, "logging_strategy", "no") == "no":  # no on_log will come: diagnose here
             self._maybe_diagnose(step, control)
         return control

@@ -125,7 +125,9 @@ def test_the_diagnosis_cadence_stretches_to_keep_its_share_of_training_time_unde
     monkeypatch.setattr(module, "time", types.SimpleNamespace(perf_counter=lambda: clock.now))
 
     def run(cap):
-        cb = EvoTrainerCallback(out_dir=tmp_path / f"cap{cap}", every=2, max_overhead=cap, mlflow=False)
+        # the capped run also writes on the training thread: each step's file is there when on_step_end returns
+        cb = EvoTrainerCallback(out_dir=tmp_path / f"cap{cap}", every=2, max_overhead=cap, mlflow=False,
+                                background_writes=cap is None)
         real = cb.registry.run
 
         def slow(*a, **kw):
@@ -145,6 +147,8 @@ def test_the_diagnosis_cadence_stretches_to_keep_its_share_of_training_time_unde
                                 "rewards": {"exact_match": exact_match(completions)}, "extra": {}}
             state.global_step = step
             cb.on_step_end(args, state, control)
+            if cap is not None:
+                assert (tmp_path / f"cap{cap}" / "rollouts" / f"step_{step:06d}.parquet").is_file()
         cb.on_train_end(args, state, control)
         return [s for s, _ in cb.diagnoses]
 
