@@ -195,7 +195,20 @@ def test_reference_solutions_verify_as_fully_correct(task, level):
         hidden_inputs = {tuple(x) for x, _ in p.meta["hidden"]}
         assert len(p.meta["hidden"]) == task.options.n_hidden
         assert hidden_inputs.isdisjoint({x for x, _ in visible})
-        assert len({y for _, y in visible}) > 1  # no constant passes every example
+        assert len({y for _, y in visible}) == len(visible)  # a constant passes at most one example
+
+
+@pytest.mark.parametrize("level", [1, 3, 5])
+def test_no_constant_program_earns_more_than_a_quarter_of_the_hidden_tests(task, level):
+    """A policy's first guess is often ``[]`` or ``0``; on a degenerate problem it used to pass every hidden test."""
+    problems = task.sample("train", 150, seed=level, difficulty_range=(level, level))
+    outputs = [y for p in problems for _, y in p.meta["hidden"]]
+    best = 0.0
+    for constant in ["[]", "0", *{json.dumps(y).replace(" ", "") for y in outputs[:200]}]:
+        scores = [task.verify(p, constant).score for p in problems]
+        assert all(s <= 0.25 for s in scores), constant
+        best = max(best, sum(scores) / len(scores))
+    assert 0.0 < best <= 0.25
 
 
 def test_meta_survives_the_dataset_json_round_trip(task):

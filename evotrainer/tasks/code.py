@@ -12,8 +12,11 @@ Why hidden tests: a program judged on the examples it was shown can simply hard-
 the ``hardcoding`` diagnostic catches the programs it breeds.
 
 Difficulty is the number of composed stages (1..5). Every problem is generated from a reference program that
-is non-degenerate on its examples (each stage changes something, and the examples' outputs are not all equal,
-so no constant program passes them all); the reference is the canonical answer for the SFT warm start. The
+is non-degenerate on its examples (each stage changes something, and the examples' outputs are all different)
+and on its hidden tests (no output stands for more than a quarter of them, see :func:`max_repeats`), so a
+constant program - ``[]`` or ``0``, which a policy finds first - earns at most a quarter of the reward and is
+never correct. Before that rule the best constant averaged 0.23-0.37 of the hidden tests and passed all of them
+on ~0.5 % of level 2-5 problems. The reference is the canonical answer for the SFT warm start. The
 problem id is the reference program and the visible inputs; the hidden inputs are drawn from a generator
 seeded by that id, so a problem is the same under every seed, and the train/held-out split hashes the id as
 in every task (held-out problems may share a program with train ones, never its examples).
@@ -25,6 +28,7 @@ import hashlib
 import json
 import random
 import re
+from collections import Counter
 from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
@@ -134,6 +138,11 @@ def _random_stage(rng: random.Random, last: bool, previous: Stage | None) -> Sta
             return stage
 
 
+def max_repeats(n: int) -> int:
+    """How many of ``n`` tests may share one output: a quarter, at least one (so ``[]`` cannot farm reward)."""
+    return max(1, n // 4)
+
+
 def _same(result: RunResult, expected: Value) -> bool:
     return result.ok and result.value == expected
 
@@ -205,9 +214,9 @@ class CodeTask(Task):
         return problem.answer
 
     def _informative(self, program: Program, inputs: list[tuple[int, ...]], outputs: list[Value]) -> bool:
-        """The outputs are not all equal (no constant passes them all), some is not empty, and no stage can
-        be left out without changing some output (so the level counts stages that matter)."""
-        if len(set(outputs)) < 2 or all(o == () for o in outputs):
+        """No two outputs are equal (a constant passes at most one), and no stage can be left out without
+        changing some output (so the level counts stages that matter)."""
+        if max(Counter(outputs).values()) > max_repeats(len(outputs)):
             return False
         for k in range(len(program.stages)):
             shorter = Program(program.stages[:k] + program.stages[k + 1 :])  # no stages: the identity
@@ -216,16 +225,21 @@ class CodeTask(Task):
         return True
 
     def _hidden(self, problem_id: str, program: Program, visible: list[tuple[int, ...]]):
-        """``n_hidden`` (input, output) tests on fresh inputs, drawn from a generator seeded by the id."""
+        """``n_hidden`` (input, output) tests on fresh inputs, drawn from a generator seeded by the id; an input
+        whose output already stands for :func:`max_repeats` of them is skipped, and a program that cannot fill
+        the tests that way (one that is nearly constant) gives None, so the generator draws another."""
         rng = random.Random(int.from_bytes(hashlib.sha256(f"hidden|{problem_id}".encode()).digest()[:8], "big"))
         tests: list[tuple[Value, Value]] = []
         seen = set(visible)
+        repeats: Counter[Value] = Counter()
+        cap = max_repeats(self.options.n_hidden)
         for _ in range(50 * self.options.n_hidden):
             x = self._input(rng)
             if x in seen:
                 continue
             result = run(program, x, self.options.max_steps)
-            if result.ok:
+            if result.ok and repeats[result.value] < cap:  # type: ignore[index]
+                repeats[result.value] += 1  # type: ignore[index]
                 seen.add(x)
                 tests.append((x, result.value))  # type: ignore[arg-type]
                 if len(tests) == self.options.n_hidden:
