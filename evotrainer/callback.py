@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 from transformers import TrainerCallback
 
+from evotrainer import atomic
 from evotrainer.diagnostics.base import Diagnostic
 from evotrainer.domain import SEVERITY_RANK, Finding
 from evotrainer.errors import ConfigError
@@ -169,9 +170,7 @@ class EvoTrainerCallback(TrainerCallback):
         self._write_meta()
 
     def _write_meta(self) -> None:
-        tmp = self.out_dir / "meta.json.tmp"
-        tmp.write_text(json.dumps(self.meta, indent=2, default=str))
-        tmp.replace(self.out_dir / "meta.json")
+        atomic.write_text(self.out_dir / "meta.json", json.dumps(self.meta, indent=2, default=str))
 
     # ------------------------------------------------------------------------------------------ recording
     def _batch(self, step: int) -> pd.DataFrame | None:

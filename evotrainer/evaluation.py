@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from evotrainer import atomic
 from evotrainer.config.eval import EvalSpec
 from evotrainer.errors import ConfigError
 from evotrainer.tasks import Problem, Task
@@ -176,10 +177,7 @@ def write_outcomes(run_dir: Path, step: int, outcomes: list[bool], split: str = 
     d = Path(run_dir) / "eval"
     d.mkdir(exist_ok=True)
     path = d / f"{split}_{step:06d}.txt"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join("1" if o else "0" for o in outcomes) + "\n")
-    tmp.replace(path)
-    return path
+    return atomic.write_text(path, "".join("1" if o else "0" for o in outcomes) + "\n")
 
 
 def read_outcomes(run_dir: Path, step: int, split: str = "decision") -> list[int] | None:

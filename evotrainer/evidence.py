@@ -56,6 +56,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from evotrainer import atomic
+
 # What other tools call our fields (readers and the field mapping use these; the evidence contract publishes them)
 VERL_METRICS: tuple[tuple[str, str], ...] = (  # (verl key, TRL key); the first present source wins
     ("critic/score/mean", "reward"),
@@ -237,9 +239,7 @@ def truncate_after(run_dir: Path, step: int) -> None:
     mfile = run_dir / "metrics.jsonl"
     if mfile.exists():
         keep = [ln for ln in mfile.read_text().splitlines() if ln.strip() and _step_of(ln) <= step]
-        tmp = mfile.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(k + "\n" for k in keep))
-        tmp.replace(mfile)
+        atomic.write_text(mfile, "".join(k + "\n" for k in keep))
     for f in (run_dir / "rollouts").glob("step_*.parquet*"):
         try:
             s = int(f.name.split("_")[1].split(".")[0])

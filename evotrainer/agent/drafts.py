@@ -40,6 +40,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from evotrainer import atomic
 from evotrainer.agent.brains.llm import LLMBrain, clean, template_env
 from evotrainer.config.harness import GateRule, HarnessSpec, UserDiagnostic
 from evotrainer.diagnostics.registry import Registry, SandboxedDiagnostic
@@ -140,9 +141,7 @@ def draft_path(home: Path, campaign_id: str, draft: DraftReply) -> Path:
     path = home / "campaigns" / campaign_id / "diagnostics" / f"{draft.name}-{sha}.py"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(draft.code, encoding="utf-8")
-        tmp.replace(path)
+        atomic.write_text(path, draft.code)
     return path
 
 
@@ -266,9 +265,7 @@ def _asked(ctx: Any, misfire: Any, registry: Registry, brain: LLMBrain, ev: Evid
                                           "diagnostic")
     if draft is not None:
         keep.parent.mkdir(parents=True, exist_ok=True)
-        tmp = keep.with_suffix(".tmp")
-        tmp.write_text(draft.model_dump_json(), encoding="utf-8")
-        tmp.replace(keep)
+        atomic.write_text(keep, draft.model_dump_json())
     return draft, notes, tokens, why
 
 

@@ -43,6 +43,7 @@ from typing import Any, Callable, Literal
 import yaml
 from pydantic import BaseModel
 
+from evotrainer import atomic
 from evotrainer.agent.drafts import draft_diagnostic, with_draft
 from evotrainer.config.harness import HarnessSpec, diff
 from evotrainer.diagnostics.revision import Archive, LabelledRun, RevisionResult, evaluate_revision, record
@@ -87,9 +88,7 @@ def load_archive(path: Path) -> Archive:
 
 def save_archive(path: Path, archive: Archive) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(archive.model_dump(mode="json"), sort_keys=False))
-    tmp.replace(path)
+    atomic.write_text(path, yaml.safe_dump(archive.model_dump(mode="json"), sort_keys=False))
 
 
 def upsert(archive: Archive, run: LabelledRun) -> Archive:

@@ -39,6 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from evotrainer import atomic
 from evotrainer.config.harness import HarnessSpec, dump_harness
 from evotrainer.config.job import JobSpec
 from evotrainer.config.policy import PolicySpec, budget_overflow
@@ -105,9 +106,7 @@ def _resume_record(run_dir: Path) -> tuple[dict[str, Any], JobSpec, HarnessSpec,
 
 
 def _write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
-    tmp = run_dir / "meta.json.tmp"
-    tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
-    tmp.replace(run_dir / "meta.json")
+    atomic.write_text(run_dir / "meta.json", json.dumps(meta, indent=2, sort_keys=True))
 
 
 def resolve_run(home: Path, ref: str) -> Path:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from evotrainer import atomic
 from evotrainer.errors import ConfigError
 from evotrainer.library.format import SKILL_FILE, Skill, dump_skill, relative
 from evotrainer.library.lint import Problem, check_file, check_text
@@ -190,14 +190,7 @@ def write_skill(library: str | Path, skill: Skill) -> Path:
     folder = Path(library) / skill.slug
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / SKILL_FILE
-    fd, tmp = tempfile.mkstemp(prefix=".SKILL.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(dump_skill(skill))
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic.write_text(target, dump_skill(skill))
     return target
 
 
