@@ -133,7 +133,8 @@ def run_campaign(task: str, harness: Path, seed: int, a: Any, home: Path) -> dic
             "campaign": cid, "useful_share": summary["spend"]["useful_share"], "spend": summary["spend"],
             "decisions": [(d["knob"], d["new"], d["outcome"]) for d in summary["decisions"]],
             "outside_trainer_share": round(1 - train_s / wall, 3), "outside_trl_step_time_share": round(1 - trl_s / wall, 3),
-            "wall_s": round(wall, 1)}
+            "wall_s": round(wall, 1), "job_seconds": summary["seconds"],
+            "outside_jobs_s": round(wall - summary["seconds"]["jobs"], 1), "trainer_steps_s": round(train_s, 1)}
 
 
 def search_space(harness, task: str) -> dict[str, Any]:

@@ -9,7 +9,7 @@ of the converted model as it comes, then a short GRPO run from the format-warm-s
 start and end on the same ``--eval-n`` held-out problems. arith at 1-2 digits, countdown at 2-3 numbers.
 
     .venv/bin/python bench/smollm2.py --part steps
-    .venv/bin/python bench/smollm2.py --part arith --steps 30
+    .venv/bin/python bench/smollm2.py --part arith --steps 80 --seed 1 --tag _s1
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def steps_part(home: Path, n: int) -> dict:
     return out
 
 
-def accuracy_part(home: Path, task_name: str, steps: int, eval_n: int, match: str) -> dict:
+def accuracy_part(home: Path, task_name: str, steps: int, eval_n: int, match: str, seed: int = 0) -> dict:
     from evotrainer.config.job import JobSpec
     from evotrainer.evaluation import EvalSpec, evaluate
     from evotrainer.evidence import read_metrics
@@ -83,7 +83,7 @@ def accuracy_part(home: Path, task_name: str, steps: int, eval_n: int, match: st
     del model
     print("as converted:", raw, flush=True)
     spec = JobSpec(task=task_name, harness=str(harness(home, f"acc-{task_name}", task_name, 16, 2e-4, match)),
-                   steps=steps, seed=0, save_every=steps, eval=ev, policy=PolicySpec(pretrained=NAME),
+                   steps=steps, seed=seed, save_every=steps, eval=ev, policy=PolicySpec(pretrained=NAME, seed=seed),
                    name=f"acc-{task_name}-{int(time.time())}")
     res = run_job(spec, home, log=print)
     m = read_metrics(Path(res.run_dir))
@@ -93,7 +93,7 @@ def accuracy_part(home: Path, task_name: str, steps: int, eval_n: int, match: st
                                                             "eval/mean_length") if k in row}
     base = Path(json_load(Path(res.run_dir) / "meta.json")["base_policy"])
     warm = json_load(base / "warm_start.json") if (base / "warm_start.json").is_file() else None
-    return {"task": task_name, "levels": [lo, hi], "eval_n": eval_n, "steps": steps, "match": match,
+    return {"task": task_name, "levels": [lo, hi], "eval_n": eval_n, "steps": steps, "match": match, "seed": seed,
             "as_converted": {k: round(v, 3) for k, v in raw.items()}, "as_converted_eval_seconds": round(raw_s, 1),
             "format_warm_start": warm, "start": pick(start), "end": pick(end),
             "train_seconds": res.train_seconds, "eval_seconds": res.eval_seconds, "setup_seconds": res.setup_seconds,
@@ -114,6 +114,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--eval-n", type=int, default=100)
     p.add_argument("--match", default="final", help="reward.correctness.match of the accuracy runs")
+    p.add_argument("--seed", type=int, default=0, help="seed of the accuracy run and of its format warm start")
+    p.add_argument("--tag", default="", help="suffix of the results file (bench/results/smollm2_PART{TAG}.json)")
     a = p.parse_args()
     from evotrainer.home import resolve_home
 
@@ -122,9 +124,9 @@ def main() -> None:
     if a.part == "steps":
         doc = {"part": "steps", "batch": "4 prompts x 4 completions, <=16 tokens", "results": steps_part(home, a.steps)}
     else:
-        doc = {"part": a.part, "results": accuracy_part(home, a.part, a.steps, a.eval_n, a.match)}
+        doc = {"part": a.part, "results": accuracy_part(home, a.part, a.steps, a.eval_n, a.match, a.seed)}
     doc.update({"wall_seconds": round(time.perf_counter() - t, 1), "peak_rss_mib": round(peak_rss_mib())})
-    save(f"smollm2_{a.part}", doc)
+    save(f"smollm2_{a.part}{a.tag}", doc)
 
 
 if __name__ == "__main__":

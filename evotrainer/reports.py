@@ -89,6 +89,7 @@ def campaign_summary(home: Path, cid: str, store: Store | None = None,
         "rollbacks": [{**e.message, "auto": e.kind == "regression_rollback"} for e in store.events(cid)
                       if e.kind in ("rollback", "regression_rollback")],
         "spend": spend(store, cid, camp, lineage, decisions),
+        "seconds": job_seconds(home, store, cid),
         "kept": [e.message for e in store.events(cid, kind="kept_branch")],
         "where": {"mlflow": tracking_uri(home), "state": make_url(store.url).render_as_string(hide_password=True),
                   "mlflow_run_id": camp.mlflow_run_id},
@@ -116,6 +117,32 @@ def spend(store: Store, cid: str, camp: Any, lineage: list[PolicyVersion], decis
     return {"spent": spent, "mainline_segments": segment, "kept_branches": kept,
             "discarded": max(0, spent - useful), "useful_share": round(useful / spent, 4) if spent else None,
             "screened": sum(1 for d in decisions if d.outcome == "screened")}
+
+
+def job_seconds(home: Path, store: Store, cid: str) -> dict[str, Any]:
+    """Where the campaign's jobs spent their seconds, summed over every session of every job it ran (from each
+    job's ``meta.json`` timings): the trainer (its steps, checkpoints and callbacks), held-out evaluations,
+    setup (loading the policy and the trainer), and the rest inside the job process (the last records, MLflow).
+    What a campaign spends outside its jobs (starting workers, confirmations, diagnosis, the brain) is its wall
+    time minus ``jobs``. A session killed before it finished records nothing (``untimed_jobs`` counts jobs with
+    no session at all)."""
+    from evotrainer.home import jobs_dir
+    from evotrainer.runmeta import read_run_meta
+
+    out = {"trainer": 0.0, "eval": 0.0, "setup": 0.0, "other": 0.0, "jobs": 0.0, "sessions": 0, "untimed_jobs": 0}
+    for run in sorted({e.run_name for e in store.ledger(cid)}):
+        meta = read_run_meta(jobs_dir(home) / run)
+        if meta is None or not meta.timings:
+            out["untimed_jobs"] += 1
+            continue
+        for t in meta.timings:
+            out["trainer"] += t.train_s - t.eval_s
+            out["eval"] += t.eval_s
+            out["setup"] += t.setup_s
+            out["other"] += max(0.0, t.wall_s - t.setup_s - t.train_s)
+            out["jobs"] += t.wall_s
+            out["sessions"] += 1
+    return {k: round(v, 1) if isinstance(v, float) else v for k, v in out.items()}
 
 
 def resume_command(home: Path, camp: Any) -> str | None:

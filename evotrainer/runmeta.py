@@ -19,6 +19,19 @@ from pydantic import BaseModel, ConfigDict, Field
 RunStatus = Literal["running", "paused", "finished", "failed", "interrupted"]
 
 
+class JobTiming(BaseModel):
+    """Where one session of a job (its start, or a resume) spent its seconds, as the runner measured them."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    start_step: int = Field(0, description="Global step the session started at.")
+    steps_done: int = Field(0, description="Global step it ended at.")
+    setup_s: float = Field(0.0, description="Loading the policy, the data and the trainer, before the first step.")
+    train_s: float = Field(0.0, description="Inside the Trainer's train(): the steps and the evaluations.")
+    eval_s: float = Field(0.0, description="Held-out evaluations (part of train_s).")
+    wall_s: float = Field(0.0, description="The whole session in the job's process, setup and finishing included.")
+
+
 class RunMeta(BaseModel):
     """What a job's ``meta.json`` says, as far as its readers need (unknown keys are kept in ``raw``)."""
 
@@ -37,6 +50,7 @@ class RunMeta(BaseModel):
     base_policy: str | None = Field(None, description="The base policy directory it trains (architecture, tokenizer).")
     error: str | None = None
     spec: dict[str, Any] = Field(default_factory=dict, description="The job spec, as the runner recorded it.")
+    timings: list[JobTiming] = Field(default_factory=list, description="Each finished session's seconds.")
     raw: dict[str, Any] = Field(default_factory=dict, description="The whole record, every key.")
 
     @property
@@ -69,4 +83,4 @@ def run_meta_dict(run_dir: Path) -> dict[str, Any]:
     return dict(meta.raw) if meta is not None else {}
 
 
-__all__ = ["RunMeta", "RunStatus", "read_run_meta", "run_meta_dict"]
+__all__ = ["JobTiming", "RunMeta", "RunStatus", "read_run_meta", "run_meta_dict"]

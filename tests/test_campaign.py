@@ -102,6 +102,13 @@ def test_auto_campaign_runs_end_to_end_within_budget(tmp_path):
 
     doc = json.loads(CliRunner().invoke(app, ["campaign", "status", cid, "--json", "--home", str(home)]).stdout)
     assert doc["budget"]["spent"] == spent and doc["decisions"][0]["reasons"]
+    # ... and where its jobs' seconds went, from every job's recorded sessions
+    js = doc["seconds"]
+    assert js["untimed_jobs"] == 0 and js["sessions"] >= len({e.run_name for e in store.ledger(cid)})
+    assert 0 < js["trainer"] < js["jobs"] and js["setup"] > 0 and js["eval"] >= 0
+    assert abs(js["trainer"] + js["eval"] + js["setup"] + js["other"] - js["jobs"]) < 0.5
+    text = CliRunner().invoke(app, ["campaign", "status", cid, "--home", str(home)]).stdout
+    assert f"job seconds {js['jobs']:.0f} s in {js['sessions']} job session(s)" in text
     # finishing confirmed start and end once on fresh held-out problems; a second confirmation (CLI) agrees
     (ev,) = store.events(cid, kind="confirmation")
     c = ev.message

@@ -596,6 +596,11 @@ def _print_status(home: Path, cid: str, as_json: bool) -> None:
                           f"{sp['kept_branches']} in kept branches (the mainline's own steps: useful share "
                           f"{sp['useful_share']:.0%}), {sp['discarded']} in branches not kept; {sp['screened']} "
                           f"change(s) screened out on recorded rollouts (0 steps)", highlight=False)
+    js = doc["seconds"]
+    if js["jobs"]:
+        out_console.print(f"[bold]job seconds[/] {js['jobs']:.0f} s in {js['sessions']} job session(s): trainer "
+                          f"{js['trainer']:.0f} s, held-out evaluation {js['eval']:.0f} s, setup {js['setup']:.0f} s, "
+                          f"other {js['other']:.0f} s", highlight=False)
     out_console.print("[bold]where to look[/]")
     out_console.print(f"  MLflow UI:  mlflow ui --backend-store-uri {doc['where']['mlflow']}", highlight=False)
     out_console.print(f"  state DB:   {doc['where']['state']}", highlight=False)

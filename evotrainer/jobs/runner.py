@@ -670,6 +670,11 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     else:
         meta.pop("paused_at", None)
     meta.pop("error", None)
+    # where this session's seconds went (one entry per start or resume): a campaign's overhead is read from these
+    meta.setdefault("timings", []).append({
+        "start_step": start_step,
+        "steps_done": trainer.state.global_step, "setup_s": round(setup_s, 2), "train_s": round(train_s, 2),
+        "eval_s": round(cb.eval_seconds, 2), "wall_s": round(time.perf_counter() - t_start, 2)})
     _write_meta(run_dir, meta)
     tracker.end_run(run_id, "FINISHED")  # a resume reopens it
 
