@@ -95,11 +95,26 @@ def accuracy_part(home: Path, task_name: str, steps: int, eval_n: int, match: st
     warm = json_load(base / "warm_start.json") if (base / "warm_start.json").is_file() else None
     return {"task": task_name, "levels": [lo, hi], "eval_n": eval_n, "steps": steps, "match": match, "seed": seed,
             "as_converted": {k: round(v, 3) for k, v in raw.items()}, "as_converted_eval_seconds": round(raw_s, 1),
-            "format_warm_start": warm, "start": pick(start), "end": pick(end),
+            "format_warm_start": warm, "start": pick(start), "end": pick(end), "paired": paired(Path(res.run_dir)),
+            "run_dir": res.run_dir,
             "train_seconds": res.train_seconds, "eval_seconds": res.eval_seconds, "setup_seconds": res.setup_seconds,
             "seconds_per_step": round(res.train_seconds / steps, 1),
             "reward_first_last": [round(float(x), 3) for x in m["reward"].dropna().iloc[[0, -1]]],
             "frac_reward_zero_std_mean": round(float(m["frac_reward_zero_std"].dropna().mean()), 3)}
+
+
+def paired(run_dir: Path) -> dict:
+    """Problem by problem, the first and the last evaluation (``JOB/eval/decision_*.txt``, one 0/1 a problem):
+    how many the run gained and lost, and the exact McNemar p-value of that split (two-sided binomial)."""
+    from scipy.stats import binomtest
+
+    files = sorted((Path(run_dir) / "eval").glob("decision_*.txt"))
+    a, b = (f.read_text().strip() for f in (files[0], files[-1]))
+    gained = sum(x == "0" and y == "1" for x, y in zip(a, b))
+    lost = sum(x == "1" and y == "0" for x, y in zip(a, b))
+    p = binomtest(gained, gained + lost).pvalue if gained + lost else 1.0
+    return {"n": len(a), "start_correct": a.count("1"), "end_correct": b.count("1"), "gained": gained, "lost": lost,
+            "mcnemar_exact_p": round(float(p), 4)}
 
 
 def json_load(p: Path):
