@@ -250,6 +250,9 @@ def main() -> None:
     p.add_argument("--eval-n", type=int, default=500, help="problems in each held-out split")
     p.add_argument("--policy-seed", type=int, default=None,
                    help="one warm start for every seed (default: each seed warm-starts its own policy)")
+    p.add_argument("--out", default="campaign",
+                   help="results file bench/results/OUT.json (rows are merged into it; another name keeps a side "
+                        "measurement out of the main table)")
     a = p.parse_args()
     if a.trial_steps % 3:
         p.error("--trial-steps must be a multiple of 3 (the pruner sees three evaluations)")
@@ -262,7 +265,8 @@ def main() -> None:
 
     home = resolve_home(a.home)
     home.mkdir(parents=True, exist_ok=True)
-    prev = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results = RESULTS.with_name(f"{a.out}.json")
+    prev = json.loads(results.read_text()) if results.exists() else {}
     rows = [r for r in prev.get("runs", []) if "arm" in r]  # rows of this version (with an arm) are kept
     key = lambda r: (r["task"], r["start"], r["seed"], r["arm"], r["budget"])  # noqa: E731
     have = {key(r) for r in rows}
@@ -278,11 +282,11 @@ def main() -> None:
                     out = ARMS[arm](task, harness, seed, a, home)
                     rows.append({"task": task, "start": start, "seed": seed, "arm": arm, "budget": a.budget, **out})
                     print(json.dumps(rows[-1], default=str), flush=True)
-                    _save(prev, rows)
-    _save(prev, rows)
+                    _save(prev, rows, a.out)
+    _save(prev, rows, a.out)
 
 
-def _save(prev: dict, rows: list[dict]) -> None:
+def _save(prev: dict, rows: list[dict], name: str = "campaign") -> None:
     summary: dict[str, Any] = {}
     for task, start, budget in sorted({(r["task"], r["start"], r["budget"]) for r in rows}):
         cell: dict[str, Any] = {}
@@ -305,7 +309,7 @@ def _save(prev: dict, rows: list[dict]) -> None:
         if outside:
             cell["outside_trainer_share"] = {"mean": round(statistics.fmean(outside), 3), "max": max(outside)}
         summary[f"{task}/{start}/{budget}"] = cell
-    save("campaign", {"runs": rows, "summary": summary,
+    save(name, {"runs": rows, "summary": summary,
                       "previous_version": prev.get("previous_version") or {k: prev[k] for k in ("budget", "summary")
                                                                            if k in prev and "runs" in prev and
                                                                            not any("arm" in r for r in prev["runs"])}})
