@@ -5,6 +5,7 @@ Everything is real (TRL GRPOTrainer, MLflow on SQLite, Parquet); sizes and step 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -319,7 +320,13 @@ def test_a_paused_job_resumes_to_the_same_run_as_one_that_never_paused(first_run
         run_job(_spec(h, 6), shared_home, resume="legs", stop_at=4)
     done = run_job(_spec(h, 6), shared_home, resume="legs")
     assert done.status == "finished" and done.steps_done == 8
-    assert json.loads((run_dir / "meta.json").read_text()).get("paused_at") is None
+    done_meta = json.loads((run_dir / "meta.json").read_text())
+    assert done_meta.get("paused_at") is None
+    # each session that trained recorded its seconds (the resume that found its look done trained nothing)
+    timings = done_meta["timings"]
+    assert [(t["start_step"], t["steps_done"]) for t in timings] == [(2, 5), (5, 8)]
+    assert all(t["wall_s"] >= t["setup_s"] + t["train_s"] - 0.02 and t["train_s"] >= t["eval_s"] > 0 for t in timings)
+    assert gc.get_freeze_count() == 0  # the objects frozen for training are handed back to the collector
     assert _comparable(run_dir) == _comparable(Path(straight.run_dir))
     # a fork checkpoints on its own interval (3), not its parent's (2), whose TrainerState it restores
     assert sorted(complete_checkpoints(Path(straight.run_dir))) == [2, 3, 6, 8]

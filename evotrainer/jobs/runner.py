@@ -27,6 +27,7 @@ is one trainer construction (see ``bench/segments.py``).
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import shutil
@@ -651,9 +652,15 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     trainer.add_callback(cb)
     setup_s = time.perf_counter() - t_start
     t_train = time.perf_counter()
+    # Everything alive now (the libraries, the policy, the data) lives for the whole session: freezing it keeps
+    # the garbage collector from scanning it, both in the full collection accelerate's free_memory() runs at the
+    # start of every train() (0.45 s a session on this machine, ~3 % of a campaign's wall) and in the automatic
+    # ones during the steps. Unfrozen after, so whatever the session leaves behind is collected as usual.
+    gc.freeze()
     try:
         trainer.train(resume_from_checkpoint=str(resume_ckpt) if resume_ckpt is not None else None)
     finally:
+        gc.unfreeze()
         recorder.close()  # the last steps' rollouts are on disk before the run is marked finished or failed
     train_s = time.perf_counter() - t_train
 
