@@ -199,6 +199,20 @@ class Spend(_Doc):
     screened: int = Field(..., description="Changes screened out on recorded rollouts (no steps spent).")
 
 
+class JobSeconds(_Doc):
+    """Where a campaign's jobs spent their seconds (``evotrainer.reports.job_seconds``, from each job session's
+    ``meta.json`` timings). The campaign's own time outside its jobs is its wall time minus ``jobs``."""
+
+    trainer: float = Field(..., description="Inside the Trainer's train(), evaluations excluded: steps, checkpoints, "
+                                            "callbacks.")
+    eval: float = Field(..., description="Held-out evaluations inside the jobs.")
+    setup: float = Field(..., description="Loading the policy, the data and the trainer.")
+    other: float = Field(..., description="The rest of the job sessions (their last records, MLflow).")
+    jobs: float = Field(..., description="The job sessions' whole wall time.")
+    sessions: int = Field(..., description="Job sessions that finished (a start or a resume each).")
+    untimed_jobs: int = Field(..., description="Jobs with no finished session on record (e.g. killed).")
+
+
 class KeptBranch(_Doc):
     """The branch a round's mainline continued from (event ``kept_branch``)."""
 
@@ -228,6 +242,7 @@ class CampaignSummary(_Doc):
     confirmation: dict[str, Any] | None = Field(..., description="The last confirmation (shape: `schema confirmation`).")
     rollbacks: list[dict[str, Any]]
     spend: Spend
+    seconds: JobSeconds
     kept: list[KeptBranch]
     where: Where
 

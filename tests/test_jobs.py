@@ -332,3 +332,21 @@ def test_a_paused_job_resumes_to_the_same_run_as_one_that_never_paused(first_run
     assert sorted(complete_checkpoints(Path(straight.run_dir))) == [2, 3, 6, 8]
     hist = _client(shared_home).get_metric_history(done.run_id, "loss")
     assert sorted(m.step for m in hist) == [3, 4, 5, 6, 7, 8]
+
+
+def test_a_job_told_to_exit_is_recorded_interrupted_and_resumes_to_its_target(first_run, shared_home):
+    """A Ray worker whose campaign owner died is ended with SystemExit. That is a stop, not a failure: a failed
+    branch is a final result, an interrupted one is resumed (found by the Ray campaign test)."""
+    _, h = first_run
+
+    def exit_at_3(step, _target, _last):
+        if step == 3:
+            raise SystemExit(1)
+
+    with pytest.raises(SystemExit):
+        run_job(_spec(h, 4, name="told-to-exit", seed=6), shared_home, progress=exit_at_3)
+    run_dir = shared_home / "jobs" / "told-to-exit"
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["status"] == "interrupted" and meta["error"] == "SystemExit: 1"
+    done = run_job(_spec(h, 4), shared_home, resume="told-to-exit")
+    assert done.status == "finished" and done.steps_done == 4

@@ -489,16 +489,19 @@ def run_job(
         result = _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_ckpt, start_step, target,
                         diff, progress, say, t_start, stop_at)
     except BaseException as err:  # record the failure, keep everything, re-raise as a clear error
-        meta["status"] = "failed" if not isinstance(err, KeyboardInterrupt) else "interrupted"
+        # Ctrl-C, or the process being told to exit (a Ray worker whose owner died gets SystemExit): the job did
+        # not fail, it was stopped, and a resume goes on from its last checkpoint
+        stopped = isinstance(err, (KeyboardInterrupt, SystemExit))
+        meta["status"] = "interrupted" if stopped else "failed"
         meta["error"] = f"{type(err).__name__}: {err}"
         _write_meta(run_dir, meta)
         (run_dir / "error.txt").write_text(traceback.format_exc())
         try:
             tracker.set_tags(run_id, {"evotrainer.error": meta["error"][:4000]})
-            tracker.end_run(run_id, "KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
+            tracker.end_run(run_id, "KILLED" if stopped else "FAILED")
         except Exception as track_err:  # noqa: BLE001 - the tracking server may be what failed
             say(f"could not mark the MLflow run failed: {track_err}")
-        if isinstance(err, (KeyboardInterrupt, ConfigError)):
+        if stopped or isinstance(err, ConfigError):
             raise
         raise JobFailed(f"run {name} failed at step ≥{start_step}: {meta['error']} (traceback in {run_dir / 'error.txt'}; "
                         f"resume with --resume {name})") from err
