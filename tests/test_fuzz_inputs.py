@@ -17,6 +17,7 @@ committed with the repository, so that a regression replays first on every machi
 
 from __future__ import annotations
 
+import os
 import string
 import tempfile
 import traceback
@@ -40,7 +41,11 @@ from evotrainer.errors import ConfigError
 from tests.conftest import REPO
 
 DB = DirectoryBasedExampleDatabase(str(REPO / "tests" / ".hypothesis" / "examples"))
-FUZZ = settings(database=DB, deadline=None, derandomize=False, print_blob=True,
+# Locally each run draws new examples (and replays the saved failures); under CI (``CI`` set, as .ci/run does) the
+# draws are derandomized, hypothesis's own "ci" profile choice, so a clean clone's CI run is the same run every time
+# (hypothesis then takes no example database).
+_CI = bool(os.environ.get("CI"))
+FUZZ = settings(database=None if _CI else DB, deadline=None, derandomize=_CI, print_blob=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
 
 HARNESS_FILES = sorted([*REPO.glob("harnesses/*.yaml"), *REPO.glob("harnesses/pathological/*.yaml")])
@@ -103,10 +108,17 @@ def _is_dict_field(ann: Any) -> bool:
     return typing.get_origin(ann) is dict
 
 
+def _is_str_list_field(ann: Any) -> bool:
+    return typing.get_origin(ann) in (list, tuple) and all(a in (str, Ellipsis) for a in typing.get_args(ann))
+
+
 def wrong_type(ann: Any) -> st.SearchStrategy:
-    """A value no field of this annotation accepts: a list where a mapping goes, else a mapping or a list of words."""
+    """A value no field of this annotation accepts: a list where a mapping goes, a mapping or a number where a list of
+    names goes (a list of words would be valid there: ``model.lora_target_modules``), else a mapping or a list of words."""
     if _is_dict_field(ann):
         return st.lists(word, min_size=1, max_size=3)
+    if _is_str_list_field(ann):
+        return st.one_of(st.dictionaries(ident, st.integers(), min_size=1, max_size=2), st.integers())
     return st.one_of(st.dictionaries(ident, st.integers(), min_size=1, max_size=2), st.lists(word, min_size=3, max_size=4))
 
 
