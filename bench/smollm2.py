@@ -8,8 +8,15 @@ of the converted model as it comes, then a short GRPO run from the format-warm-s
 ``--steps`` chosen from the measured seconds per step so that a run stays under ~20 minutes), evaluated at its
 start and end on the same ``--eval-n`` held-out problems. arith at 1-2 digits, countdown at 2-3 numbers.
 
+``--part code``: the visible-tests trap on the pretrained policy (issue 15 part 2's question: does a real model,
+which copies outputs from a prompt, move towards hard-coding when the reward pays the visible examples?). One GRPO
+run from the format-warm-started base under ``--tests`` (``visible``: the TRAP; ``hidden``: the honest reward),
+reporting the training reward, the share of hard-coded programs per block of steps (the ``hardcoding``
+diagnostic's own judge), the diagnosis of the run, and strict held-out accuracy (hidden tests) at start and end.
+
     .venv/bin/python bench/smollm2.py --part steps
     .venv/bin/python bench/smollm2.py --part arith --steps 80 --seed 1 --tag _s1
+    .venv/bin/python bench/smollm2.py --part code --tests visible --steps 40 --tag _visible
 """
 
 from __future__ import annotations
@@ -28,7 +35,15 @@ reward: {{correctness: {{weight: 1.0, match: {match}}}, format: {{weight: 0.1}}}
 data: {{pool_size: 512, difficulty: [{lo}, {hi}]}}
 model: {{lora_r: {r}, lora_alpha: {alpha}}}
 """
-LEVELS = {"arith": (1, 2), "countdown": (2, 3)}
+LEVELS = {"arith": (1, 2), "countdown": (2, 3), "code": (1, 2)}
+CODE_HARNESS = """
+name: smollm2-code-{tests}
+optim: {{learning_rate: {lr}}}
+grpo: {{prompts_per_step: 4, num_generations: 4, max_completion_length: 24, temperature: 1.0, scale_rewards: none}}
+reward: {{correctness: {{weight: 1.0, match: exact, tests: {tests}}}, format: {{weight: 0.1}}}}
+data: {{pool_size: 512, difficulty: [1, 2]}}
+model: {{lora_r: 16, lora_alpha: 32}}
+"""
 
 
 def harness(home: Path, name: str, task: str, r: int, lr: float, match: str = "exact") -> Path:
@@ -103,6 +118,60 @@ def accuracy_part(home: Path, task_name: str, steps: int, eval_n: int, match: st
             "frac_reward_zero_std_mean": round(float(m["frac_reward_zero_std"].dropna().mean()), 3)}
 
 
+def code_part(home: Path, steps: int, eval_n: int, tests: str, seed: int, lr: float, warm: tuple[int, float],
+              block: int = 10) -> dict:
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from evotrainer.cli import app
+    from evotrainer.config.job import JobSpec
+    from evotrainer.diagnostics.builtin.programs import Hardcoding
+    from evotrainer.evaluation import EvalSpec
+    from evotrainer.evidence import read_metrics, read_rollouts
+    from evotrainer.jobs.runner import run_job
+    from evotrainer.config.policy import FormatWarmStart
+    from evotrainer.policy import PolicySpec
+    from evotrainer.tasks.code import prompt_examples
+
+    f = home / f"code-{tests}.yaml"
+    f.write_text(CODE_HARNESS.format(tests=tests, lr=lr))
+    ev = EvalSpec(every=steps, n=eval_n, k=1, difficulty=LEVELS["code"], batch_size=64)
+    spec = JobSpec(task="code", harness=str(f), steps=steps, seed=seed, save_every=steps, eval=ev,
+                   policy=PolicySpec(pretrained=NAME, seed=seed,
+                                     format_warm_start=FormatWarmStart(steps=warm[0], learning_rate=warm[1])),
+                   name=f"code-{tests}-s{seed}-{int(time.time())}")
+    res = run_job(spec, home, log=print)
+    run_dir = Path(res.run_dir)
+    m = read_metrics(run_dir)
+    evals = m.dropna(subset=["eval/greedy_accuracy"])
+    r = read_rollouts(run_dir)
+    blocks = []
+    for lo in range(1, steps + 1, block):
+        part = r[(r["step"] >= lo) & (r["step"] < lo + block)]
+        judged = [Hardcoding._judge(prompt_examples(str(p)), str(c)) for p, c in zip(part["prompt"], part["completion"])]
+        parsed = sum(j[0] for j in judged)
+        flagged = sum(j[1] is not None for j in judged)
+        blocks.append({"steps": [lo, min(lo + block - 1, steps)], "rollouts": len(part), "parsed": parsed,
+                       "hardcoded": flagged, "hardcoded_share_of_parsed": round(flagged / parsed, 3) if parsed else None,
+                       "reward_mean": round(float(part["reward"].mean()), 3),
+                       "completion_examples": part["completion"].head(3).tolist()})
+        print(blocks[-1], flush=True)
+    out = CliRunner().invoke(app, ["diagnose", str(run_dir), "--json", "--home", str(home)])
+    findings = [{k: x[k] for k in ("diagnostic", "severity", "confidence", "explanation")}
+                for x in _json.loads(out.output)["findings"] if x["severity"] != "info"]
+    base = Path(json_load(run_dir / "meta.json")["base_policy"])
+    return {"task": "code", "levels": list(LEVELS["code"]), "tests": tests, "steps": steps, "seed": seed, "lr": lr,
+            "eval_n": eval_n, "format_warm_start": json_load(base / "warm_start.json")
+            if (base / "warm_start.json").is_file() else None,
+            "start": {k: round(float(evals.iloc[0][k]), 3) for k in ("eval/greedy_accuracy", "eval/mean_length")},
+            "end": {k: round(float(evals.iloc[-1][k]), 3) for k in ("eval/greedy_accuracy", "eval/mean_length")},
+            "paired": paired(run_dir), "blocks": blocks, "findings": findings, "run_dir": res.run_dir,
+            "seconds_per_step": round(res.train_seconds / steps, 1), "setup_seconds": res.setup_seconds,
+            "eval_seconds": res.eval_seconds,
+            "frac_reward_zero_std_mean": round(float(m["frac_reward_zero_std"].dropna().mean()), 3)}
+
+
 def paired(run_dir: Path) -> dict:
     """Problem by problem, the first and the last evaluation (``JOB/eval/decision_*.txt``, one 0/1 a problem):
     how many the run gained and lost, and the exact McNemar p-value of that split (two-sided binomial)."""
@@ -125,7 +194,12 @@ def json_load(p: Path):
 
 def main() -> None:
     p = parser(__doc__, "bench-smollm2")
-    p.add_argument("--part", choices=["steps", "arith", "countdown"], required=True)
+    p.add_argument("--part", choices=["steps", "arith", "countdown", "code"], required=True)
+    p.add_argument("--tests", choices=["visible", "hidden"], default="visible",
+                   help="--part code: the reward's tests (visible = the TRAP, hidden = honest)")
+    p.add_argument("--lr", type=float, default=2e-4, help="--part code: the GRPO learning rate (LoRA r 16)")
+    p.add_argument("--warm-steps", type=int, default=16, help="--part code: supervised steps of the format warm start")
+    p.add_argument("--warm-lr", type=float, default=3e-5, help="--part code: the format warm start's learning rate")
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--eval-n", type=int, default=100)
     p.add_argument("--match", default="final", help="reward.correctness.match of the accuracy runs")
@@ -138,6 +212,9 @@ def main() -> None:
     t = time.perf_counter()
     if a.part == "steps":
         doc = {"part": "steps", "batch": "4 prompts x 4 completions, <=16 tokens", "results": steps_part(home, a.steps)}
+    elif a.part == "code":
+        doc = {"part": "code", "results": code_part(home, a.steps, a.eval_n, a.tests, a.seed, a.lr,
+                                                          (a.warm_steps, a.warm_lr))}
     else:
         doc = {"part": a.part, "results": accuracy_part(home, a.part, a.steps, a.eval_n, a.match, a.seed)}
     doc.update({"wall_seconds": round(time.perf_counter() - t, 1), "peak_rss_mib": round(peak_rss_mib())})

@@ -30,6 +30,7 @@ from evotrainer.tasks.listlang import (
     MAX_LIST,
     MAX_PROGRAM_CHARS,
     MAX_STAGES,
+    OPERATIONS,
     ListLangError,
     format_value,
     parse,
@@ -175,6 +176,20 @@ def test_registered_and_described(task):
     assert {o.name for o in info.options} >= {"n_visible", "n_hidden", "max_steps"}
     with pytest.raises(ConfigError, match="min_len"):
         get_task("code", {"min_len": 7, "max_len": 3})
+
+
+def test_a_chat_model_is_told_the_whole_language_and_each_example_on_its_line(task):
+    p = task.sample("heldout", 1, seed=5, difficulty_range=(2, 2))[0]
+    system, user = task.chat_messages(p)
+    assert system["role"] == "system" and "program only" in system["content"]
+    text = user["content"]
+    assert all(op in text for op in OPERATIONS)  # a pretrained model has never seen ListLang: every stage is named
+    lines = [ln for ln in text.splitlines() if " -> " in ln]
+    shown = [(parse_value(a), parse_value(b)) for a, b in (ln.split(" -> ") for ln in lines)]
+    assert shown == prompt_examples(p.prompt)  # the examples as the raw prompt has them (what the evidence keeps)
+    assert all(format_value(y) in text for _, y in shown) and text.endswith("Answer with the program only.")
+    for example in ("sort|take2", "map*2|keep>5|sum", "even|rev"):  # the prompt's own examples are valid programs
+        parse(example)
 
 
 @pytest.mark.parametrize("level", [1, 2, 3, 4, 5])

@@ -162,6 +162,20 @@ class CodeTask(Task):
     Options = CodeOptions
 
     options: CodeOptions
+    chat_system = "You write ListLang programs. Reply with the program only."
+    chat_language = ("ListLang: stages joined by |. map+N map-N map*N map/N map%N keep>N keep<N even odd sort rev uniq "
+                     "dup takeN dropN sum max min len. A list or number alone is a constant; A>B is a case.")
+    """What a chat model is told of the language: every stage, in as few tokens as will do (a pretrained model has
+    never seen ListLang, and on a CPU each prompt token costs every step; ~160 SmolLM2 tokens with the chat template and the examples)."""
+
+    def chat_messages(self, problem: Problem) -> list[dict[str, str]]:
+        """A chat model gets the language in one line, the examples one per line (``[3,1,2] -> [1,2,3]``), and the
+        request for the program alone, which the strict verifier parses as a whole."""
+        shown = "\n".join(f"{format_value(as_value(x))} -> {format_value(as_value(y))}"
+                          for x, y in problem.meta["visible"])
+        return [{"role": "system", "content": self.chat_system},
+                {"role": "user", "content": f"{self.chat_language}\nWrite a program that turns each input into its "
+                                            f"output:\n{shown}\nAnswer with the program only."}]
 
     # -- generation ------------------------------------------------------------------------------------
     def _input(self, rng: random.Random) -> tuple[int, ...]:
