@@ -1,7 +1,8 @@
 """Benchmark (issues 4 and 14): does a campaign earn its cost? Three arms at equal total trainer steps.
 
-For each task, each start (``flawed``: the tuned recipe with a learning rate ten times too small, the demo's
-flaw; ``tuned``: the task's baseline recipe) and each seed, every arm starts from the same warm-started
+For each task, each start (``flawed``: the tuned recipe with TRL's default learning rate, 1e-6 -- GRPOConfig's
+default, made for billion-parameter models and 300× below what the built-in policies train at, the demo's flaw;
+``tuned``: the task's baseline recipe; ``demo``: ``campaigns/arith-demo.yaml`` itself) and each seed, every arm starts from the same warm-started
 policy and may spend the same number of trainer steps (every segment, branch leg and trial counts):
 
 (a) **static**: the starting recipe for the whole budget, one job;
@@ -53,8 +54,11 @@ def _interval(xs: list[float], confidence: float = 0.9) -> list[float]:
 DEMO_SPEC = ROOT / "campaigns" / "arith-demo.yaml"
 
 
+TRL_DEFAULT_LR = 1e-6  # trl.GRPOConfig().learning_rate
+
+
 def start_harness(task: str, start: str, prompts: int, home: Path) -> Path:
-    """The task's baseline recipe at ``prompts`` prompts per step; ``flawed`` divides its learning rate by ten;
+    """The task's baseline recipe at ``prompts`` prompts per step; ``flawed`` gives it TRL's default learning rate;
     ``demo`` is the demo's own starting recipe (``harnesses/demo-start.yaml``, arith only)."""
     if start == "demo":
         return (DEMO_SPEC.parent / yaml.safe_load(DEMO_SPEC.read_text())["harness"]).resolve()
@@ -62,7 +66,7 @@ def start_harness(task: str, start: str, prompts: int, home: Path) -> Path:
     doc["name"] = f"bench-{task}-{start}"
     doc["grpo"]["prompts_per_step"] = prompts
     if start == "flawed":
-        doc["optim"]["learning_rate"] = doc["optim"]["learning_rate"] / 10
+        doc["optim"]["learning_rate"] = TRL_DEFAULT_LR
     path = home / f"{doc['name']}-p{prompts}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

@@ -20,10 +20,20 @@ when the lower bound of a two-sided (1 − α·f_j) interval clears ``min_effect
 f_j = (j/K)³ − ((j−1)/K)³. The looks are combined by the union (Bonferroni) bound, which holds whatever the
 dependence between looks, so the false-promotion rate stays at or below α/2, the one-sided error of the
 fixed-horizon rule (simulated in ``tests/test_campaign_units.py``). Futility is non-binding: at an interim
-look a proposal whose ``confidence`` interval lies wholly below the futility threshold (``futility_effect``,
-by default ``min_effect``: a gain not worth having) is rejected early; stopping for futility can only lower
-the false-promotion rate, so the threshold may sit above ``min_effect``. With K = 1 the rule is the
-fixed-horizon one.
+look a proposal whose ``confidence`` interval, projected to the last look, lies wholly below the futility
+threshold (``futility_effect``, by default ``min_effect``: a gain not worth having) is rejected early; stopping
+for futility can only lower the false-promotion rate, so the threshold may sit above ``min_effect``. With K = 1
+the rule is the fixed-horizon one.
+
+**Why futility projects.** Unlike a clinical trial, a later look does not add observations: every look scores
+the same problems, and what changes is the effect itself, which a training change builds up step by step (a
+learning rate raised from 1e-6 to 3e-6 moved held-out accuracy by +0.005 after 10 steps, and by about +0.03
+after 110). Judged on the look's own interval, such a change read as "not worth having" at the first look and
+was refuted for good. So with ``project_futility`` (the default) the interval's upper end is scaled by K/j, the
+steps the branch will have trained at the last look over those it has now (linear growth: the most the
+effect can be expected to reach); a change whose projected upper end is still below the threshold stops. A
+change that leaves the run exactly as it was (an interval of zero width at zero) still stops at the first
+look, and a change whose effect is there at once is promoted early all the same.
 
 The outcomes:
 
@@ -89,7 +99,7 @@ def effect_interval(diffs_by_seed: list[list[float]], confidence: float) -> tupl
 def decide(proposal_id: str, control: list[BranchResult], treatment: list[BranchResult], min_effect: float,
            confidence: float, *, look: int = 1, looks: int = 1, step: int | None = None,
            outcomes: dict[tuple[str, int], list[int]] | None = None, undecided: str | None = None,
-           futility_effect: float | None = None) -> Decision | None:
+           futility_effect: float | None = None, project_futility: bool = True) -> Decision | None:
     """Apply the decision rule to one proposal's branches (matched by seed) at look ``look`` of ``looks``.
 
     ``outcomes`` maps (``"control"`` or the proposal id, seed) to each branch's per-problem correctness at this
@@ -154,9 +164,13 @@ def decide(proposal_id: str, control: list[BranchResult], treatment: list[Branch
         reasons.append(f"the whole interval is above the minimum effect {min_effect:+.3f}"
                        + (" (stopped early)" if not final else ""))
     elif not final:
-        if effect + half_futility < futile:
+        grow = looks / look if project_futility else 1.0  # steps at the last look / steps now (see the docstring)
+        upper = effect + half_futility
+        if upper * grow < futile:
             outcome = "reject"
-            reasons.append(f"futility: the {confidence:.0%} interval (up to {effect + half_futility:+.3f}) is wholly "
+            projected = (f"; at most {upper * grow:+.3f} by the last look, after {grow:.3g}× the steps"
+                         if grow != 1 else "")
+            reasons.append(f"futility: the {confidence:.0%} interval (up to {upper:+.3f}{projected}) is wholly "
                            f"below {futile:+.3f}, a gain not worth having (stopped early)")
         elif undecided is None:
             return None

@@ -74,6 +74,28 @@ def test_library_candidates_resolve_against_the_harness_and_drop_no_ops_and_iner
     assert "truncation" in first.symptoms
 
 
+def test_a_scale_knob_proposal_gets_a_bracket_arm_three_times_as_far_and_others_move_down_a_slot():
+    from evotrainer.agent.nodes import _bracketed
+    from evotrainer.agent.values import LOG_KNOBS, bracket_value
+
+    h = HarnessSpec().with_knob("optim.learning_rate", 1e-6)
+    drafts = HeuristicBrain().propose(_ctx([_finding("plateau", "info")], harness=h, max_proposals=4)).drafts
+    lr = next(d for d in drafts if d.knob == "optim.learning_rate")
+    others = [d for d in drafts if d is not lr]
+    out, brackets = _bracketed(h, [lr, *others], 2)
+    assert brackets == {1} and [d.knob for d in out[:2]] == ["optim.learning_rate"] * 2
+    assert out[0].value == pytest.approx(3e-6) and out[1].value == pytest.approx(2.7e-5)  # ×3 and ×27
+    assert out[2:] == others and "bracket" in out[1].rationale and "2.7e-05" in out[1].hypothesis.change
+    assert _bracketed(h, [lr, *others], 1) == ([lr, *others], set())  # one slot: no room for a bracket
+    assert others[0].knob not in LOG_KNOBS and _bracketed(h, [*others, lr], 2)[1] == set()  # the first draft only
+    # not a scale knob, a move the bound leaves no room to extend, a lowered rate (bracketed downwards)
+    assert bracket_value(h, "grpo.temperature", 1.0, 1.2) is None
+    assert bracket_value(h, "optim.learning_rate", 0.1, 0.01) == pytest.approx(1e-4)
+    assert bracket_value(h.with_knob("optim.learning_rate", 0.05), "optim.learning_rate", 0.05, 0.1) is None
+    spec = load_campaign_spec(REPO / "campaigns" / "arith-demo.yaml")
+    assert spec.backtest.bracket and spec.backtest.project_futility
+
+
 def test_heuristic_brain_maps_findings_to_relevant_single_knob_changes():
     brain = HeuristicBrain()
     res = brain.propose(_ctx([_finding("truncation", "critical")], max_proposals=2))
@@ -442,6 +464,45 @@ def test_a_sequential_backtest_stops_early_on_a_large_effect_and_on_a_null_one()
     modest = _simulate(rng, 3, 1000, 3, effect=0.03, correlated=True)
     d, at = _run_sequential(modest, 3, 0.8, min_effect=0.01)
     assert at > 1 or d.outcome == "promote"
+
+
+def test_futility_projects_a_slow_acting_change_to_the_last_look_instead_of_refuting_it_early():
+    """An effect that builds up with the steps trained (a raised learning rate: +0.005 after 10 of 30 steps, +0.01
+    after 20) reads 'not worth having' on the first look's own interval; projected to the last look it goes on,
+    and is promoted at the second. Without the projection it is refuted at the first look."""
+    n, seeds, looks = 1000, 3, 3
+    control = [0] * n
+
+    def look(j):
+        treat = [1] * (5 * j) + [0] * (n - 5 * j)  # the same problems flip for every seed, 5 more each look
+        outcomes = {**{("control", s): control for s in range(seeds)}, **{("p", s): treat for s in range(seeds)}}
+        return (_look_branches([0.0] * seeds, "control"), _look_branches([5 * j / n] * seeds, "treatment", "p"),
+                outcomes)
+
+    def run(project):
+        for j in range(1, looks + 1):
+            c, t, outcomes = look(j)
+            d = decide("p", c, t, 0.0, 0.8, look=j, looks=looks, outcomes=outcomes, futility_effect=0.01,
+                       project_futility=project)
+            if d is not None:
+                return d, j
+        raise AssertionError("the last look must decide")
+
+    d, at = run(project=False)
+    assert (d.outcome, at) == ("reject", 1) and d.reasons[-1].startswith("futility")
+    d, at = run(project=True)
+    assert (d.outcome, at) == ("promote", 2), d.reasons
+    # an effect of exactly nothing still stops at once, the projection in its reason; a harmful one too
+    c, _, _ = look(1)
+    same = {**{("control", s): control for s in range(seeds)}, **{("p", s): control for s in range(seeds)}}
+    d = decide("p", c, _look_branches([0.0] * seeds, "treatment", "p"), 0.0, 0.8, look=1, looks=looks,
+               outcomes=same, futility_effect=0.01)
+    assert d.outcome == "reject" and "at most +0.000 by the last look, after 3× the steps" in d.reasons[-1]
+    worse = {**{("control", s): [1] * 20 + [0] * (n - 20) for s in range(seeds)},
+             **{("p", s): [0] * n for s in range(seeds)}}
+    d = decide("p", _look_branches([0.02] * seeds, "control"), _look_branches([0.0] * seeds, "treatment", "p"), 0.0,
+               0.8, look=1, looks=looks, outcomes=worse, futility_effect=0.01)
+    assert d.outcome == "reject" and d.reasons[-1].startswith("futility")
 
 
 def test_effect_interval_adds_the_problem_sample_to_the_seed_spread():

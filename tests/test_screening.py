@@ -123,7 +123,7 @@ KILLER = textwrap.dedent("""
     from evotrainer.config.harness import load_harness
     h = load_harness({harness!r})
     vo = ValueOptimizer(__import__("pathlib").Path({home!r}), "c", 0)
-    vo.sync(h, "optim.learning_rate", [("c:r00:p0", 9e-5, 0.03, "promote")])
+    vo.sync(h, "optim.learning_rate", [("c:r00:p0", 3e-5, 9e-5, 0.03, "promote")])
     if {when!r} == "before_ask":  # killed between the keyed enqueue and the ask
         optuna.study.Study.ask = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
     choice = vo.suggest("c:r01:p0", h.with_knob("optim.learning_rate", 9e-5), "optim.learning_rate", 2.7e-4, 1)
@@ -144,7 +144,7 @@ def test_the_optuna_study_resumes_after_kill_9_without_a_duplicate_trial(tmp_pat
     assert p.returncode == -9, p.stderr[-2000:]
     h = load_harness(harness).with_knob("optim.learning_rate", 9e-5)
     vo = ValueOptimizer(tmp_path, "c", 0)
-    vo.sync(h, "optim.learning_rate", [("c:r00:p0", 9e-5, 0.03, "promote")])
+    vo.sync(h, "optim.learning_rate", [("c:r00:p0", 3e-5, 9e-5, 0.03, "promote")])
     again = vo.suggest("c:r01:p0", h, "optim.learning_rate", 2.7e-4, 1)
     if when == "after_ask":
         assert again.value == json.loads(p.stdout)["value"]
@@ -156,10 +156,33 @@ def test_the_optuna_study_resumes_after_kill_9_without_a_duplicate_trial(tmp_pat
     assert vo.suggest("c:r01:p0", h, "optim.learning_rate", 2.7e-4, 1).value == again.value  # a re-run: same
     # the decision is told once, even when synced twice
     for _ in range(2):
-        assert vo.sync(h, "optim.learning_rate", [("c:r00:p0", 9e-5, 0.03, "promote"),
-                                                  ("c:r01:p0", again.value, -0.01, "reject")]) == 2
+        assert vo.sync(h, "optim.learning_rate", [("c:r00:p0", 3e-5, 9e-5, 0.03, "promote"),
+                                                  ("c:r01:p0", 9e-5, again.value, -0.01, "reject")]) == 2
     done = vo.study("optim.learning_rate").get_trials(states=(optuna.trial.TrialState.COMPLETE,))
     assert sorted(t.value for t in done) == [-0.01, 0.03]
+
+
+def test_the_study_learns_from_moves_so_a_promoted_raise_is_not_asked_back_towards_its_old_value(tmp_path):
+    """A raise 1e-6 -> 3e-6 that helped is a good *×3 move*: the next raise from 3e-6 is asked around ×3 (9e-6),
+    not at the timid lower edge of its window, where a study of absolute values put it (next to 3e-6)."""
+    import math
+
+    from evotrainer.agent.values import ValueOptimizer, move_of
+
+    h = load_harness(REPO / "harnesses" / "demo-start.yaml").with_knob("optim.learning_rate", 3e-6)
+    asked = []
+    for seed in range(8):
+        vo = ValueOptimizer(tmp_path / str(seed), "c", seed)
+        vo.sync(h, "optim.learning_rate", [("c:r00:p0", 1e-6, 3e-6, 0.015, "promote"),
+                                           ("c:r00:p1", 1e-6, 1.5e-6, 0.002, "reject")])
+        c = vo.suggest("c:r01:p0", h, "optim.learning_rate", 9e-6, 1)
+        assert c.source == "optuna-tpe" and c.window[0] <= c.value <= c.window[1]
+        asked.append(math.log(c.value / 3e-6))
+        trial = next(t for t in vo.study("optim.learning_rate").get_trials() if t.user_attrs["proposal"] == "c:r01:p0")
+        assert trial.params["move"] == pytest.approx(move_of("optim.learning_rate", 3e-6, c.value), rel=1e-6)
+    low_edge = math.log(3 ** 0.5)
+    assert sum(a > low_edge * 1.05 for a in asked) >= 6, asked  # not pinned to the timid edge
+    assert move_of("grpo.max_completion_length", 8, 12) == 4.0 and move_of("grpo.temperature", 1.0, "x") is None
 
 
 def test_values_fall_back_to_the_draft_without_history_and_keep_non_numeric_knobs(tmp_path):

@@ -293,11 +293,13 @@ def _refuted(ctx: CampaignContext) -> list[RefutedChange]:
     return out
 
 
-def _knob_history(ctx: CampaignContext, knob: str) -> list[tuple[str, Any, float | None, str]]:
-    """This campaign's decided proposals of ``knob``: (proposal id, value, effect, outcome), for the optimizer."""
+def _knob_history(ctx: CampaignContext, knob: str) -> list[tuple[str, Any, Any, float | None, str]]:
+    """This campaign's decided proposals of ``knob``: (proposal id, old value, new value, effect, outcome), for
+    the optimizer (which learns from the moves: see agent/values.py)."""
     props = {p.id: p for p in ctx.store.list_proposals(ctx.campaign_id) if p.knob == knob}
     decided = ctx.store.get_decisions(list(props))
-    return [(pid, props[pid].new, None if d.stats is None else d.stats.effect, d.outcome) for pid, d in decided.items()]
+    return [(pid, props[pid].old, props[pid].new, None if d.stats is None else d.stats.effect, d.outcome)
+            for pid, d in sorted(decided.items(), key=lambda kv: (props[kv[0]].round, kv[0]))]  # decision order
 
 
 def _check_draft(ctx: CampaignContext, harness: HarnessSpec, knob: str, value: Any, symptom: str,
@@ -349,8 +351,9 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
                                                        "tokens": result.tokens})
         knobs = harness.knobs()
         values = ValueOptimizer(ctx.home, ctx.campaign_id, ctx.spec.seed) if ctx.spec.values == "optuna" else None
+        drafts, brackets = _bracketed(harness, result.drafts, k if ctx.spec.backtest.bracket else 0)
         kept = 0
-        for i, d in enumerate(result.drafts):
+        for i, d in enumerate(drafts):
             if kept >= k:
                 break
             pid = f"{ctx.campaign_id}:r{rnd:02d}:p{i}"
@@ -359,7 +362,7 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
                 _check_draft(ctx, harness, d.knob, value, d.hypothesis.symptom, context)
                 if values is not None:
                     values.sync(harness, d.knob, _knob_history(ctx, d.knob))
-                    choice = values.suggest(pid, harness, d.knob, value, rnd)
+                    choice = values.suggest(pid, harness, d.knob, value, rnd, fixed="bracket" if i in brackets else None)
                     if choice.value != value:
                         try:
                             _check_draft(ctx, harness, d.knob, choice.value, d.hypothesis.symptom, context)
@@ -394,6 +397,32 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
     if not live:
         return Command(goto="distill", update={"proposal_ids": [], "approved_ids": []})
     return Command(goto="review", update={"proposal_ids": [p.id for p in live]})
+
+
+def _bracketed(harness: HarnessSpec, drafts: list, k: int) -> tuple[list, set[int]]:
+    """The brain's drafts with a bracket arm in the second slot (spec ``backtest.bracket``), and its index.
+
+    When the first draft moves a scale knob, the same knob moved three times as far in log scale is backtested
+    beside it against the same control (×3 and ×27 for a learning rate): a learning rate 300× too small gains
+    +0.005 in a 30-step branch from a ×3 raise, too little to decide, while the bracket shows which decade the
+    knob belongs in; if both are promoted the larger effect wins (``decide_node``). Both arms are trials of
+    the knob's Optuna study. ``k`` < 2 (or 0: bracketing off) leaves the drafts as they are.
+    """
+    from evotrainer.agent.values import bracket_value
+
+    if k < 2 or not drafts:
+        return list(drafts), set()
+    first = drafts[0]
+    current = harness.knobs().get(first.knob)
+    value = bracket_value(harness, first.knob, current, first.value)
+    if value is None or any(d.knob == first.knob and d.value == value for d in drafts):
+        return list(drafts), set()
+    change = f"{first.knob}: {current!r} → {value!r}, a bracket of {first.value!r} (three times the move in log scale)"
+    bracket = first.model_copy(update={
+        "value": value, "hypothesis": first.hypothesis.model_copy(update={"change": change[:300]}),
+        "rationale": (f"bracket of the first proposal ({first.knob} → {first.value!r}): the same knob moved three "
+                      f"times as far, backtested beside it against the same control; {first.rationale}")[:2000]})
+    return [first, bracket, *drafts[1:]], {1}
 
 
 def _screen(ctx: CampaignContext, state: CampaignState, harness: HarnessSpec, knob: str, value: Any):
@@ -506,7 +535,8 @@ def _decide_look(ctx: CampaignContext, pid: str, branches: list[BranchResult], l
     step = next((x.step for x in treat if x.step is not None), None)
     rel = None if step is None else b.branch_steps * look // b.looks
     return decide(pid, control, treat, b.min_effect, b.confidence, look=look, looks=b.looks, step=rel,
-                  outcomes=outcomes or None, undecided=undecided, futility_effect=b.futility_effect)
+                  outcomes=outcomes or None, undecided=undecided, futility_effect=b.futility_effect,
+                  project_futility=b.project_futility)
 
 
 def backtest(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[Literal["decide", "distill"]]:
@@ -782,7 +812,7 @@ def _tell_optimizer(ctx: CampaignContext, rnd: int, harness: HarnessSpec) -> Non
     vo = ValueOptimizer(ctx.home, ctx.campaign_id, ctx.spec.seed)
     for knob in {p.knob for p in ctx.store.list_proposals(ctx.campaign_id, round=rnd)}:
         history = _knob_history(ctx, knob)
-        if any(isinstance(v, (int, float)) and not isinstance(v, bool) for _, v, _, _ in history):
+        if any(isinstance(v, (int, float)) and not isinstance(v, bool) for _, _, v, _, _ in history):
             vo.sync(harness, knob, history)
 
 

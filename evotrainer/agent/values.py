@@ -10,17 +10,25 @@ knob this campaign has decided.
 How:
 
 - **One study per knob**, stored in ``HOME/campaigns/ID/optuna.db`` (Optuna's RDB storage), so it resumes
-  with the campaign. Its trials are this campaign's backtests of the knob: the value tried and the paired
-  held-out effect measured for it (treatment − control; a gate-blocked value scores −1, a screened one 0,
-  a failed one is a failed trial). They are written when the decision is recorded (:func:`tell`), keyed by
-  proposal id, and re-synced from the store before every ask, so a kill -9 between a decision and its tell
-  loses nothing.
+  with the campaign. Its trials are this campaign's backtests of the knob: the **move** tried (from the value
+  the knob had then: log(new / old) for scale knobs, new − old otherwise) and the paired held-out effect
+  measured for it (treatment − control; a gate-blocked value scores −1, a screened one 0, a failed one is a
+  failed trial). They are written when the decision is recorded (:func:`tell`), keyed by proposal id, and
+  re-synced from the store before every ask, so a kill -9 between a decision and its tell loses nothing.
+- **Why moves, not values.** Each backtest measures its effect against that round's control, so a score says
+  how good a *step from there* was, not how good the value is. Recorded as absolute values, a campaign that
+  promoted a learning rate 1e-6 → 3e-6 (+0.015) handed TPE one good trial at 3e-6, below the next window
+  [5.2e-6, 2.7e-5]; TPE's density then sat at the window's lower edge and asked for the most timid raise
+  (5.2e-6) of a learning rate still 30× too small. As moves, the same trial says "×3 helped", and the next
+  ask looks around ×3.
 - **The window.** The draft moves the knob from ``current`` towards ``value``; Optuna searches from half
   that step to twice it, in log space for scale knobs (learning rate, KL and entropy coefficients), linearly
   otherwise, clipped to the knob's bounds. The direction stays the brain's: a draft that says "raise" is
   never turned into a decrease.
 - **Fallback.** With no decided backtest of the knob yet, the draft's own value is used (the library's fixed
   step): a sampler with no observations knows less than the literature.
+- **Brackets.** A bracket arm (``agent/nodes.py``: a bolder move of the same scale knob, backtested beside
+  the first against the same control) keeps its value; it is recorded as its proposal's trial all the same.
 - **Exactly one trial per proposal.** The asked value is enqueued with the proposal's id (one write: a
   waiting trial carrying its key) and then asked, so a kill -9 at any point leaves at most that one keyed
   trial, which a re-run of the propose node finds and reuses instead of asking again; the sampler is
@@ -50,14 +58,18 @@ class ValueChoice(BaseModel):
 
     value: Any = Field(..., description="The value to backtest.")
     source: str = Field(..., description="'optuna-tpe' (asked of the study), 'fallback' (the draft's own value: "
-                                         "no decided backtest of this knob yet) or 'fixed' (not a numeric knob).")
+                                         "no decided backtest of this knob yet), 'bracket' (a bracket arm's own "
+                                         "value) or 'fixed' (not a numeric knob).")
     window: tuple[float, float] | None = Field(None, description="The range Optuna searched.")
     trials: int = Field(0, description="Decided backtests of this knob the study was conditioned on.")
 
     def describe(self) -> str:
+        if self.source == "fallback":
+            return "value from the skill (no Optuna history yet)"
+        if self.source == "bracket":
+            return "a bracket: the same knob moved three times as far (in log scale) beside the first arm"
         if self.source != "optuna-tpe":
-            return f"value from the {'skill' if self.source == 'fallback' else 'draft'} (no Optuna history yet)" \
-                if self.source == "fallback" else "value from the draft"
+            return "value from the draft"
         lo, hi = self.window or (None, None)
         return f"value asked of Optuna TPE in [{lo:.4g}, {hi:.4g}] given {self.trials} decided backtest(s) of this knob"
 
@@ -129,13 +141,52 @@ def _distribution(w: Window):
     return FloatDistribution(w.low, w.high, log=w.log)
 
 
+MAX_LOG_MOVE = 30.0  # |log(new / old)| a scale knob's study can hold (e^30: far beyond any knob's range)
+
+
 def study_distribution(harness: HarnessSpec, knob: str, log: bool):
-    """The distribution every trial of a knob's study is recorded under: the knob's whole range (Optuna keeps one
-    kind per parameter; each ask then searches a window inside it)."""
+    """The distribution every trial of a knob's study is recorded under: every move the knob allows (Optuna keeps
+    one kind per parameter; each ask then searches a window inside it). Log moves are already on a log scale."""
+    if log:
+        return _distribution(Window(-MAX_LOG_MOVE, MAX_LOG_MOVE, False, False))
     lo, hi, integer = _bounds(harness, knob)
-    lo = max(lo, 1e-8) if log else (lo if math.isfinite(lo) else -1e9)
-    hi = hi if math.isfinite(hi) else 1e9
-    return _distribution(Window(lo, hi, log, integer))
+    span = hi - lo if math.isfinite(hi - lo) else 1e9
+    return _distribution(Window(-span, span, False, integer))
+
+
+def move_of(knob: str, old: Any, new: Any) -> float | None:
+    """The step from ``old`` to ``new`` as the knob's study records it (None: not a numeric step)."""
+    if not (_number(old) and _number(new)):
+        return None
+    if knob in LOG_KNOBS:
+        return math.log(new / old) if old > 0 and new > 0 else None
+    return float(new - old)
+
+
+def _move_window(knob: str, current: float, w: Window) -> Window:
+    if knob in LOG_KNOBS:
+        return Window(math.log(w.low / current), math.log(w.high / current), False, False)
+    return Window(w.low - current, w.high - current, False, w.integer)
+
+
+BRACKET_FACTOR = 3.0  # a bracket arm moves a scale knob this many times as far, in log scale (×3 -> ×27)
+
+
+def bracket_value(harness: HarnessSpec, knob: str, current: Any, value: Any) -> float | None:
+    """The bolder value a bracket arm tries beside the draft ``current → value`` of a scale knob (None: no
+    bracket, for a knob that is not a scale knob or a move the bounds leave no room to extend)."""
+    move = move_of(knob, current, value)
+    if knob not in LOG_KNOBS or not move or locked_knob(knob):
+        return None
+    lo, hi, _ = _bounds(harness, knob)
+    out = float(f"{min(max(current * math.exp(BRACKET_FACTOR * move), lo), hi):.3g}")
+    return None if out in (current, value) or (out - value) * move <= 0 else out
+
+
+def _apply(knob: str, current: float, move: float, w: Window) -> Any:
+    value = current * math.exp(move) if knob in LOG_KNOBS else current + move
+    value = min(max(_round(value, w.integer), w.low), w.high)
+    return int(value) if w.integer else value
 
 
 def _round(x: float, integer: bool) -> Any:
@@ -174,12 +225,16 @@ class ValueOptimizer:
 
         digest = hashlib.sha256(f"{self.seed}:{round_}:{knob}".encode()).hexdigest()
         sampler = optuna.samplers.TPESampler(seed=int(digest[:8], 16), n_startup_trials=1)
-        return optuna.create_study(study_name=knob, storage=self.storage(), sampler=sampler, direction="maximize",
-                                   load_if_exists=True)
+        # "@move": the study of moves (see the module docstring); a campaign started before moves keeps its old
+        # study of values untouched, and its decided backtests are synced into this one on the next ask
+        return optuna.create_study(study_name=f"{knob}@move", storage=self.storage(), sampler=sampler,
+                                   direction="maximize", load_if_exists=True)
 
     # ------------------------------------------------------------------ history
-    def sync(self, harness: HarnessSpec, knob: str, history: list[tuple[str, Any, float | None, str]]) -> int:
-        """Record every decided backtest of ``knob`` as a trial, once: (proposal id, value, effect, outcome).
+    def sync(self, harness: HarnessSpec, knob: str,
+             history: list[tuple[str, Any, Any, float | None, str]]) -> int:
+        """Record every decided backtest of ``knob`` as a trial, once: (proposal id, old value, new value, effect,
+        outcome).
 
         A trial asked for the proposal is told its score; a decision with no trial yet (the value came from
         a brain before this study existed, or the knob's history predates it) is added as a finished trial.
@@ -189,13 +244,15 @@ class ValueOptimizer:
 
         study = self.study(knob)
         by_key = {t.user_attrs.get(KEY): t for t in study.get_trials(deepcopy=False)}
-        for pid, value, effect, outcome in history:
-            if not _number(value):
+        dist = study_distribution(harness, knob, knob in LOG_KNOBS)
+        for pid, old, value, effect, outcome in history:
+            move = move_of(knob, old, value)
+            if move is None:
                 continue
             score = _score(effect, outcome)
             t = by_key.get(pid)
             if t is not None and t.state == optuna.trial.TrialState.WAITING:
-                study.ask({"value": study_distribution(harness, knob, self._log(knob, value))})
+                study.ask({"move": dist})
                 t = next(x for x in study.get_trials(deepcopy=False) if x.user_attrs.get(KEY) == pid)
             if t is not None and t.state == optuna.trial.TrialState.RUNNING:
                 if score is None:
@@ -207,19 +264,18 @@ class ValueOptimizer:
                 continue
             state = optuna.trial.TrialState.COMPLETE if score is not None else optuna.trial.TrialState.FAIL
             study.add_trial(optuna.trial.create_trial(
-                params={"value": value}, distributions={"value": study_distribution(harness, knob, self._log(knob, value))},
-                value=score, state=state, user_attrs={KEY: pid, "source": "history"}))
+                params={"move": int(move) if dist_int(dist) else move}, distributions={"move": dist},
+                value=score, state=state, user_attrs={KEY: pid, "source": "history", "value": value}))
         return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
 
-    @staticmethod
-    def _log(knob: str, value: Any) -> bool:
-        return knob in LOG_KNOBS and _number(value) and value > 0
-
     # ------------------------------------------------------------------ ask
-    def suggest(self, key: str, harness: HarnessSpec, knob: str, value: Any, round_: int) -> ValueChoice:
+    def suggest(self, key: str, harness: HarnessSpec, knob: str, value: Any, round_: int,
+                fixed: str | None = None) -> ValueChoice:
         """The value to backtest for a draft ``knob → value`` (proposal ``key``); see the module docstring.
 
         Call :meth:`sync` with the knob's decided backtests first: the study is conditioned on what it holds.
+        ``fixed`` names where ``value`` came from when it is to be backtested as it is (a bracket arm): it is
+        still recorded as the proposal's trial, so its effect informs later asks.
         """
         import optuna
 
@@ -228,30 +284,39 @@ class ValueOptimizer:
         if window is None:
             return ValueChoice(value=value, source="fixed")
         study = self.study(knob, round_)
-        dist = _distribution(window)
+        mwin = _move_window(knob, current, window)
+        dist = _distribution(mwin)
         trials = study.get_trials(deepcopy=False)
         done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get(KEY) != key]
         mine = [t for t in trials if t.user_attrs.get(KEY) == key]
         if mine:  # asked before a kill -9: that same trial, never a second one
             t = mine[0]
             if t.state == optuna.trial.TrialState.WAITING:
-                study.ask({"value": dist})  # pops the waiting (enqueued) trial: ours
+                study.ask({"move": dist})  # pops the waiting (enqueued) trial: ours
                 t = next(x for x in study.get_trials(deepcopy=False) if x.user_attrs.get(KEY) == key)
-            chosen = t.params.get("value", value)
+            chosen = t.user_attrs.get("value", value)
             return ValueChoice(value=chosen, source=t.user_attrs.get("source", "optuna-tpe"),
                                window=(window.low, window.high), trials=len(done))
-        if not done:  # no history: the draft's own (library) step
+        if fixed is not None:
+            chosen, source = value, fixed
+        elif not done:  # no history: the draft's own (library) step
             chosen, source = value, "fallback"
         else:  # TPE on an in-memory copy (seeded, same history: deterministic), then recorded under the key
             probe = optuna.create_study(sampler=study.sampler, direction="maximize")
             for t in done:
                 probe.add_trial(t)
-            asked = probe.ask({"value": dist}).params["value"]
-            chosen = min(max(_round(asked, window.integer), window.low), window.high)
-            chosen, source = (int(chosen) if window.integer else chosen), "optuna-tpe"
-        study.enqueue_trial({"value": chosen}, user_attrs={KEY: key, "source": source})
-        study.ask({"value": dist})
+            chosen, source = _apply(knob, current, probe.ask({"move": dist}).params["move"], window), "optuna-tpe"
+        move = move_of(knob, current, chosen)
+        study.enqueue_trial({"move": int(round(move)) if mwin.integer else min(max(move, mwin.low), mwin.high)},
+                            user_attrs={KEY: key, "source": source, "value": chosen})
+        study.ask({"move": dist})
         return ValueChoice(value=chosen, source=source, window=(window.low, window.high), trials=len(done))
+
+
+def dist_int(dist: Any) -> bool:
+    from optuna.distributions import IntDistribution
+
+    return isinstance(dist, IntDistribution)
 
 
 def _score(effect: float | None, outcome: str) -> float | None:

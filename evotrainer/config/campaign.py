@@ -48,6 +48,17 @@ class BacktestSpec(_S):
                     "interim look (non-binding futility: it can only lower the false-promotion rate), else at the last "
                     "look. Above min_effect it stops changes too small to be worth having; null = min_effect.")
     confidence: float = Field(0.8, gt=0.5, lt=1.0, description="Confidence level of the paired interval.")
+    bracket: bool = Field(
+        True, description="When the round's first proposal moves a scale knob (learning rate, KL or entropy "
+                          "coefficient, weight decay), its second slot backtests the same knob moved three times as "
+                          "far in log scale (×3 -> ×27) against the same control, as an engineer's sweep would: "
+                          "from a value decades off, the first step alone shows effects too small to decide in a "
+                          "short branch. Needs max_proposals >= 2; the other proposals move down a slot.")
+    project_futility: bool = Field(
+        True, description="At an interim look, judge futility on the interval's upper end scaled by looks / look (an "
+                          "effect that builds up with steps trained, as a learning rate's does, may reach that much by "
+                          "the last look); false judges it on the look's own interval, which refutes slow-acting "
+                          "changes after a few steps (evotrainer/backtest.py).")
     looks: int | None = Field(
         None, ge=1, le=20,
         description="Evaluations of every branch at evenly spaced steps (branch_steps / looks apart). A proposal stops "
