@@ -10,7 +10,8 @@ policy and may spend the same number of trainer steps (every segment, branch leg
     Optuna values (the defaults of ``evotrainer.config.campaign``);
 (c) **optuna**: Optuna's TPE sampler with its median pruner over the knobs the campaign may change (every
     library skill's knob, resolved against the starting recipe: numeric knobs on a range around the start
-    value, the others over the values the skills name), each trial a job from the warm start for
+    value -- scale knobs such as the learning rate from 1/100 to 1000 times it, log scale --, the others over
+    the values the skills name), each trial a job from the warm start for
     ``--trial-steps`` steps, reporting held-out accuracy (decision split) three times to the pruner; trials
     go on until the budget is spent; the result is the best finished trial's policy.
 
@@ -161,8 +162,8 @@ def search_space(harness, task: str) -> dict[str, Any]:
         numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
         if numeric and cur is not None:
             lo_b, hi_b, integer = _bounds(harness, knob)
-            if knob in LOG_KNOBS and cur > 0:
-                lo, hi = max(cur / 10, lo_b, 1e-8), min(cur * 10, hi_b)
+            if knob in LOG_KNOBS and cur > 0:  # two decades down, three up: from 1e-6 Optuna can reach 1e-3,
+                lo, hi = max(cur / 100, lo_b, 1e-8), min(cur * 1000, hi_b)  # as the campaign's moves can
                 space[knob] = FloatDistribution(lo, hi, log=True)
             else:
                 d = max(abs(v - cur) for v in vals) * 2

@@ -87,7 +87,9 @@ def test_a_scale_knob_proposal_gets_a_bracket_arm_three_times_as_far_and_others_
     assert out[0].value == pytest.approx(3e-6) and out[1].value == pytest.approx(2.7e-5)  # ×3 and ×27
     assert out[2:] == others and "bracket" in out[1].rationale and "2.7e-05" in out[1].hypothesis.change
     assert _bracketed(h, [lr, *others], 1) == ([lr, *others], set())  # one slot: no room for a bracket
-    assert others[0].knob not in LOG_KNOBS and _bracketed(h, [*others, lr], 2)[1] == set()  # the first draft only
+    # a scale knob the round would backtest takes the first slot with its bracket; one it would not reach does not
+    assert others[0].knob not in LOG_KNOBS and _bracketed(h, [others[0], lr, *others[1:]], 2) == (out, {1})
+    assert _bracketed(h, [*others[:2], lr], 2) == ([*others[:2], lr], set())
     # not a scale knob, a move the bound leaves no room to extend, a lowered rate (bracketed downwards)
     assert bracket_value(h, "grpo.temperature", 1.0, 1.2) is None
     assert bracket_value(h, "optim.learning_rate", 0.1, 0.01) == pytest.approx(1e-4)

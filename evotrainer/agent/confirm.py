@@ -7,6 +7,10 @@ policy and the final mainline once on the third split (:func:`evotrainer.evaluat
 ``eval.n`` problems of the same levels, none of the other two splits) and records the result as an event,
 so the start → end claim rests on problems no choice has seen.
 
+A campaign scores them in its pool's worker (``score``), which already holds torch and the policy code; loading
+them in the campaign process cost about 8 s of a 400-step campaign's 230, most of it importing transformers.
+``evotrainer campaign confirm`` scores in-process.
+
 Each version is played within its own recipe's completion budget (the start harness for the base policy,
 the mainline's harness for the mainline), as the campaign measured them. When the two budgets differ the
 base policy is also played within the mainline's budget, so the gain splits into what the recipe's budget
@@ -16,7 +20,7 @@ gave and what training gave.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import BaseModel, Field
 
@@ -43,13 +47,19 @@ class Confirmation(BaseModel):
                 f"{self.start:.3f} → end {self.end:.3f} ({self.mainline}){both}")
 
 
-def confirm(home: Path, cid: str, seed: int | None = None, store: Any = None) -> Confirmation:
-    """Evaluate the campaign's base policy and its mainline on fresh held-out problems; record and return it."""
+Scorer = Callable[[dict[str, Any]], dict[str, Any]]  # a ScoreRequest document -> score_policies' answer
+
+
+def confirm(home: Path, cid: str, seed: int | None = None, store: Any = None, score: Scorer | None = None) -> Confirmation:
+    """Evaluate the campaign's base policy and its mainline on fresh held-out problems; record and return it.
+
+    ``score``: where to evaluate (the campaign's pool: ``Launcher.score``); None evaluates in this process.
+    """
 
     from evotrainer.config.campaign import spec_of
     from evotrainer.config.harness import HarnessSpec
     from evotrainer.evaluation import split_problems
-    from evotrainer.policy import policy_accuracy
+    from evotrainer.jobs.scoring import score_policies
     from evotrainer.runmeta import read_run_meta
     from evotrainer.store import Store
     from evotrainer.tasks import get_task
@@ -73,17 +83,20 @@ def confirm(home: Path, cid: str, seed: int | None = None, store: Any = None) ->
                harness[mainline.harness_version].grpo.max_completion_length)
     task = get_task(spec.task, spec.task_options)
     ev = spec.eval.model_copy(update={"k": 1})
-    problems = split_problems(task, ev, "confirmation", seed)
+    problems = split_problems(task, ev, "confirmation", seed)  # validates the seed before anything is scored
+    policies = [(first.base_policy, budgets[0]), (mainline.checkpoint, budgets[1])]
+    if budgets[1] != budgets[0]:
+        policies.append((first.base_policy, budgets[1]))
+    out = (score or score_policies)({"task": spec.task, "task_options": spec.task_options,
+                                     "eval": ev.model_dump(mode="json"), "split": "confirmation", "seed": seed,
+                                     "policies": [list(p) for p in policies]})
+    if not out["ok"]:
+        raise ConfigError(f"campaign {cid}: the confirmation could not score its policies: {out['error']}")
+    accs = out["accuracies"]
     seed = spec.eval.seed + 1 if seed is None else seed
-    loaded: dict[str, Any] = {}
-
-    def acc(path: str, budget: int) -> float:
-        return policy_accuracy(path, task, problems, ev, budget, cache=loaded)
-
     lo, hi = ev.difficulty or (task.default_difficulty, task.default_difficulty)
     result = Confirmation(
         seed=seed, n=len(problems), difficulty=(lo, hi), mainline=mainline.id, budgets=budgets,
-        start=acc(first.base_policy, budgets[0]), end=acc(mainline.checkpoint, budgets[1]),
-        start_at_end_budget=acc(first.base_policy, budgets[1]) if budgets[1] != budgets[0] else None)
+        start=accs[0], end=accs[1], start_at_end_budget=accs[2] if len(accs) > 2 else None)
     store.log_event(cid, "confirmation", result.model_dump(mode="json"))
     return result

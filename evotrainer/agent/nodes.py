@@ -400,29 +400,35 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
 
 
 def _bracketed(harness: HarnessSpec, drafts: list, k: int) -> tuple[list, set[int]]:
-    """The brain's drafts with a bracket arm in the second slot (spec ``backtest.bracket``), and its index.
+    """The brain's drafts with a bracket arm (spec ``backtest.bracket``), and the bracket's index.
 
-    When the first draft moves a scale knob, the same knob moved three times as far in log scale is backtested
-    beside it against the same control (×3 and ×27 for a learning rate): a learning rate 300× too small gains
-    +0.005 in a 30-step branch from a ×3 raise, too little to decide, while the bracket shows which decade the
-    knob belongs in; if both are promoted the larger effect wins (``decide_node``). Both arms are trials of
-    the knob's Optuna study. ``k`` < 2 (or 0: bracketing off) leaves the drafts as they are.
+    When one of the drafts the round would backtest (the first ``k``) moves a scale knob, that draft takes the
+    first slot and the same knob moved three times as far in log scale the second, backtested against the same
+    control (×3 and ×27 for a learning rate); the other drafts move down two slots. Why: a learning rate 300×
+    too small gains +0.005 in a 30-step branch from a ×3 raise, too little to decide (on one warm start it read
+    −0.002 and was refuted), while the bracket shows which decade the knob belongs in. If both are promoted the
+    larger effect wins (``decide_node``); both arms are trials of the knob's Optuna study. ``k`` < 2 (or 0:
+    bracketing off) leaves the drafts as they are.
     """
     from evotrainer.agent.values import bracket_value
 
     if k < 2 or not drafts:
         return list(drafts), set()
-    first = drafts[0]
-    current = harness.knobs().get(first.knob)
+    knobs = harness.knobs()
+    scale = [d for d in drafts[:k] if bracket_value(harness, d.knob, knobs.get(d.knob), d.value) is not None]
+    if not scale:
+        return list(drafts), set()
+    first = scale[0]
+    current = knobs.get(first.knob)
     value = bracket_value(harness, first.knob, current, first.value)
-    if value is None or any(d.knob == first.knob and d.value == value for d in drafts):
+    if any(d.knob == first.knob and d.value == value for d in drafts):
         return list(drafts), set()
     change = f"{first.knob}: {current!r} → {value!r}, a bracket of {first.value!r} (three times the move in log scale)"
     bracket = first.model_copy(update={
         "value": value, "hypothesis": first.hypothesis.model_copy(update={"change": change[:300]}),
         "rationale": (f"bracket of the first proposal ({first.knob} → {first.value!r}): the same knob moved three "
                       f"times as far, backtested beside it against the same control; {first.rationale}")[:2000]})
-    return [first, bracket, *drafts[1:]], {1}
+    return [first, bracket, *[d for d in drafts if d is not first]], {1}
 
 
 def _screen(ctx: CampaignContext, state: CampaignState, harness: HarnessSpec, knob: str, value: Any):
@@ -823,7 +829,8 @@ def finish(state: CampaignState, runtime: Runtime[CampaignContext]) -> dict:
     if ctx.spec.confirm and mainline is not None and mainline not in done:  # once per mainline handed over
         from evotrainer.agent.confirm import confirm
 
-        c = _guarded(ctx, "confirmation", state.get("round", 0), lambda: confirm(ctx.home, ctx.campaign_id, store=ctx.store), None)
+        c = _guarded(ctx, "confirmation", state.get("round", 0), lambda: confirm(ctx.home, ctx.campaign_id, store=ctx.store,
+                                                                                   score=ctx.pool.score), None)
         if c is not None:
             ctx.log(f"confirmed on {c.describe()}")
     ctx.store.set_campaign(ctx.campaign_id, status="finished")

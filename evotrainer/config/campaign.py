@@ -49,11 +49,11 @@ class BacktestSpec(_S):
                     "look. Above min_effect it stops changes too small to be worth having; null = min_effect.")
     confidence: float = Field(0.8, gt=0.5, lt=1.0, description="Confidence level of the paired interval.")
     bracket: bool = Field(
-        True, description="When the round's first proposal moves a scale knob (learning rate, KL or entropy "
-                          "coefficient, weight decay), its second slot backtests the same knob moved three times as "
-                          "far in log scale (×3 -> ×27) against the same control, as an engineer's sweep would: "
-                          "from a value decades off, the first step alone shows effects too small to decide in a "
-                          "short branch. Needs max_proposals >= 2; the other proposals move down a slot.")
+        True, description="When a proposal the round would backtest moves a scale knob (learning rate, KL or entropy "
+                          "coefficient, weight decay), it takes the first slot and the same knob moved three times as "
+                          "far in log scale (×3 -> ×27) the second, against the same control, as an engineer's sweep "
+                          "would: from a value decades off, the first step alone shows effects too small to decide "
+                          "in a short branch. Needs max_proposals >= 2; the other proposals move down.")
     project_futility: bool = Field(
         True, description="At an interim look, judge futility on the interval's upper end scaled by looks / look (an "
                           "effect that builds up with steps trained, as a learning rate's does, may reach that much by "

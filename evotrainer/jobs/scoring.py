@@ -26,6 +26,7 @@ class ScoreRequest(BaseModel):
     task_options: dict[str, Any] = Field(default_factory=dict)
     eval: EvalSpec
     split: Split = "selection"
+    seed: int | None = Field(None, description="The split's seed, when not its default (a confirmation's --seed).")
     policies: list[tuple[str, int]] = Field(..., description="(path, max_new_tokens) pairs.")
 
 
@@ -38,7 +39,7 @@ def score_policies(request: dict[str, Any]) -> dict[str, Any]:
 
         req = ScoreRequest.model_validate(request)
         task = get_task(req.task, req.task_options)
-        problems = split_problems(task, req.eval, req.split)
+        problems = split_problems(task, req.eval, req.split, req.seed)
         accs: list[float] = []
         cache: dict[str, Any] = {}
         for path, budget in req.policies:
