@@ -562,6 +562,48 @@ def test_a_backtest_look_runs_only_within_the_budget_and_the_exploration_share(t
     assert _explore_spent(ctx, mainline)  # 20 + 2 × 2 × 10 − 10 = 50 > 30
 
 
+def test_an_inconclusive_gain_is_offered_once_more_while_its_knob_is_where_it_was_tested_from(tmp_path):
+    from datetime import datetime, timezone
+    from pathlib import Path
+
+    from evotrainer.agent.nodes import _bracketed, _retests
+    from evotrainer.agent.state import CampaignContext
+    from evotrainer.config.campaign import CampaignSpec
+    from evotrainer.domain import BacktestStats, Decision, Hypothesis, Proposal
+    from evotrainer.store import Store
+
+    now = datetime.now(timezone.utc)
+    spec = CampaignSpec(name="r", budget={"total_steps": 1000})
+    store = Store.for_home(tmp_path)
+    store.create_campaign("r", "r", spec.model_dump(mode="json"), "h")
+    ctx = CampaignContext(campaign_id="r", spec=spec, home=Path(tmp_path), store=store, brain=None, pool=None,
+                          tracker=None)
+    hyp = Hypothesis(symptom="plateau", cause="the recipe is stuck", change="a change", expected_effect="accuracy up")
+
+    def decided(pid, rnd, knob, old, new, outcome, effect):
+        store.add_proposal(Proposal(id=pid, campaign_id="r", round=rnd, knob=knob, old=old, new=new, hypothesis=hyp,
+                                    rationale="", cited_skills=[], brain="heuristic", status="pending_review",
+                                    harness_version="h", created=now))
+        store.add_decision(Decision(proposal_id=pid, outcome=outcome, at=now, reasons=["x"], stats=BacktestStats(
+            n_pairs=3, effect=effect, ci_low=effect - 0.02, ci_high=effect + 0.02, confidence=0.8, method="t",
+            control_mean=0.3, treatment_mean=0.3 + effect)))
+
+    decided("r:r00:p0", 0, "optim.learning_rate", 1e-6, 3e-6, "reject", -0.002)
+    decided("r:r00:p1", 0, "optim.learning_rate", 1e-6, 2.7e-5, "inconclusive", 0.011)
+    decided("r:r00:p2", 0, "grpo.temperature", 1.0, 1.2, "inconclusive", -0.004)  # no gain measured: not again
+    h = HarnessSpec().with_knob("optim.learning_rate", 1e-6)
+    (c,) = _retests(ctx, h)
+    assert (c.knob, c.value, c.effects, c.symptoms) == ("optim.learning_rate", 2.7e-5, [0.011], ["plateau"])
+    assert "inconclusive in round 0 at +0.011" in c.description
+    # the heuristic brain may draft it, and then it is backtested as it was: no bracket beside it
+    drafts = HeuristicBrain().propose(_ctx([_finding("plateau", "info")], harness=h, candidates=[c],
+                                           max_proposals=2)).drafts
+    assert drafts[0].value == 2.7e-5 and _bracketed(h, drafts, 2) == (drafts, set())
+    assert _retests(ctx, h.with_knob("optim.learning_rate", 2.7e-5)) == []  # the knob moved since: it means else
+    decided("r:r01:p0", 1, "optim.learning_rate", 1e-6, 2.7e-5, "inconclusive", 0.009)
+    assert _retests(ctx, h) == []  # tried twice: the record stands
+
+
 def test_loading_a_campaign_spec_and_its_harness_does_not_import_torch():
     # validating a spec (CLI start-up, the dashboard, `campaign start` before its worker) must not pay torch's import
     code = ("import sys\nfrom evotrainer.config.campaign import load_campaign_spec\nfrom evotrainer.config.harness import load_harness\n"

@@ -341,6 +341,7 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
         context = ctx.spec.policy.context_length()
         candidates, mistakes, known = brain_inputs(ctx.library, harness, findings, ctx.spec.task, store=ctx.store,
                                                    context=context)
+        candidates = _retests(ctx, harness) + candidates
         k = ctx.spec.backtest.max_proposals
         bctx = BrainContext(harness=harness, findings=findings, candidates=candidates, mistakes=mistakes,
                             refuted=_refuted(ctx) + known, max_proposals=k + (2 if ctx.spec.screen else 0),
@@ -362,7 +363,8 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
                 _check_draft(ctx, harness, d.knob, value, d.hypothesis.symptom, context)
                 if values is not None:
                     values.sync(harness, d.knob, _knob_history(ctx, d.knob))
-                    choice = values.suggest(pid, harness, d.knob, value, rnd, fixed="bracket" if i in brackets else None)
+                    fixed = "bracket" if i in brackets else ("retest" if _is_retest(d) else None)
+                    choice = values.suggest(pid, harness, d.knob, value, rnd, fixed=fixed)
                     if choice.value != value:
                         try:
                             _check_draft(ctx, harness, d.knob, choice.value, d.hypothesis.symptom, context)
@@ -399,6 +401,53 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
     return Command(goto="review", update={"proposal_ids": [p.id for p in live]})
 
 
+RETEST = "retest-"  # id prefix of a re-test candidate (:func:`_retests`)
+
+
+def _is_retest(draft: Any) -> bool:
+    return any(c.startswith(RETEST) for c in draft.cited_skills)
+
+
+def _retests(ctx: CampaignContext, harness: HarnessSpec) -> list:
+    """Inconclusive changes that measured a gain, offered once more as candidates, with that gain as evidence.
+
+    Why: an inconclusive backtest is not a refutation, but no library skill proposes its value again. A bracket
+    arm (a learning rate moved 1e-6 → 2.7e-5) that gained +0.011 in 30 steps on a slow-learning warm start, too
+    little to decide, was never tried again: the skill's own ×3 step had been refuted, so the knob dropped out,
+    and the campaign ended where it started. A change is re-tested once (its value backtested twice at most),
+    only while its knob still has the value it was tested from (after the knob moved, the old step means
+    something else), and only when its effect was above ``backtest.min_effect``; it is backtested as it was,
+    neither bracketed nor re-valued by Optuna.
+    """
+    from evotrainer.domain import Candidate
+
+    knobs = harness.knobs()
+    props = ctx.store.list_proposals(ctx.campaign_id)
+    decided = ctx.store.get_decisions([p.id for p in props])
+    tried: dict[tuple[str, str], int] = {}
+    for p in props:
+        if p.id in decided:
+            tried[(p.knob, repr(p.new))] = tried.get((p.knob, repr(p.new)), 0) + 1
+    out, seen = [], set()
+    for p in props:
+        d = decided.get(p.id)
+        key = (p.knob, repr(p.new))
+        if (d is None or d.outcome != "inconclusive" or d.stats is None or d.stats.effect <= ctx.spec.backtest.min_effect
+                or tried[key] > 1 or key in seen or knobs.get(p.knob) != p.old):
+            continue
+        try:
+            harness.with_knob(p.knob, p.new)
+        except Exception:  # noqa: BLE001 - a value this harness no longer accepts is no candidate
+            continue
+        seen.add(key)
+        out.append(Candidate(
+            id=f"{RETEST}{p.id}", symptoms=[p.hypothesis.symptom], knob=p.knob, value=p.new, source="this campaign",
+            description=f"re-test {p.knob} → {p.new!r}: inconclusive in round {p.round} at {d.stats.effect:+.3f} "
+                        f"({d.stats.ci_low:+.3f}..{d.stats.ci_high:+.3f})",
+            effects=[d.stats.effect]))
+    return out
+
+
 def _bracketed(harness: HarnessSpec, drafts: list, k: int) -> tuple[list, set[int]]:
     """The brain's drafts with a bracket arm (spec ``backtest.bracket``), and the bracket's index.
 
@@ -415,7 +464,8 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int) -> tuple[list, set[in
     if k < 2 or not drafts:
         return list(drafts), set()
     knobs = harness.knobs()
-    scale = [d for d in drafts[:k] if bracket_value(harness, d.knob, knobs.get(d.knob), d.value) is not None]
+    scale = [d for d in drafts[:k] if not _is_retest(d)
+             and bracket_value(harness, d.knob, knobs.get(d.knob), d.value) is not None]
     if not scale:
         return list(drafts), set()
     first = scale[0]

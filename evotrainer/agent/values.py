@@ -27,8 +27,9 @@ How:
   never turned into a decrease.
 - **Fallback.** With no decided backtest of the knob yet, the draft's own value is used (the library's fixed
   step): a sampler with no observations knows less than the literature.
-- **Brackets.** A bracket arm (``agent/nodes.py``: a bolder move of the same scale knob, backtested beside
-  the first against the same control) keeps its value; it is recorded as its proposal's trial all the same.
+- **Brackets and re-tests.** A bracket arm (``agent/nodes.py``: a bolder move of the same scale knob, backtested beside
+  the first against the same control) and a re-test of an inconclusive value keep their values; each is
+  recorded as its proposal's trial all the same.
 - **Exactly one trial per proposal.** The asked value is enqueued with the proposal's id (one write: a
   waiting trial carrying its key) and then asked, so a kill -9 at any point leaves at most that one keyed
   trial, which a re-run of the propose node finds and reuses instead of asking again; the sampler is
@@ -59,7 +60,8 @@ class ValueChoice(BaseModel):
     value: Any = Field(..., description="The value to backtest.")
     source: str = Field(..., description="'optuna-tpe' (asked of the study), 'fallback' (the draft's own value: "
                                          "no decided backtest of this knob yet), 'bracket' (a bracket arm's own "
-                                         "value) or 'fixed' (not a numeric knob).")
+                                         "value), 'retest' (an inconclusive value tried again) or 'fixed' (not a "
+                                         "numeric knob).")
     window: tuple[float, float] | None = Field(None, description="The range Optuna searched.")
     trials: int = Field(0, description="Decided backtests of this knob the study was conditioned on.")
 
@@ -68,6 +70,8 @@ class ValueChoice(BaseModel):
             return "value from the skill (no Optuna history yet)"
         if self.source == "bracket":
             return "a bracket: the same knob moved three times as far (in log scale) beside the first arm"
+        if self.source == "retest":
+            return "the value of an inconclusive backtest, tried again"
         if self.source != "optuna-tpe":
             return "value from the draft"
         lo, hi = self.window or (None, None)
