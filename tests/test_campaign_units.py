@@ -599,6 +599,21 @@ def test_an_inconclusive_gain_is_offered_once_more_while_its_knob_is_where_it_wa
     drafts = HeuristicBrain().propose(_ctx([_finding("plateau", "info")], harness=h, candidates=[c],
                                            max_proposals=2)).drafts
     assert drafts[0].value == 2.7e-5 and _bracketed(h, drafts, 2) == (drafts, set())
+    # the refuted ×3 raise wrote a mistake note that marks every larger raise; the re-test's own gain outweighs it
+    import shutil
+
+    from evotrainer.agent.nodes import _check_draft
+    from evotrainer.library.curation import record_outcome
+
+    ctx.library = tmp_path / "lib"
+    shutil.copytree(SEED_LIBRARY, ctx.library)
+    record_outcome(ctx.library, symptom="plateau", knob="optim.learning_rate", old=1e-6, value=3e-6, outcome="reject",
+                   evidence={"campaign": "r", "task": "arith", "proposal": "r:r00:p0", "effect": -0.002,
+                             "ci_low": -0.007, "ci_high": 0.003, "seeds": [0, 1, 2], "date": now.date()},
+                   actor="campaign:r", cited=["raise-lr"])
+    with pytest.raises(ConfigError, match="repeats the known mistake"):
+        _check_draft(ctx, h, "optim.learning_rate", 2.7e-5, "plateau", None)
+    _check_draft(ctx, h, "optim.learning_rate", 2.7e-5, "plateau", None, retest=True)
     assert _retests(ctx, h.with_knob("optim.learning_rate", 2.7e-5)) == []  # the knob moved since: it means else
     decided("r:r01:p0", 1, "optim.learning_rate", 1e-6, 2.7e-5, "inconclusive", 0.009)
     assert _retests(ctx, h) == []  # tried twice: the record stands

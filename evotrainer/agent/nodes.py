@@ -303,8 +303,13 @@ def _knob_history(ctx: CampaignContext, knob: str) -> list[tuple[str, Any, Any, 
 
 
 def _check_draft(ctx: CampaignContext, harness: HarnessSpec, knob: str, value: Any, symptom: str,
-                 context: int | None) -> None:
-    """Raise ConfigError when ``knob=value`` may not be proposed (the propose node's last line of defence)."""
+                 context: int | None, retest: bool = False) -> None:
+    """Raise ConfigError when ``knob=value`` may not be proposed (the propose node's last line of defence).
+
+    A re-test (:func:`_retests`) is not checked against the mistake notes: the notebook extrapolates from the
+    values that failed (a ×3 raise refuted at −0.002 marks every larger raise), while this exact value measured a
+    gain in this campaign, which is the stronger evidence.
+    """
     from evotrainer.agent.lessons import overflows_context, repeated_mistake
     from evotrainer.errors import ConfigError
 
@@ -316,7 +321,7 @@ def _check_draft(ctx: CampaignContext, harness: HarnessSpec, knob: str, value: A
         raise ConfigError(f"{knob} changes nothing in this harness: {inert[knob]}")
     if (why := overflows_context(knob, value, context)) is not None:
         raise ConfigError(why)
-    mistake = repeated_mistake(ctx.library, harness, knob, value, symptom)
+    mistake = None if retest else repeated_mistake(ctx.library, harness, knob, value, symptom)
     if mistake:
         raise ConfigError(f"{knob}={value!r} repeats the known mistake {mistake} with no new symptom")
 
@@ -360,7 +365,7 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
             pid = f"{ctx.campaign_id}:r{rnd:02d}:p{i}"
             value, rationale = d.value, d.rationale
             try:
-                _check_draft(ctx, harness, d.knob, value, d.hypothesis.symptom, context)
+                _check_draft(ctx, harness, d.knob, value, d.hypothesis.symptom, context, retest=_is_retest(d))
                 if values is not None:
                     values.sync(harness, d.knob, _knob_history(ctx, d.knob))
                     fixed = "bracket" if i in brackets else ("retest" if _is_retest(d) else None)
