@@ -457,8 +457,8 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int) -> tuple[list, set[in
     """The brain's drafts with a bracket arm (spec ``backtest.bracket``), and the bracket's index.
 
     When one of the drafts the round would backtest (the first ``k``) moves a scale knob, that draft takes the
-    first slot and the same knob moved three times as far in log scale the second, backtested against the same
-    control (×3 and ×27 for a learning rate); the other drafts move down two slots. Why: a learning rate 300×
+    first slot and the same knob moved four times as far in log scale the second, backtested against the same
+    control (×3 and ×81 for a learning rate); the other drafts move down two slots. Why: a learning rate 300×
     too small gains +0.005 in a 30-step branch from a ×3 raise, too little to decide (on one warm start it read
     −0.002 and was refuted), while the bracket shows which decade the knob belongs in. If both are promoted the
     larger effect wins (``decide_node``); both arms are trials of the knob's Optuna study. ``k`` < 2 (or 0:
@@ -478,10 +478,10 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int) -> tuple[list, set[in
     value = bracket_value(harness, first.knob, current, first.value)
     if any(d.knob == first.knob and d.value == value for d in drafts):
         return list(drafts), set()
-    change = f"{first.knob}: {current!r} → {value!r}, a bracket of {first.value!r} (three times the move in log scale)"
+    change = f"{first.knob}: {current!r} → {value!r}, a bracket of {first.value!r} (four times the move in log scale)"
     bracket = first.model_copy(update={
         "value": value, "hypothesis": first.hypothesis.model_copy(update={"change": change[:300]}),
-        "rationale": (f"bracket of the first proposal ({first.knob} → {first.value!r}): the same knob moved three "
+        "rationale": (f"bracket of the first proposal ({first.knob} → {first.value!r}): the same knob moved four "
                       f"times as far, backtested beside it against the same control; {first.rationale}")[:2000]})
     return [first, bracket, *[d for d in drafts if d is not first]], {1}
 

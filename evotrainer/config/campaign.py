@@ -50,8 +50,8 @@ class BacktestSpec(_S):
     confidence: float = Field(0.8, gt=0.5, lt=1.0, description="Confidence level of the paired interval.")
     bracket: bool = Field(
         True, description="When a proposal the round would backtest moves a scale knob (learning rate, KL or entropy "
-                          "coefficient, weight decay), it takes the first slot and the same knob moved three times as "
-                          "far in log scale (×3 -> ×27) the second, against the same control, as an engineer's sweep "
+                          "coefficient, weight decay), it takes the first slot and the same knob moved four times as "
+                          "far in log scale (×3 -> ×81) the second, against the same control, as an engineer's sweep "
                           "would: from a value decades off, the first step alone shows effects too small to decide "
                           "in a short branch. Needs max_proposals >= 2; the other proposals move down.")
     project_futility: bool = Field(
