@@ -201,3 +201,8 @@ def test_values_fall_back_to_the_draft_without_history_and_keep_non_numeric_knob
     w = search_window(h, "grpo.top_entropy_quantile", 1.0, 0.2)
     assert 0.0 <= w.low < w.high <= 0.6
     assert search_window(h, "optim.learning_rate", 0.05, 0.1).high == 0.1  # the knob's bound
+    # a scale knob moved off zero has no log move: backtested as drafted, also when its study has history
+    vo.sync(h, "optim.weight_decay", [("c:r00:p9", 0.01, 0.03, 0.02, "promote")])
+    h0 = h.with_knob("optim.weight_decay", 0.0)
+    c = vo.suggest("c:r01:p0", h0, "optim.weight_decay", 0.01, 1)
+    assert (c.value, c.source) == (0.01, "fixed")

@@ -289,7 +289,8 @@ class ValueOptimizer:
 
         current = harness.knobs().get(knob)
         window = search_window(harness, knob, current, value)
-        if window is None:
+        if window is None or (knob in LOG_KNOBS and not window.log):
+            # a scale knob moved off zero (weight decay 0 -> 0.01) has no log move its study could record
             return ValueChoice(value=value, source="fixed")
         study = self.study(knob, round_)
         mwin = _move_window(knob, current, window)
