@@ -96,10 +96,14 @@ def run_static(task: str, harness: Path, seed: int, a: Any, home: Path) -> dict[
     from evotrainer.config.job import JobSpec
     from evotrainer.jobs.runner import run_job
 
+    from evotrainer.home import jobs_dir
+
     t = time.perf_counter()
+    name = f"static-{harness.stem}-s{seed}-b{a.budget}"
+    resume = name if (jobs_dir(home) / name).exists() else None  # a bench killed mid-run goes on from there
     res = run_job(JobSpec(task=task, harness=str(harness), steps=a.budget, seed=seed, save_every=a.budget,
-                          name=f"static-{harness.stem}-s{seed}-b{a.budget}", policy=_policy(a),
-                          eval=EvalSpec(every=a.budget, n=a.eval_n, k=1)), home)
+                          name=name, policy=_policy(a), eval=EvalSpec(every=a.budget, n=a.eval_n, k=1)),
+                  home, resume=resume)
     budget = load_harness(harness).grpo.max_completion_length
     return {"accuracy": confirmation_accuracy(task, res.checkpoint, budget, a.eval_n), "steps": res.steps_done,
             "wall_s": round(time.perf_counter() - t, 1)}
