@@ -25,6 +25,15 @@ threshold (``futility_effect``, by default ``min_effect``: a gain not worth havi
 for futility can only lower the false-promotion rate, so the threshold may sit above ``min_effect``. With K = 1
 the rule is the fixed-horizon one.
 
+**Unplanned last look.** A backtest can end before its last planned look for a reason outside the proposal's
+data: the campaign's budget (or its exploration share) has no room for the next look. That look is then the final
+analysis, as in Lan–DeMets alpha spending when a trial ends early for administrative reasons: it may spend all the
+error the earlier looks left, α·(1 − ((j−1)/K)^ρ), and a proposal whose interval still straddles the minimum effect
+there is inconclusive. The union bound is unchanged (the levels used along any path still sum to at most α), so
+the false-promotion rate stays at or below α/2 (simulated with forced stops in ``tests/test_campaign_units.py``).
+Without it a change budget-stopped at look 2 of 3 was judged at the 94.8 % level of a look that expected another
+after it, and the 19 % of the error left for the last look was never spent (countdown, bench/RESULTS.md §7 v3).
+
 **Why futility projects.** Unlike a clinical trial, a later look does not add observations: every look scores
 the same problems, and what changes is the effect itself, which a training change builds up step by step (a
 learning rate raised from 1e-6 to 3e-6 moved held-out accuracy by +0.005 after 10 steps, and by about +0.03
@@ -99,16 +108,21 @@ def effect_interval(diffs_by_seed: list[list[float]], confidence: float) -> tupl
 def decide(proposal_id: str, control: list[BranchResult], treatment: list[BranchResult], min_effect: float,
            confidence: float, *, look: int = 1, looks: int = 1, step: int | None = None,
            outcomes: dict[tuple[str, int], list[int]] | None = None, undecided: str | None = None,
-           futility_effect: float | None = None, project_futility: bool = True) -> Decision | None:
+           futility_effect: float | None = None, project_futility: bool = True, last: bool = False) -> Decision | None:
     """Apply the decision rule to one proposal's branches (matched by seed) at look ``look`` of ``looks``.
 
     ``outcomes`` maps (``"control"`` or the proposal id, seed) to each branch's per-problem correctness at this
     look; without it the interval is over seeds only. At an interim look where the proposal goes on, returns
     None, or, when ``undecided`` names an outcome (the backtest ended there for another reason), a decision
     with that outcome and the look's numbers.
+
+    ``last``: the backtest ends at this look for a reason that is not this proposal's data (the budget ran out
+    for its next look). The look is then the final analysis, and it spends all the error the looks before it
+    left unspent (see "Unplanned last look" in the module docstring).
     """
     now = datetime.now(timezone.utc)
-    final = look >= looks
+    planned_final = look >= looks
+    final = planned_final or last
     futile = min_effect if futility_effect is None else futility_effect
     ctrl = {b.seed: b for b in control if b.status == "finished" and b.eval_accuracy is not None}
     treat = {b.seed: b for b in treatment if b.status == "finished" and b.eval_accuracy is not None}
@@ -118,7 +132,9 @@ def decide(proposal_id: str, control: list[BranchResult], treatment: list[Branch
     if len(seeds) < 2:
         return Decision(proposal_id=proposal_id, outcome="failed", at=now,
                         reasons=[f"only {len(seeds)} complete pair(s) of branches", *failed])
-    alpha = (1 - confidence) * spending(looks)[look - 1]  # two-sided error this look may spend on efficacy
+    # the planned last look spends its own share; an unplanned one also what earlier looks left unspent
+    share = 1 - ((look - 1) / looks) ** SPENDING_RHO if final else spending(looks)[look - 1]
+    alpha = (1 - confidence) * share  # two-sided error this look may spend on efficacy
     level = 1 - alpha
     per_problem = outcomes is not None and all(("control", s) in outcomes and (proposal_id, s) in outcomes
                                                for s in seeds)
@@ -154,16 +170,18 @@ def decide(proposal_id: str, control: list[BranchResult], treatment: list[Branch
     elif gate_reasons:
         outcome = "reject"
         reasons.append("treatment tripped the gate and did not score higher")
-    elif st.ci_low > min_effect and any(treat[s].gate_passed is None for s in seeds) and not final:
-        if undecided is None:
+    elif st.ci_low > min_effect and any(treat[s].gate_passed is None for s in seeds) and not planned_final:
+        if undecided is None and not last:
             return None  # promotable, but a gate could not decide yet on so few steps: wait for the next look
-        outcome = undecided
+        outcome = undecided or "inconclusive"
         reasons.append(f"undecided at look {look} of {looks}: a gate had too little evidence yet")
     elif st.ci_low > min_effect:
         outcome = "promote"
         reasons.append(f"the whole interval is above the minimum effect {min_effect:+.3f}"
-                       + (" (stopped early)" if not final else ""))
-    elif not final:
+                       + (" (stopped early)" if not final else
+                          " (the backtest's last look: it spent the error earlier looks left)" if last and not
+                          planned_final else ""))
+    elif not planned_final:  # an unplanned last look is judged for futility as an interim one (projected)
         grow = looks / look if project_futility else 1.0  # steps at the last look / steps now (see the docstring)
         upper = effect + half_futility
         if upper * grow < futile:
@@ -172,10 +190,10 @@ def decide(proposal_id: str, control: list[BranchResult], treatment: list[Branch
                          if grow != 1 else "")
             reasons.append(f"futility: the {confidence:.0%} interval (up to {upper:+.3f}{projected}) is wholly "
                            f"below {futile:+.3f}, a gain not worth having (stopped early)")
-        elif undecided is None:
+        elif undecided is None and not last:
             return None
         else:
-            outcome = undecided
+            outcome = undecided or "inconclusive"
             reasons.append(f"undecided at look {look} of {looks}")
     elif st.effect <= 0 or effect + half_futility < futile:
         outcome = "reject"

@@ -409,26 +409,29 @@ def _simulate(rng, n_seeds: int, n_problems: int, looks: int, effect: float, cor
     return out
 
 
-def _run_sequential(tables, looks: int, confidence: float, min_effect: float = 0.0):
+def _run_sequential(tables, looks: int, confidence: float, min_effect: float = 0.0, stop_at: int | None = None):
+    """The looks in order until one decides; ``stop_at``: the budget ends the backtest at that look."""
     for j, (c, t) in enumerate(tables, start=1):
         outcomes = {**{("control", s): list(c[s]) for s in range(len(c))}, **{("p", s): list(t[s]) for s in range(len(t))}}
         d = decide("p", _look_branches(list(c.mean(axis=1)), "control"), _look_branches(list(t.mean(axis=1)), "treatment", "p"),
-                   min_effect, confidence, look=j, looks=looks, outcomes=outcomes)
+                   min_effect, confidence, look=j, looks=looks, outcomes=outcomes, last=j == stop_at,
+                   undecided="inconclusive" if j == stop_at else None)
         if d is not None:
             return d, j
     raise AssertionError("the last look must decide")
 
 
-@pytest.mark.parametrize("correlated", [True, False])
-def test_sequential_looks_keep_false_promotions_within_the_configured_level(correlated):
+@pytest.mark.parametrize("correlated,stop_at", [(True, None), (False, None), (True, 2), (False, 1)])
+def test_sequential_looks_keep_false_promotions_within_the_configured_level(correlated, stop_at):
+    """Also when the budget ends the backtest early (``stop_at``) and that look spends the error left unspent."""
     import numpy as np
 
-    rng = np.random.default_rng(7 if correlated else 8)
+    rng = np.random.default_rng((7 if correlated else 8) + 10 * (stop_at or 0))
     confidence, looks, sims = 0.8, 3, 600
     promoted = naive = 0
     for _ in range(sims):
         tables = _simulate(rng, 3, 300, looks, effect=0.0, correlated=correlated)
-        d, _ = _run_sequential(tables, looks, confidence)
+        d, _ = _run_sequential(tables, looks, confidence, stop_at=stop_at)
         promoted += d.outcome == "promote"
         # the same data tested at every look at the full level, without spending: what the spending prevents
         naive += any(decide("p", _look_branches(list(c.mean(axis=1)), "control"),
@@ -439,7 +442,7 @@ def test_sequential_looks_keep_false_promotions_within_the_configured_level(corr
     level = (1 - confidence) / 2  # the one-sided error of the fixed-horizon rule
     slack = 2.5 * (level * (1 - level) / sims) ** 0.5
     assert promoted / sims <= level + slack, promoted / sims
-    if not correlated:  # independent looks: uncorrected repeated testing inflates the error well past the level
+    if not correlated and stop_at is None:  # independent looks: uncorrected repeated testing inflates the error
         assert naive / sims > level + slack, naive / sims
 
 
@@ -466,6 +469,37 @@ def test_a_sequential_backtest_stops_early_on_a_large_effect_and_on_a_null_one()
     modest = _simulate(rng, 3, 1000, 3, effect=0.03, correlated=True)
     d, at = _run_sequential(modest, 3, 0.8, min_effect=0.01)
     assert at > 1 or d.outcome == "promote"
+
+
+def test_a_look_the_budget_makes_the_last_spends_the_error_later_looks_would_have():
+    """Countdown, seed 0: the ×81 bracket measured +0.025 at look 2 of 3 and the budget had no room for look 3.
+    Judged as an interim look (94.8 %) its interval straddled 0; as the final analysis it spends the error look 3
+    would have had (80.7 %). A null change there is still not promoted, and a harmful one is not refuted by it."""
+    n, seeds = 500, 3
+    control = [0] * n
+
+    def branches(flips: list[int]):
+        outcomes = {("control", s): control for s in range(seeds)}
+        outcomes |= {("p", s): [1] * f + [0] * (n - f) for s, f in enumerate(flips)}
+        return (_look_branches([0.0] * seeds, "control"), _look_branches([f / n for f in flips], "treatment", "p"),
+                outcomes)
+
+    c, t, outcomes = branches([4, 13, 20])  # +0.025, spread over seeds
+    interim = decide("p", c, t, 0.0, 0.8, look=2, looks=3, outcomes=outcomes, undecided="inconclusive")
+    assert interim.outcome == "inconclusive" and interim.stats.confidence == pytest.approx(1 - 0.2 * 7 / 27, abs=1e-6)
+    d = decide("p", c, t, 0.0, 0.8, look=2, looks=3, outcomes=outcomes, undecided="inconclusive", last=True)
+    assert d.outcome == "promote", d.reasons
+    assert d.stats.confidence == pytest.approx(1 - 0.2 * 26 / 27, abs=1e-6) and "last look" in d.reasons[-1]
+    assert d.stats.ci_low > 0 > interim.stats.ci_low
+    # the planned last look is unchanged: it spends its own share, which is all that is left
+    planned = decide("p", c, t, 0.0, 0.8, look=3, looks=3, outcomes=outcomes)
+    assert planned.stats.confidence == pytest.approx(1 - 0.2 * 19 / 27, abs=1e-6)
+    c, t, outcomes = branches([0, 0, 0])
+    d = decide("p", c, t, 0.0, 0.8, look=2, looks=3, outcomes=outcomes, futility_effect=0.01, last=True)
+    assert d.outcome == "reject"  # nothing at all: futility, as at an interim look
+    c, t, outcomes = branches([1, 0, 2])  # small and undecided: inconclusive, not refuted, without ``undecided``
+    d = decide("p", c, t, 0.0, 0.8, look=1, looks=3, outcomes=outcomes, futility_effect=0.001, last=True)
+    assert d.outcome == "inconclusive"
 
 
 def test_futility_projects_a_slow_acting_change_to_the_last_look_instead_of_refuting_it_early():

@@ -580,8 +580,9 @@ def _at_look(b: BranchResult, look: int) -> BranchResult:
 
 
 def _decide_look(ctx: CampaignContext, pid: str, branches: list[BranchResult], look: int,
-                 undecided: str | None = None) -> Decision | None:
-    """The decision rule for ``pid`` at ``look`` (None: undecided there), pairing branches per problem."""
+                 undecided: str | None = None, last: bool = False) -> Decision | None:
+    """The decision rule for ``pid`` at ``look`` (None: undecided there), pairing branches per problem; ``last``:
+    the budget ended the backtest at this look (``decide``'s unplanned last look)."""
     from evotrainer.evaluation import read_outcomes
 
     b = ctx.spec.backtest
@@ -597,7 +598,7 @@ def _decide_look(ctx: CampaignContext, pid: str, branches: list[BranchResult], l
     rel = None if step is None else b.branch_steps * look // b.looks
     return decide(pid, control, treat, b.min_effect, b.confidence, look=look, looks=b.looks, step=rel,
                   outcomes=outcomes or None, undecided=undecided, futility_effect=b.futility_effect,
-                  project_futility=b.project_futility)
+                  project_futility=b.project_futility, last=last)
 
 
 def backtest(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[Literal["decide", "distill"]]:
@@ -709,16 +710,18 @@ def decide_node(state: CampaignState, runtime: Runtime[CampaignContext]) -> Comm
     planned = ctx.store.get_backtest(bt_id)
     branches = ctx.store.list_branches(bt_id)
     decisions = []
+    stopped = [e.message for e in ctx.store.events(ctx.campaign_id, kind="backtest_stopped")
+               if e.message.get("round") == planned.round]
     for pid in planned.proposal_ids:
         existing = ctx.store.get_decision(pid)
         if existing is not None:
             decisions.append(existing)
             continue
         last = max([len(x.looks) for x in branches if x.proposal_id == pid] or [1])
-        d = _decide_look(ctx, pid, branches, last, undecided="inconclusive")
+        # open when the budget ended the backtest: this look is its final analysis
+        budget_last = bool(stopped) and pid in (stopped[0].get("open") or []) and last < ctx.spec.backtest.looks
+        d = _decide_look(ctx, pid, branches, last, undecided="inconclusive", last=budget_last)
         if d.outcome == "inconclusive" and last < ctx.spec.backtest.looks:
-            stopped = [e.message for e in ctx.store.events(ctx.campaign_id, kind="backtest_stopped")
-                       if e.message.get("round") == planned.round]
             why = (f"the backtest stopped here: {stopped[0]['reason']}" if stopped else
                    "the backtest stopped here because another proposal was promoted; re-test it on the new mainline")
             d = d.model_copy(update={"reasons": [*d.reasons, why]})
