@@ -32,7 +32,7 @@ error the earlier looks left, α·(1 − ((j−1)/K)^ρ), and a proposal whose i
 there is inconclusive. The union bound is unchanged (the levels used along any path still sum to at most α), so
 the false-promotion rate stays at or below α/2 (simulated with forced stops in ``tests/test_campaign_units.py``).
 Without it a change budget-stopped at look 2 of 3 was judged at the 94.8 % level of a look that expected another
-after it, and the 19 % of the error left for the last look was never spent (countdown, bench/RESULTS.md §7 v3).
+after it, and the 70 % of the error kept for the last look was never spent (countdown, bench/RESULTS.md §7 v3).
 
 **Why futility projects.** Unlike a clinical trial, a later look does not add observations: every look scores
 the same problems, and what changes is the effect itself, which a training change builds up step by step (a
