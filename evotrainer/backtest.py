@@ -31,6 +31,8 @@ analysis, as in Lan–DeMets alpha spending when a trial ends early for administ
 error the earlier looks left, α·(1 − ((j−1)/K)^ρ), and a proposal whose interval still straddles the minimum effect
 there is inconclusive. The union bound is unchanged (the levels used along any path still sum to at most α), so
 the false-promotion rate stays at or below α/2 (simulated with forced stops in ``tests/test_campaign_units.py``).
+One caveat: whether the budget has room depends on how many arms are still open, so on the other proposals'
+decisions, which share this proposal's control branches; the simulation covers a stop independent of the data.
 Without it a change budget-stopped at look 2 of 3 was judged at the 94.8 % level of a look that expected another
 after it, and the 70 % of the error kept for the last look was never spent (countdown, bench/RESULTS.md §7 v3).
 
