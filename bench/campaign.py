@@ -94,9 +94,8 @@ def run_static(task: str, harness: Path, seed: int, a: Any, home: Path) -> dict[
     from evotrainer.config.eval import EvalSpec
     from evotrainer.config.harness import load_harness
     from evotrainer.config.job import JobSpec
-    from evotrainer.jobs.runner import run_job
-
     from evotrainer.home import jobs_dir
+    from evotrainer.jobs.runner import run_job
 
     t = time.perf_counter()
     name = f"static-{harness.stem}-s{seed}-b{a.budget}"

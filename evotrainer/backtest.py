@@ -134,8 +134,9 @@ def decide(proposal_id: str, control: list[BranchResult], treatment: list[Branch
     if len(seeds) < 2:
         return Decision(proposal_id=proposal_id, outcome="failed", at=now,
                         reasons=[f"only {len(seeds)} complete pair(s) of branches", *failed])
-    # the planned last look spends its own share; an unplanned one also what earlier looks left unspent
-    share = 1 - ((look - 1) / looks) ** SPENDING_RHO if final else spending(looks)[look - 1]
+    # a last look, planned or not, spends its own share and every later look's (none, for the planned one)
+    shares = spending(looks)
+    share = sum(shares[look - 1:]) if final else shares[look - 1]
     alpha = (1 - confidence) * share  # two-sided error this look may spend on efficacy
     level = 1 - alpha
     per_problem = outcomes is not None and all(("control", s) in outcomes and (proposal_id, s) in outcomes

@@ -425,6 +425,7 @@ def _retests(ctx: CampaignContext, harness: HarnessSpec) -> list:
     neither bracketed nor re-valued by Optuna.
     """
     from evotrainer.domain import Candidate
+    from evotrainer.errors import ConfigError
 
     knobs = harness.knobs()
     props = ctx.store.list_proposals(ctx.campaign_id)
@@ -442,7 +443,7 @@ def _retests(ctx: CampaignContext, harness: HarnessSpec) -> list:
             continue
         try:
             harness.with_knob(p.knob, p.new)
-        except Exception:  # noqa: BLE001 - a value this harness no longer accepts is no candidate
+        except ConfigError:  # a value this harness no longer accepts is no candidate
             continue
         seen.add(key)
         out.append(Candidate(
@@ -469,13 +470,12 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int) -> tuple[list, set[in
     if k < 2 or not drafts:
         return list(drafts), set()
     knobs = harness.knobs()
-    scale = [d for d in drafts[:k] if not _is_retest(d)
-             and bracket_value(harness, d.knob, knobs.get(d.knob), d.value) is not None]
-    if not scale:
+    first, value = next(((d, v) for d in drafts[:k] if not _is_retest(d)
+                         and (v := bracket_value(harness, d.knob, knobs.get(d.knob), d.value)) is not None),
+                        (None, None))
+    if first is None:
         return list(drafts), set()
-    first = scale[0]
     current = knobs.get(first.knob)
-    value = bracket_value(harness, first.knob, current, first.value)
     if any(d.knob == first.knob and d.value == value for d in drafts):
         return list(drafts), set()
     change = f"{first.knob}: {current!r} → {value!r}, a bracket of {first.value!r} (four times the move in log scale)"
