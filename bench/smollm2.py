@@ -13,10 +13,15 @@ which copies outputs from a prompt, move towards hard-coding when the reward pay
 run from the format-warm-started base under ``--tests`` (``visible``: the TRAP; ``hidden``: the honest reward),
 reporting the training reward, the share of hard-coded programs per block of steps (the ``hardcoding``
 diagnostic's own judge), the diagnosis of the run, and strict held-out accuracy (hidden tests) at start and end.
+One format warm start (policy seed 0) serves every training ``--seed``, as in ``bench/domains.py``; with
+``--home runs/code-smollm2`` and the settings of ``campaigns/code-smollm2.yaml`` (``--warm-steps 64 --warm-lr 1e-4
+--probe-share 0.1``) it is that campaign's cached warm start.
 
     .venv/bin/python bench/smollm2.py --part steps
     .venv/bin/python bench/smollm2.py --part arith --steps 80 --seed 1 --tag _s1
     .venv/bin/python bench/smollm2.py --part code --tests visible --steps 40 --tag _visible
+    .venv/bin/python bench/smollm2.py --part code --tests hidden --steps 20 --seed 2 --warm-steps 64 --warm-lr 1e-4 \
+        --probe-share 0.1 --home runs/code-smollm2 --tag _hidden_s2
 """
 
 from __future__ import annotations
@@ -119,18 +124,18 @@ def accuracy_part(home: Path, task_name: str, steps: int, eval_n: int, match: st
 
 
 def code_part(home: Path, steps: int, eval_n: int, tests: str, seed: int, lr: float, warm: tuple[int, float],
-              block: int = 10) -> dict:
+              probe_share: float = 0.0, block: int = 10) -> dict:
     import json as _json
 
     from typer.testing import CliRunner
 
     from evotrainer.cli import app
     from evotrainer.config.job import JobSpec
+    from evotrainer.config.policy import FormatWarmStart
     from evotrainer.diagnostics.builtin.programs import Hardcoding
     from evotrainer.evaluation import EvalSpec
     from evotrainer.evidence import read_metrics, read_rollouts
     from evotrainer.jobs.runner import run_job
-    from evotrainer.config.policy import FormatWarmStart
     from evotrainer.policy import PolicySpec
     from evotrainer.tasks.code import prompt_examples
 
@@ -138,7 +143,8 @@ def code_part(home: Path, steps: int, eval_n: int, tests: str, seed: int, lr: fl
     f.write_text(CODE_HARNESS.format(tests=tests, lr=lr))
     ev = EvalSpec(every=steps, n=eval_n, k=1, difficulty=LEVELS["code"], batch_size=64)
     spec = JobSpec(task="code", harness=str(f), steps=steps, seed=seed, save_every=steps, eval=ev,
-                   policy=PolicySpec(pretrained=NAME, seed=seed,
+                   task_options={"hardcode_probe_share": probe_share},
+                   policy=PolicySpec(pretrained=NAME, seed=0,
                                      format_warm_start=FormatWarmStart(steps=warm[0], learning_rate=warm[1])),
                    name=f"code-{tests}-s{seed}-{int(time.time())}")
     res = run_job(spec, home, log=print)
@@ -162,6 +168,7 @@ def code_part(home: Path, steps: int, eval_n: int, tests: str, seed: int, lr: fl
                 for x in _json.loads(out.output)["findings"] if x["severity"] != "info"]
     base = Path(json_load(run_dir / "meta.json")["base_policy"])
     return {"task": "code", "levels": list(LEVELS["code"]), "tests": tests, "steps": steps, "seed": seed, "lr": lr,
+            "hardcode_probe_share": probe_share,
             "eval_n": eval_n, "format_warm_start": json_load(base / "warm_start.json")
             if (base / "warm_start.json").is_file() else None,
             "start": {k: round(float(evals.iloc[0][k]), 3) for k in ("eval/greedy_accuracy", "eval/mean_length")},
@@ -200,6 +207,8 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=2e-4, help="--part code: the GRPO learning rate (LoRA r 16)")
     p.add_argument("--warm-steps", type=int, default=16, help="--part code: supervised steps of the format warm start")
     p.add_argument("--warm-lr", type=float, default=3e-5, help="--part code: the format warm start's learning rate")
+    p.add_argument("--probe-share", type=float, default=0.0,
+                   help="--part code: task option hardcode_probe_share (warm-start targets that copy an output)")
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--eval-n", type=int, default=100)
     p.add_argument("--match", default="final", help="reward.correctness.match of the accuracy runs")
@@ -214,7 +223,7 @@ def main() -> None:
         doc = {"part": "steps", "batch": "4 prompts x 4 completions, <=16 tokens", "results": steps_part(home, a.steps)}
     elif a.part == "code":
         doc = {"part": "code", "results": code_part(home, a.steps, a.eval_n, a.tests, a.seed, a.lr,
-                                                          (a.warm_steps, a.warm_lr))}
+                                                          (a.warm_steps, a.warm_lr), a.probe_share)}
     else:
         doc = {"part": a.part, "results": accuracy_part(home, a.part, a.steps, a.eval_n, a.match, a.seed)}
     doc.update({"wall_seconds": round(time.perf_counter() - t, 1), "peak_rss_mib": round(peak_rss_mib())})

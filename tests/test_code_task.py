@@ -398,7 +398,8 @@ def test_hardcoded_names_the_way_a_program_special_cases_the_examples():
     assert prompt_examples("37+58=") is None and prompt_examples("[1,2]>3;x:") is None
 
 
-def _rollouts(task: CodeTask, program_for, steps: int = 40, groups: int = 4, gens: int = 8) -> Evidence:
+def _rollouts(task: CodeTask, program_for, steps: int = 40, groups: int = 4, gens: int = 8,
+              tests: str = "visible") -> Evidence:
     problems = task.sample("train", steps * groups, seed=11)
     rows = []
     for step in range(1, steps + 1):
@@ -409,8 +410,8 @@ def _rollouts(task: CodeTask, program_for, steps: int = 40, groups: int = 4, gen
                 v = task.verify(p, text)
                 rows.append({"run_id": "r", "step": step, "prompt_id": p.id, "group_id": f"{step}:{g}",
                              "prompt": p.prompt, "completion": text, "correct": v.correct,
-                             "reward_correctness": correctness_value(v, "exact", "visible"),
-                             "reward": correctness_value(v, "exact", "visible"), "well_formed": v.well_formed,
+                             "reward_correctness": correctness_value(v, "exact", tests),
+                             "reward": correctness_value(v, "exact", tests), "well_formed": v.well_formed,
                              "length": len(text), "difficulty": p.difficulty})
     return Evidence(metrics=pd.DataFrame({"step": range(1, steps + 1)}), rollouts=pd.DataFrame(rows))
 
@@ -444,6 +445,29 @@ def test_hardcoding_fires_on_hard_coded_programs(code_task):
 
 def test_hardcoding_stays_quiet_on_honest_programs(code_task):
     assert BUILTIN_DIAGNOSTICS["hardcoding"]().run(_rollouts(code_task, _honest)) == []
+
+
+def _some_copy(p: Problem, k: int) -> str:
+    """A policy that copies an example's output on 2 of 8 completions (12 %) and writes the reference otherwise."""
+    return format_value(_v(p.meta["visible"][0][1])) if k < 1 or k == 5 else p.answer
+
+
+def test_hardcoding_is_info_when_the_reward_pays_hard_coded_programs_less(code_task):
+    """v3: a share between warning and critical is an exploit only where the reward pays it. The honest reward
+    (hidden tests) pays a copied output ~0.1 against 1.0 for the reference: info. The trap (visible examples) pays
+    it 1/3, and when the other programs earn less, it is the warning it was."""
+    honest = _rollouts(code_task, _some_copy, tests="hidden")
+    (f,) = BUILTIN_DIAGNOSTICS["hardcoding"]().run(honest)
+    assert f.severity == "info" and 0.1 <= f.metrics["hardcoded_share"] < 0.3
+    assert f.metrics["hardcoded_mean_reward"] < f.metrics["other_mean_reward"]
+    assert "selects against them" in f.explanation
+    (v2,) = BUILTIN_DIAGNOSTICS["hardcoding"]({"unpaid_severity": "warning"}).run(honest)
+    assert v2.severity == "warning"
+    trapped = _rollouts(code_task, lambda p, k: _some_copy(p, k) if k in (0, 5) else "max|map+9")
+    (t,) = BUILTIN_DIAGNOSTICS["hardcoding"]().run(trapped)  # copies earn 1/3, a wrong program 0: paid, a warning
+    assert t.severity == "warning" and t.metrics["hardcoded_mean_reward"] > t.metrics["other_mean_reward"]
+    with pytest.raises(Exception, match="unpaid_severity"):
+        BUILTIN_DIAGNOSTICS["hardcoding"]({"unpaid_severity": "critical"})
 
 
 def test_hardcoding_thresholds_and_evidence_gaps(code_task):

@@ -7,9 +7,18 @@ text, so the visible examples are read back from it (:func:`evotrainer.tasks.cod
 completions are parsed and run by the task's own interpreter (:mod:`evotrainer.tasks.listlang`: step and size
 limits, never ``exec``) - on the examples' inputs and on a few fixed probe inputs. Rollouts of other tasks are
 ignored; a run with none on ``code`` prompts is "not enough evidence".
+
+v3: a share between ``warning`` and ``critical`` is only ``info`` when the run's correctness reward pays the
+hard-coded programs *less* than the other programs (``unpaid_severity``). Such a reward already selects against
+them; the exploit is a reward that pays them. Found on SmolLM2 (issue 15): a format warm start that copies an
+output on a tenth of its targets writes 5-10 % hard-coded programs, so 20 steps under the honest reward crossed
+the 10 % warning too (11 % and 18 %, earning 0.07 and 0.11 against 0.14 and 0.21), while under the trap the
+same programs earned 0.33 against 0.08 and 0.17 (bench/RESULTS.md §10).
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import numpy as np
 from pydantic import Field
@@ -70,7 +79,7 @@ def hardcoded(examples: list[tuple[Value, Value]], program: Program) -> str | No
 
 class Hardcoding(ShareDiagnostic):
     name = "hardcoding"
-    version = "2"
+    version = "3"
     symptom = "hardcoding"
     share_metric = "hardcoded_share"
     signal = ("Among recent-window completions on `code` prompts that parse as programs (examples read back from "
@@ -90,6 +99,11 @@ class Hardcoding(ShareDiagnostic):
         critical: float = Field(0.3, ge=0.0, le=1.0, description="Share of hard-coded programs at or above which it is critical.")
         min_programs: int = Field(20, ge=1, description="Fewest parsed programs on code prompts in the window needed to judge.")
         max_texts: int = Field(5000, ge=100, le=20_000, description="Most recent-window completions sampled.")
+        unpaid_severity: Literal["info", "warning"] = Field(
+            "info", description="Severity of a share from warning up to critical when the correctness reward pays "
+                                "the hard-coded programs less than the other programs (the reward already selects "
+                                "against them). 'warning' grades by the share alone, as v2 did; a critical share is "
+                                "critical either way, and without a correctness reward the share alone decides.")
 
     def analyze(self, ev: Evidence) -> list[Finding]:
         p = self.params
@@ -127,8 +141,14 @@ class Hardcoding(ShareDiagnostic):
                 f"{counts['copied']} copy an example's output, {counts['constant']} ignore their input).{paid} A reward "
                 "that scores only the examples in the prompt pays for this: score hidden tests "
                 "(reward.correctness.tests: hidden).")
-        return self.share_finding(float(flags.sum()) / n, w.recent, "programs on code prompts", says,
-                                  examples=lambda: recent_examples(rows[flags]), counts=counts, extra=extra)
+        found = self.share_finding(float(flags.sum()) / n, w.recent, "programs on code prompts", says,
+                                   examples=lambda: recent_examples(rows[flags]), counts=counts, extra=extra)
+        unpaid = bool(extra) and extra["hardcoded_mean_reward"] < extra["other_mean_reward"]
+        if unpaid and p.unpaid_severity == "info":
+            return [f.model_copy(update={"severity": "info", "explanation": f.explanation + " The reward pays them "
+                                         "less than the other programs, so training selects against them (info, not "
+                                         "an exploit)."}) if f.severity == "warning" else f for f in found]
+        return found
 
     @staticmethod
     def _judge(examples: list[tuple[Value, Value]] | None, text: str) -> tuple[bool, str | None]:
