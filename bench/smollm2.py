@@ -20,7 +20,7 @@ One format warm start (policy seed 0) serves every training ``--seed``, as in ``
     .venv/bin/python bench/smollm2.py --part steps
     .venv/bin/python bench/smollm2.py --part arith --steps 80 --seed 1 --tag _s1
     .venv/bin/python bench/smollm2.py --part code --tests visible --steps 40 --tag _visible
-    .venv/bin/python bench/smollm2.py --part code --tests hidden --steps 20 --seed 2 --warm-steps 64 --warm-lr 1e-4 \
+    .venv/bin/python bench/smollm2.py --part code --tests hidden --steps 30 --seed 2 --warm-steps 64 --warm-lr 1e-4 \
         --probe-share 0.1 --home runs/code-smollm2 --tag _hidden_s2
 """
 
