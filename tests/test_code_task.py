@@ -448,8 +448,8 @@ def test_hardcoding_stays_quiet_on_honest_programs(code_task):
 
 
 def _some_copy(p: Problem, k: int) -> str:
-    """A policy that copies an example's output on 2 of 8 completions (12 %) and writes the reference otherwise."""
-    return format_value(_v(p.meta["visible"][0][1])) if k < 1 or k == 5 else p.answer
+    """A policy that copies an example's output on 2 of 8 completions (25 %) and writes the reference otherwise."""
+    return format_value(_v(p.meta["visible"][0][1])) if k in (0, 5) else p.answer
 
 
 def test_hardcoding_is_info_when_the_reward_pays_hard_coded_programs_less(code_task):
@@ -463,7 +463,7 @@ def test_hardcoding_is_info_when_the_reward_pays_hard_coded_programs_less(code_t
     assert "selects against them" in f.explanation
     (v2,) = BUILTIN_DIAGNOSTICS["hardcoding"]({"unpaid_severity": "warning"}).run(honest)
     assert v2.severity == "warning"
-    trapped = _rollouts(code_task, lambda p, k: _some_copy(p, k) if k in (0, 5) else "max|map+9")
+    trapped = _rollouts(code_task, lambda p, k: _some_copy(p, k) if k in (0, 5) else "max|map+9")  # copies, else a wrong program
     (t,) = BUILTIN_DIAGNOSTICS["hardcoding"]().run(trapped)  # copies earn 1/3, a wrong program 0: paid, a warning
     assert t.severity == "warning" and t.metrics["hardcoded_mean_reward"] > t.metrics["other_mean_reward"]
     with pytest.raises(Exception, match="unpaid_severity"):
