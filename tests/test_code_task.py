@@ -461,11 +461,13 @@ def test_hardcoding_is_info_when_the_reward_pays_hard_coded_programs_less(code_t
     assert f.severity == "info" and 0.1 <= f.metrics["hardcoded_share"] < 0.3
     assert f.metrics["hardcoded_mean_reward"] < f.metrics["other_mean_reward"]
     assert "selects against them" in f.explanation
+    assert "pays for this" not in f.explanation  # no advice to move to hidden tests: this reward scores them already
     (v2,) = BUILTIN_DIAGNOSTICS["hardcoding"]({"unpaid_severity": "warning"}).run(honest)
-    assert v2.severity == "warning"
+    assert v2.severity == "warning" and "score hidden tests" in v2.explanation
     trapped = _rollouts(code_task, lambda p, k: _some_copy(p, k) if k in (0, 5) else "max|map+9")  # copies, else a wrong program
     (t,) = BUILTIN_DIAGNOSTICS["hardcoding"]().run(trapped)  # copies earn 1/3, a wrong program 0: paid, a warning
     assert t.severity == "warning" and t.metrics["hardcoded_mean_reward"] > t.metrics["other_mean_reward"]
+    assert "score hidden tests" in t.explanation and "selects against them" not in t.explanation
     with pytest.raises(Exception, match="unpaid_severity"):
         BUILTIN_DIAGNOSTICS["hardcoding"]({"unpaid_severity": "critical"})
 

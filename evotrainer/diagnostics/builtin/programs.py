@@ -139,17 +139,19 @@ class Hardcoding(ShareDiagnostic):
                      "other_mean_reward": float(np.nanmean(reward[parsed & ~flags]))}
             paid = (f" They earn a mean correctness reward of {extra['hardcoded_mean_reward']:.2f} against "
                     f"{extra['other_mean_reward']:.2f} for the other programs.")
+        advice = (" A reward that scores only the examples in the prompt pays for this: score hidden tests "
+                  "(reward.correctness.tests: hidden).")
         says = (f"special-case the visible examples ({counts['keyed']} branch on an example's input, "
-                f"{counts['copied']} copy an example's output, {counts['constant']} ignore their input).{paid} A reward "
-                "that scores only the examples in the prompt pays for this: score hidden tests "
-                "(reward.correctness.tests: hidden).")
+                f"{counts['copied']} copy an example's output, {counts['constant']} ignore their input).{paid}{advice}")
         found = self.share_finding(float(flags.sum()) / n, w.recent, "programs on code prompts", says,
                                    examples=lambda: recent_examples(rows[flags]), counts=counts, extra=extra)
         unpaid = bool(extra) and extra["hardcoded_mean_reward"] < extra["other_mean_reward"]
         if unpaid and p.unpaid_severity == "info":
-            return [f.model_copy(update={"severity": "info", "explanation": f.explanation + " The reward pays them "
-                                         "less than the other programs, so training selects against them (info, not "
-                                         "an exploit)."}) if f.severity == "warning" else f for f in found]
+            # The advice to score hidden tests would contradict the note: this reward already pays them less.
+            unpaid_note = (" The reward pays them less than the other programs, so training selects against them "
+                           "(info, not an exploit).")
+            return [f.model_copy(update={"severity": "info", "explanation": f.explanation.replace(advice, unpaid_note)})
+                    if f.severity == "warning" else f for f in found]
         return found
 
     @staticmethod
