@@ -133,7 +133,7 @@ def _advantages(rewards: np.ndarray, groups: np.ndarray, scale: str) -> tuple[np
     """TRL's GRPO advantages (sum_then_normalize) and a per-completion 'group is dead' flag."""
     s = pd.Series(rewards)
     mean = s.groupby(groups).transform("mean").to_numpy()
-    std_g = s.groupby(groups).transform(lambda x: x.std(ddof=1)).to_numpy()
+    std_g = s.groupby(groups).transform("std").to_numpy()  # ddof=1, vectorised (a lambda per group cost 2 s a round)
     adv = rewards - mean
     if scale == "group":
         adv = adv / (std_g + 1e-4)

@@ -330,6 +330,12 @@ def test_a_paused_job_resumes_to_the_same_run_as_one_that_never_paused(first_run
     assert _comparable(run_dir) == _comparable(Path(straight.run_dir))
     # a fork checkpoints on its own interval (3), not its parent's (2), whose TrainerState it restores
     assert sorted(complete_checkpoints(Path(straight.run_dir))) == [2, 3, 6, 8]
+    # checkpoints keep the newest log_history row only (metrics.jsonl has every step), and a resume from them is
+    # the run above step for step
+    for ckpt in complete_checkpoints(run_dir).values():
+        assert len(json.loads((ckpt / "trainer_state.json").read_text())["log_history"]) <= 1
+    # a uniform harness reads no lineage pass rates (no data rule would use them)
+    assert json.loads((run_dir / "data_report.json").read_text())["seen"] is None
     hist = _client(shared_home).get_metric_history(done.run_id, "loss")
     assert sorted(m.step for m in hist) == [3, 4, 5, 6, 7, 8]
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 TIMEOUT_ENV = "EVOTRAINER_JOB_TIMEOUT_S"
+IDLE_EXIT_S = 0.2  # seconds an idle worker gets to exit by itself at close before it is ended
 _UNSET: Any = object()
 
 
@@ -208,13 +209,17 @@ class _Workers:
             except ProcessLookupError:
                 pass
 
-    def close(self, grace_s: float) -> None:
+    def close(self, grace_s: float, idle: bool = False) -> None:
+        """``idle``: no job or scoring call is in flight, so every worker's work is on disk (a job drains its
+        writers and ends its MLflow run before it returns). Such workers are then ended after a short wait rather
+        than left to tear their interpreter down: a spawned worker exits through ``sys.exit``, and after training
+        that teardown of torch/TRL took ~2 s of every campaign's wall time (bench/RESULTS.md §7)."""
         ex = self.executor
         procs = list((getattr(ex, "_processes", None) or {}).values()) if ex is not None else []
         if ex is not None:
             ex.shutdown(wait=False, cancel_futures=True)
         for p in procs:  # idle workers exit at once; a busy or stuck one is ended after the grace period
-            p.join(timeout=grace_s)
+            p.join(timeout=min(grace_s, IDLE_EXIT_S) if idle else grace_s)
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)
@@ -237,6 +242,7 @@ class BranchPool:
         self.on_spawn = on_spawn
         self._w: _Workers | None = None
         self._stopping = False
+        self._inflight, self._lock = 0, threading.Lock()  # calls waiting on a worker (run_many calls from threads)
 
     def _get(self) -> ProcessPoolExecutor:
         if self._w is None:
@@ -275,6 +281,8 @@ class BranchPool:
         if self._stopping:
             raise PoolStopped("the pool was asked to stop; the job was not started")
         limit = self.timeout_s if timeout_s is _UNSET else timeout_s
+        with self._lock:
+            self._inflight += 1
         try:
             out = self._get().submit(fn, *args).result(timeout=limit)
         except FutureTimeout:
@@ -289,6 +297,9 @@ class BranchPool:
         except Exception as err:  # noqa: BLE001 - run_branch raised after all (e.g. its result did not pickle)
             self.close()
             return {"ok": False, "error": f"the worker could not report the job's result: {type(err).__name__}: {err}"}
+        finally:
+            with self._lock:
+                self._inflight -= 1
         if not out["ok"] and self._stopping:
             raise PoolStopped("the job in flight was abandoned: its owner was asked to stop")
         if out.get("out_of_memory"):
@@ -310,7 +321,7 @@ class BranchPool:
     def close(self, grace_s: float = 10.0) -> None:
         if self._w is not None:
             w, self._w = self._w, None
-            w.close(grace_s)
+            w.close(grace_s, idle=self._inflight == 0 and not self._stopping)
 
     def __enter__(self) -> BranchPool:
         return self

@@ -553,7 +553,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
 
     # TRL 1.16 calls transformers APIs deprecated for v6 on every step; the warnings say nothing to our users.
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers(\.|$)")
-    from evotrainer.data import build_pool, segment_problems, selection_weights, to_dataset
+    from evotrainer.data import build_pool, needs_pass_stats, segment_problems, selection_weights, to_dataset
     from evotrainer.evaluation import evaluate, heldout_problems, write_outcomes
     from evotrainer.evidence import RolloutRecorder, prompt_pass_stats
     from evotrainer.jobs.trainer import EvidenceCallback, EvoGRPOTrainer
@@ -580,7 +580,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     funcs, weights = build_reward_funcs(harness, task, recorder, tokenizer.eos_token_id, chat=chat)
 
     pool = build_pool(task, harness, spec.seed)
-    anc = _ancestor_rollouts(home, meta)
+    anc = _ancestor_rollouts(home, meta) if needs_pass_stats(harness) else None
     stats = prompt_pass_stats(anc) if anc is not None else None
     w, data_report = selection_weights(pool, harness, stats)
     # The data order depends on the seed and the fork point only, never on the (random) MLflow run id: the same

@@ -4,7 +4,8 @@ We subclass instead of forking TRL: the only additions are (1) copying each gene
 terms and advantages into the rollout recorder right after TRL computes them (for a multi-turn task also
 each completion's policy-written length, from TRL's tool mask), (2) for a multi-turn task, dropping the extra
 reward column TRL adds for an environment's ``get_reward``: our correctness term pays that reward itself,
-under the harness's weight (see :mod:`evotrainer.rewards`), and (3) callbacks that
+under the harness's weight (see :mod:`evotrainer.rewards`), (3) checkpoints whose ``trainer_state.json`` keeps only
+the newest row of ``log_history`` (below), and (4) callbacks that
 mirror every logged step to ``metrics.jsonl`` and MLflow, run held-out evaluation, flush rollouts at each
 step and sync them to MLflow at each checkpoint, stop on non-finite loss, and drive a progress display.
 TRL's own completion logging is left off (it prints a table per step); our recorder writes a richer
@@ -34,6 +35,17 @@ class EvoGRPOTrainer(GRPOTrainer):
             # TRL appended the environment's get_reward (weight 1); the correctness term already pays it.
             del self.reward_funcs[ours:], self.reward_func_names[ours:], self.reward_processing_classes[ours:]
             self.reward_weights = self.reward_weights[:ours]
+
+    def _save_checkpoint(self, model, trial):
+        # ``metrics.jsonl`` is the run's record of every step; TrainerState.log_history repeats it, and a fork
+        # inherits its parent's, so along a campaign's lineage it grew by a row a step and serialising it became
+        # 0.21 s of a 0.25 s checkpoint at step 560 (bench/RESULTS.md §7). A checkpoint keeps the newest row only.
+        history = self.state.log_history
+        self.state.log_history = history[-1:]
+        try:
+            return super()._save_checkpoint(model, trial)
+        finally:
+            self.state.log_history = history
 
     def _generate_and_score_completions(self, inputs):
         out = super()._generate_and_score_completions(inputs)
