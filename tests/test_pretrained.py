@@ -160,3 +160,43 @@ def test_cli_policy_names_the_pretrained_model_and_device_is_checked(tmp_path):
     res = CliRunner().invoke(app, ["train", "--policy", "smollm9", "--device", "gpu", "--home", str(tmp_path),
                                    "--json"])
     assert res.exit_code == 2 and "--device" in json.loads(res.stdout)["error"]["message"]
+
+
+def test_code_trap_job_rewards_a_real_models_programs_on_the_visible_examples(smol_home, tmp_path):
+    """The `code` task with a chat model under the visible-tests trap, at 1 step (campaigns/code-smollm2.yaml runs
+    this path for an hour): the chat-rendered program prompt, each completion's reward equal to the task's verifier
+    on the shown examples (an unwarmed model's 16 tokens rarely parse, so these are mostly 0), and evidence from
+    which `hardcoding` reads the examples back."""
+    from evotrainer.config.harness import load_harness
+    from evotrainer.data import build_pool
+    from evotrainer.diagnostics.base import Diagnostic
+    from evotrainer.diagnostics.builtin import BUILTIN_DIAGNOSTICS
+    from evotrainer.readers import load_evidence
+    from evotrainer.rewards import correctness_value
+    from evotrainer.tasks.code import prompt_examples
+
+    h = tmp_path / "code.yaml"
+    h.write_text("name: smol-code\noptim: {learning_rate: 0.001}\n"
+                 "grpo: {prompts_per_step: 2, num_generations: 2, max_completion_length: 16}\n"
+                 "data: {pool_size: 16, difficulty: [1, 1]}\n"
+                 "reward: {correctness: {weight: 1.0, match: exact, tests: visible}}\n"
+                 "model: {lora_r: 4, lora_alpha: 8}\n")
+    spec = JobSpec(task="code", harness=str(h), steps=1, seed=0, policy=POLICY, save_every=1, name="smol-code",
+                   eval=EvalSpec(every=0))
+    res = run_job(spec, smol_home)
+    assert res.status == "finished" and res.steps_done == 1
+    rows = read_rollouts(Path(res.run_dir))
+    assert len(rows) == 4 and not rows["completion"].str.contains("<|im", regex=False).any()
+    task = get_task("code")
+    pool = {p.id: p for p in build_pool(task, load_harness(h), 0)}
+    _, tok = load_policy(converted_dir(smol_home, NAME))
+    (text,), _ = render(tok, task, [pool[rows["prompt_id"].iloc[0]]])
+    assert text.startswith(f"<|im_start|>system\n{task.chat_system}<|im_end|>") and "Answer with the program only." in text
+    for pid, completion, paid in zip(rows["prompt_id"], rows["completion"], rows["reward_correctness"]):
+        v = task.verify(pool[pid], completion)
+        assert paid == correctness_value(v, "exact", "visible")  # the trap pays the shown examples only
+    # the evidence keeps the task's own prompt (not the chat rendering), so `hardcoding` finds the shown examples
+    ev = load_evidence(res.run_dir, smol_home)
+    assert all(prompt_examples(pr) for pr in ev.rollouts["prompt"])
+    found = BUILTIN_DIAGNOSTICS["hardcoding"]({"min_programs": 1}).run(ev)  # reads the real model's text
+    assert not [f for f in found if Diagnostic.insufficient(f)]  # its evidence is all there
