@@ -434,6 +434,30 @@ def test_two_stores_share_the_file_and_a_reader_does_not_block_a_writer(db):
         b.close()
 
 
+def test_a_new_file_held_by_another_opener_is_waited_for_not_refused(tmp_path):
+    """Switching a file to WAL needs exclusive access, and while another connection holds the write lock SQLite
+    refuses it at once, without the busy handler: an opener failed with "database is locked" (seen in CI)."""
+    import sqlite3
+    import threading
+
+    path = tmp_path / "state.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE other (x)")  # a file in rollback mode ...
+    holder.execute("BEGIN IMMEDIATE")  # ... whose write lock another opener holds (its own migration, say)
+    release = threading.Timer(0.5, lambda: holder.execute("COMMIT"))
+    release.start()
+    try:
+        s = Store(f"sqlite:///{path}", busy_timeout_s=10.0)
+        s.create_campaign("c", "n", {}, "t")
+        assert s.get_campaign("c").id == "c"
+        s.close()
+    finally:
+        release.join()
+        holder.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
 def test_two_processes_open_a_new_file_at_once(db, tmp_path):
     url = db  # a file in a folder that does not exist yet, or an empty PostgreSQL database: both migrate it
     go = tmp_path / "go"
@@ -445,7 +469,7 @@ def test_two_processes_open_a_new_file_at_once(db, tmp_path):
     time.sleep(2)  # both imported and waiting at the line: they open the store together
     go.write_text("")
     errors = [p.communicate(timeout=120)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], errors
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(e[-1500:] for e in errors)  # the failing statement
     with Store(url) as s:
         assert [c.id for c in s.list_campaigns()] == ["c"]
         assert len(s.events("c")) == 2
