@@ -458,6 +458,28 @@ def test_a_new_file_held_by_another_opener_is_waited_for_not_refused(tmp_path):
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
+def test_the_sqlite_checkpointer_waits_for_an_opener_holding_its_new_file(tmp_path, monkeypatch):
+    """The LangGraph checkpoints file goes to WAL the same way (evotrainer.sqlite_wal)."""
+    import sqlite3
+    import threading
+
+    from evotrainer.agent.checkpoints import CHECKPOINT_URL_ENV, checkpointer
+
+    monkeypatch.delenv(CHECKPOINT_URL_ENV, raising=False)
+    holder = sqlite3.connect(tmp_path / "checkpoints.db", isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE other (x)")
+    holder.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.5, lambda: holder.execute("COMMIT"))
+    release.start()
+    try:
+        saver = checkpointer(tmp_path)
+        assert saver.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        saver.conn.close()
+    finally:
+        release.join()
+        holder.close()
+
+
 def test_two_processes_open_a_new_file_at_once(db, tmp_path):
     url = db  # a file in a folder that does not exist yet, or an empty PostgreSQL database: both migrate it
     go = tmp_path / "go"

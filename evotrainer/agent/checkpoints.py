@@ -19,6 +19,7 @@ from evotrainer.errors import ConfigError
 CHECKPOINT_URL_ENV = "EVOTRAINER_CHECKPOINT_URL"
 SETUP_LOCK_KEY = 0x65766F7463  # PostgreSQL advisory lock held while the saver creates its tables ("evotc")
 SETUP_WAIT_S = 300.0  # how long a process waits for another one creating those tables
+SQLITE_BUSY_S = 30.0  # how long a checkpoint read or write waits for another process's (the state store's too)
 TEAM_INSTALL = "pip install 'evotrainer[team]' (or: pip install langgraph-checkpoint-postgres 'psycopg[binary]')"
 
 
@@ -29,8 +30,10 @@ def checkpointer(home: Path):
         return postgres_saver(url)
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    conn = sqlite3.connect(str(home / "checkpoints.db"), check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
+    from evotrainer.sqlite_wal import to_wal
+
+    conn = sqlite3.connect(str(home / "checkpoints.db"), check_same_thread=False, timeout=SQLITE_BUSY_S)
+    to_wal(conn.cursor(), SQLITE_BUSY_S)  # a plain PRAGMA failed at once while another opener held the file
     return SqliteSaver(conn)
 
 

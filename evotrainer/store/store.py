@@ -28,6 +28,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 
 from evotrainer.errors import ConfigError
+from evotrainer.sqlite_wal import to_wal
 from evotrainer.store.base import NotFound, StoreError
 from evotrainer.store.campaigns import CampaignsMixin
 from evotrainer.store.ownership import OwnershipMixin
@@ -148,35 +149,6 @@ class Store(CampaignsMixin, ProposalsMixin, SkillIndexMixin, OwnershipMixin):
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
 
-def _to_wal(cur: Any, busy_timeout_s: float) -> None:
-    """Put the file in WAL mode, waiting (up to the busy timeout) for a concurrent opener.
-
-    WAL is a property of the file, so it is read first and an opened store takes no lock for it. Converting needs
-    exclusive access, and SQLite does not run the busy handler for ``PRAGMA journal_mode = WAL``: of two processes
-    opening a new file at once, one failed at once with "database is locked" (CI, test_store; the same found in
-    russellromney/honker#102). So the conversion is retried with a backoff, and a refusal that returns the old mode
-    counts as busy too.
-    """
-    import sqlite3
-    import time
-
-    deadline = time.monotonic() + busy_timeout_s
-    delay = 0.005
-    while True:
-        if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
-            return
-        try:
-            if str(cur.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower() == "wal":
-                return
-        except sqlite3.OperationalError as err:
-            if "locked" not in str(err) and "busy" not in str(err):
-                raise
-        if time.monotonic() >= deadline:
-            raise sqlite3.OperationalError(f"database is locked: could not switch to WAL within {busy_timeout_s:g} s")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.1)
-
-
 def _sqlite_setup(engine: Engine, busy_timeout_s: float) -> None:
     """WAL (readers never block the writer), a busy timeout, foreign keys, and explicit BEGINs.
 
@@ -191,7 +163,7 @@ def _sqlite_setup(engine: Engine, busy_timeout_s: float) -> None:
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
         cur.execute("PRAGMA foreign_keys = ON")
-        _to_wal(cur, busy_timeout_s)
+        to_wal(cur, busy_timeout_s)
         cur.execute("PRAGMA synchronous = NORMAL")
         cur.close()
 
