@@ -24,15 +24,20 @@ def to_wal(cur: Any, busy_timeout_s: float) -> None:
     deadline = time.monotonic() + busy_timeout_s
     delay = 0.005
     while True:
-        if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
-            return
+        if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() in ("wal", "memory"):
+            return  # WAL already, or an in-memory database, which has no WAL
+        locked = None
         try:
             if str(cur.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower() == "wal":
                 return
         except sqlite3.OperationalError as err:
             if "locked" not in str(err) and "busy" not in str(err):
                 raise
+            locked = err
         if time.monotonic() >= deadline:
-            raise sqlite3.OperationalError(f"database is locked: could not switch to WAL within {busy_timeout_s:g} s")
+            if locked is not None:
+                raise sqlite3.OperationalError(f"database is locked: no switch to WAL within {busy_timeout_s:g} s") \
+                    from locked
+            return  # refused without an error to the end (a file system without WAL): the rollback journal stays
         time.sleep(delay)
         delay = min(delay * 2, 0.1)
