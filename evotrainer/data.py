@@ -105,6 +105,8 @@ def to_dataset(problems: list[Problem], conversational: bool = False):
     from datasets import Dataset
 
     built: dict[int, dict] = {}  # a fork's padding repeats one problem thousands of times: one row for it
-    rows = [built[id(p)] if id(p) in built else built.setdefault(id(p), problem_row(p, conversational))
-            for p in problems]
+    for p in problems:
+        if id(p) not in built:
+            built[id(p)] = problem_row(p, conversational)
+    rows = [built[id(p)] for p in problems]
     return Dataset.from_dict({col: [r[col] for r in rows] for col in ROW_COLUMNS})
