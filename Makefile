@@ -72,7 +72,7 @@ postgres:
 	fi
 
 test: setup browser llm-server postgres
-	EVOTRAINER_REQUIRE_BROWSER=1 EVOTRAINER_REQUIRE_LLAMA=1 $(PY) -m pytest -q tests
+	EVOTRAINER_REQUIRE_BROWSER=1 EVOTRAINER_REQUIRE_LLAMA=1 $(PY) -m pytest -q --durations=25 tests
 
 bench: setup
 	$(PY) bench/learning.py && $(PY) bench/throughput.py && $(PY) bench/segments.py

@@ -99,16 +99,21 @@ def campaign_summary(home: Path, cid: str, store: Store | None = None,
 def spend(store: Store, cid: str, camp: Any, lineage: list[PolicyVersion], decisions: list[Any]) -> dict[str, Any]:
     """Where the budget went: steps in the mainline handed over (its segments and the kept branches it continued
     from), steps of branches it did not keep, and changes screened out for free; the useful share is the
-    mainline's own steps over the steps spent."""
+    mainline's own steps over the steps spent. A version averaged from k seeds (``kept_branch`` event's
+    ``merged``) holds what all k trained, so its steps count k times."""
     spent = store.ledger_total(cid)
     by_id = {pv.id: pv for pv in lineage}
     branch_runs = {e.run_name for e in store.ledger(cid) if e.kind == "branch"}
+    merged = {m["run"]: len(m.get("from") or ()) for e in store.events(cid, kind="kept_branch")
+              if isinstance(m := e.message.get("merged"), dict) and m.get("kept")}
     segment = kept = 0
     cur = by_id.get(camp.mainline_version)
     while cur is not None:
         parent = by_id.get(cur.parent_id) if cur.parent_id else None
         steps = cur.step - (parent.step if parent is not None else 0)
-        if cur.run_name in branch_runs:
+        if cur.run_name in merged:
+            kept += steps * merged[cur.run_name]
+        elif cur.run_name in branch_runs:
             kept += steps
         else:
             segment += steps

@@ -218,11 +218,15 @@ class KeptBranch(_Doc):
 
     round: int
     arm: str = Field(..., description="The promoted proposal's id, or 'control'.")
-    chosen: str = Field(..., description="Run name of the branch kept.")
+    chosen: str = Field(..., description="Run name of the branch kept (the merged run when the average was kept).")
     split: str = Field(..., description="The held-out split it was chosen on (selection).")
     n: int = Field(..., description="Problems in that split.")
     candidates: list[dict[str, Any]] = Field(..., description="Each branch of the arm: run, seed, step, "
                                                               "selection_accuracy, decision_accuracy.")
+    merged: dict[str, Any] | None = Field(None, description="The average of the arm's seeds (backtest.merge_seeds): "
+                                                            "run, step, from (the seeds' runs), selection_accuracy, "
+                                                            "kept (false: it scored below every seed), "
+                                                            "decision_accuracy (when kept).")
 
 
 class CampaignSummary(_Doc):

@@ -279,12 +279,21 @@ def test_kill_9_mid_segment_then_kill_only_the_owner_mid_branch_then_resume_with
     assert len(store.list_proposals(camp.id, round=0)) == 1 and len(store.list_decisions(camp.id)) == 1
     branches = store.list_branches(store.list_backtests(camp.id)[0].id)
     assert len(branches) == 4 and len({(b.proposal_id, b.role, b.seed) for b in branches}) == 4
-    # the mainline went on from the best branch of the adopted arm on the selection split, chosen once
+    # the mainline went on from the adopted arm, chosen once on the selection split: from the average of its two
+    # seeds unless that scored below both, else from the better seed
     (kept,) = [e.message for e in store.events(camp.id, kind="kept_branch")]
     best = max(kept["candidates"], key=lambda c: (c["selection_accuracy"], c["decision_accuracy"], -c["seed"]))
-    assert kept["chosen"] == best["run"] and kept["split"] == "selection" and len(kept["candidates"]) == 2
+    assert kept["split"] == "selection" and len(kept["candidates"]) == 2
+    merged = kept["merged"]
+    assert merged["from"] == [c["run"] for c in kept["candidates"]] and merged["step"] == best["step"]
+    assert merged["kept"] == (merged["selection_accuracy"] >= min(c["selection_accuracy"] for c in kept["candidates"]))
+    chosen = merged if merged["kept"] else best
+    assert kept["chosen"] == chosen["run"]
     pv = next(v for v in store.policy_lineage(camp.id) if v.run_name == kept["chosen"])
-    assert pv.checkpoint.endswith(f"checkpoint-{best['step']}") and pv.selection_accuracy == best["selection_accuracy"]
+    assert pv.checkpoint.endswith(f"checkpoint-{best['step']}") and pv.selection_accuracy == chosen["selection_accuracy"]
+    assert len([d for d in jobs.iterdir() if d.name.endswith("__merged")]) == 1  # made once, across the kill
+    said = " ".join(cli.invoke(app, ["campaign", "status", camp.id, "--home", str(home)]).stdout.split())
+    assert ("the average of the 2 " in said) == merged["kept"] and ("below every seed" in said) != merged["kept"]
     led = store.ledger(camp.id)
     assert len({e.key for e in led}) == len(led) and store.ledger_total(camp.id) <= 11
     from mlflow.tracking import MlflowClient
@@ -428,7 +437,10 @@ def test_a_backtest_of_a_change_with_no_effect_stops_at_the_first_look_and_the_m
                                          "--home", str(home)], capture_output=True, text=True, cwd=REPO).stdout)
     sp = summary["spend"]
     assert sp["spent"] == 12 and sp["mainline_segments"] + sp["kept_branches"] + sp["discarded"] == 12
-    assert sp["kept_branches"] == 1 and sp["useful_share"] == pytest.approx((2 + 1 + 6) / 12, abs=1e-4)
+    # the control arm was adopted: its two 1-step seeds, or the one kept when their average scored below both
+    (kept,) = [e.message for e in store.events(cid, kind="kept_branch")]
+    k = 2 if kept["merged"]["kept"] else 1
+    assert sp["kept_branches"] == k and sp["useful_share"] == pytest.approx((2 + k + 6) / 12, abs=1e-4)
 
 
 def test_the_same_campaign_spec_and_seed_make_the_same_decisions(tmp_path):

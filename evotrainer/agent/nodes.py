@@ -194,15 +194,21 @@ def _keep_best(ctx: CampaignContext, rnd: int, current: PolicyVersion) -> Policy
     return best
 
 
-def _score(ctx: CampaignContext, policies: list[tuple[str, int]], split: str = "selection") -> list[float] | None:
+def _score(ctx: CampaignContext, policies: list[tuple[str, int]], split: str = "selection",
+           merge: dict[str, Any] | None = None) -> list[float] | None:
     """Greedy accuracies of saved policies on a held-out split, scored in the pool's worker; None if it failed
-    (recorded as an event: the campaign then keeps its choice without it)."""
+    (recorded as an event: the campaign then keeps its choice without it). ``merge`` (a
+    :class:`evotrainer.jobs.scoring.MergeRequest`) has the worker average seeds into a new job first; its accuracy
+    comes last."""
     sp = ctx.spec
-    if not policies:
+    if not policies and merge is None:
         return []
-    out = ctx.pool.score({"task": sp.task, "task_options": sp.task_options,
-                          "eval": sp.eval.model_copy(update={"k": 1}).model_dump(mode="json"), "split": split,
-                          "policies": [list(p) for p in policies]})
+    req = {"task": sp.task, "task_options": sp.task_options,
+           "eval": sp.eval.model_copy(update={"k": 1}).model_dump(mode="json"), "split": split,
+           "policies": [list(p) for p in policies]}
+    if merge is not None:
+        req["merge"] = merge
+    out = ctx.pool.score(req)
     if not out["ok"]:
         ctx.store.log_event(ctx.campaign_id, "scoring_error", {"split": split, "error": out["error"]})
         ctx.log(f"scoring on the {split} split failed: {out['error']}")
@@ -750,24 +756,32 @@ def _guarded(ctx: CampaignContext, what: str, rnd: int, fn, default):
 
 def _keep_branch(ctx: CampaignContext, rnd: int, bt_id: str, best: str | None, version: str,
                  mainline: str) -> PolicyVersion | None:
-    """Population-based training's "exploit": the mainline continues from the best finished branch trained under
-    the harness the round adopts — every seed of the promoted arm, or every control seed when nothing was
-    promoted. Each of them already trained its steps under that harness from the mainline's checkpoint, so the
-    steps of the one kept are not lost to the backtest.
+    """Population-based training's "exploit": the mainline continues from what the branches trained under the
+    harness the round adopts — every seed of the promoted arm, or every control seed when nothing was promoted —
+    learned. Each of them already trained its steps under that harness from the mainline's checkpoint, so those
+    steps are not lost to the backtest.
 
-    "Best" is the selection split's greedy accuracy (disjoint from the decision split the backtest decided on
-    and from the confirmation split the campaign reports, so choosing does not bias either). The choice and
-    every candidate's numbers are recorded once as a ``kept_branch`` event (a re-run after ``kill -9`` finds
-    it and makes the same version).
+    With ``backtest.merge_seeds`` the seeds are also averaged into one checkpoint (a model soup,
+    :mod:`evotrainer.jobs.merge`), and the mainline continues from the average unless it scores below every
+    seed; otherwise from the best seed. Scores are the selection split's greedy accuracy (disjoint from the
+    decision split the backtest decided on and from the confirmation split the campaign reports, so choosing
+    does not bias either). The choice and every candidate's numbers are recorded once as a ``kept_branch``
+    event (a re-run after ``kill -9`` finds it and makes the same version; the merged job, once published, is
+    reused).
     """
     branches = ctx.store.list_branches(bt_id)
     arm = [x for x in branches if (x.proposal_id == best if best else x.role == "control") and x.status == "finished"
            and x.step is not None]
     if not arm:
         return None
+    role = "promoted" if best else "control"
     done = [e for e in ctx.store.events(ctx.campaign_id, kind="kept_branch") if e.message.get("round") == rnd]
+    merged = None
     if done:
-        chosen = next(x for x in arm if x.run_name == done[0].message["chosen"])
+        merged = done[0].message.get("merged")
+        if not (merged and done[0].message["chosen"] == merged["run"]):
+            chosen = next(x for x in arm if x.run_name == done[0].message["chosen"])
+            merged = None
     else:
         budget = _harness(ctx, version).grpo.max_completion_length
         cands = []
@@ -777,7 +791,15 @@ def _keep_branch(ctx: CampaignContext, rnd: int, bt_id: str, best: str | None, v
                 cands.append((x, str(ck[x.step])))
         if not cands:
             return None
-        sel = _score(ctx, [(path, budget) for _, path in cands])
+        singles = [(path, budget) for _, path in cands]
+        merge = None
+        if ctx.spec.backtest.merge_seeds and len(cands) >= 2 and len({x.step for x, _ in cands}) == 1:
+            merge = {"home": str(ctx.home), "name": f"{ctx.campaign_id}__r{rnd:02d}__merged", "max_new_tokens": budget,
+                     "sources": [[x.run_name, x.step] for x, _ in cands],
+                     "tags": {"evotrainer.campaign": ctx.campaign_id, "evotrainer.round": str(rnd)}}
+        sel = _score(ctx, singles, merge=merge)
+        if sel is None and merge is not None:  # the merge failed (recorded): choose among the seeds alone
+            merge, sel = None, _score(ctx, singles)
         scored = []
         for n, (x, path) in enumerate(cands):
             acc = sel[n] if sel is not None else None
@@ -787,18 +809,45 @@ def _keep_branch(ctx: CampaignContext, rnd: int, bt_id: str, best: str | None, v
         # best on the selection split; ties (or no scores) by the decision split, then the lowest seed
         chosen = max(scored, key=lambda t: (t[0].selection_accuracy if t[0].selection_accuracy is not None else -1,
                                             t[0].eval_accuracy or 0.0, -t[0].seed))[0]
+        if merge is not None:
+            merged = {"run": merge["name"], "step": cands[0][0].step, "selection_accuracy": sel[len(cands)],
+                      "from": [x.run_name for x, _ in cands]}
+            # a merge that broke something scores below every seed it came from
+            if merged["selection_accuracy"] < min(sel[: len(cands)]):
+                merged["kept"] = False
+            else:
+                merged["kept"] = True
+                dec = _score(ctx, [(str(complete_checkpoints(ctx.home / "jobs" / merged["run"])[merged["step"]]),
+                                    budget)], split="decision")
+                merged["decision_accuracy"] = dec[0] if dec else None
         ctx.store.log_event(ctx.campaign_id, "kept_branch", {
-            "round": rnd, "arm": best or "control", "chosen": chosen.run_name, "split": "selection",
-            "n": ctx.spec.eval.n, "candidates": [
+            "round": rnd, "arm": best or "control", "chosen": merged["run"] if merged and merged["kept"]
+            else chosen.run_name, "split": "selection", "n": ctx.spec.eval.n, "merged": merged, "candidates": [
                 {"run": x.run_name, "seed": x.seed, "step": x.step, "selection_accuracy": x.selection_accuracy,
                  "decision_accuracy": x.eval_accuracy} for x, _ in scored]})
-        ctx.log(f"round {rnd}: the mainline continues from {chosen.run_name} (selection split "
-                f"{chosen.selection_accuracy}, best of {len(scored)} {'promoted' if best else 'control'} branches)")
+        if merged and merged["kept"]:
+            ctx.log(f"round {rnd}: the mainline continues from {merged['run']}, the average of the {len(cands)} "
+                    f"{role} seeds (selection split {merged['selection_accuracy']}; the seeds "
+                    f"{', '.join(str(x.selection_accuracy) for x, _ in scored)})")
+        else:
+            ctx.log(f"round {rnd}: the mainline continues from {chosen.run_name} (selection split "
+                    f"{chosen.selection_accuracy}, best of {len(scored)} {role} branches"
+                    + (f"; their average scored {merged['selection_accuracy']}, below every seed)" if merged else ")"))
+            merged = None
+    if merged is not None:
+        run_dir = ctx.home / "jobs" / merged["run"]
+        meta = read_run_meta(run_dir)
+        return ctx.store.add_policy_version(PolicyVersion(
+            id=f"{ctx.campaign_id}:r{rnd:02d}:{role}", campaign_id=ctx.campaign_id, parent_id=mainline,
+            harness_version=version, checkpoint=str(complete_checkpoints(run_dir)[merged["step"]]),
+            run_name=merged["run"], mlflow_run_id=meta.run_id if meta else None,
+            eval_accuracy=merged.get("decision_accuracy"), step=merged["step"], created=_now(),
+            selection_accuracy=merged["selection_accuracy"]))
     meta = read_run_meta(ctx.home / "jobs" / chosen.run_name)
     step = chosen.step
     ck = complete_checkpoints(ctx.home / "jobs" / chosen.run_name)
     return ctx.store.add_policy_version(PolicyVersion(
-        id=f"{ctx.campaign_id}:r{rnd:02d}:{'promoted' if best else 'control'}", campaign_id=ctx.campaign_id,
+        id=f"{ctx.campaign_id}:r{rnd:02d}:{role}", campaign_id=ctx.campaign_id,
         parent_id=mainline, harness_version=version, checkpoint=str(ck[step]), run_name=chosen.run_name,
         mlflow_run_id=meta.run_id if meta else None, eval_accuracy=chosen.eval_accuracy, step=step, created=_now(),
         selection_accuracy=chosen.selection_accuracy))

@@ -560,10 +560,18 @@ def _print_status(home: Path, cid: str, as_json: bool) -> None:
         out_console.print(f"  {pv['id']}  step {pv['step']}  harness {pv['harness_version']}  "
                           f"eval {pv['eval_accuracy']}  ← {pv['parent_id']}")
     for k in doc["kept"]:
+        m = k.get("merged") or {}
+        if m.get("kept"):
+            seeds = ", ".join(f"{x['selection_accuracy']}" for x in k["candidates"])
+            out_console.print(f"  [bold]kept[/] round {k['round']}: {k['chosen']}, the average of the {len(m['from'])} "
+                              f"{k['arm']} seeds (step {m['step']}, selection split {m['selection_accuracy']}; the seeds "
+                              f"{seeds})", highlight=False)
+            continue
         chosen = next((x for x in k["candidates"] if x["run"] == k["chosen"]), {})
         others = ", ".join(f"{x['selection_accuracy']}" for x in k["candidates"] if x["run"] != k["chosen"])
+        avg = f"; their average {m['selection_accuracy']}, below every seed" if m else ""
         out_console.print(f"  [bold]kept[/] round {k['round']}: {k['chosen']} ({k['arm']} arm, step {chosen.get('step')}, "
-                          f"selection split {chosen.get('selection_accuracy')}; the others {others or 'none'})",
+                          f"selection split {chosen.get('selection_accuracy')}; the others {others or 'none'}{avg})",
                           highlight=False)
     for r in doc["rollbacks"]:
         if r["auto"]:

@@ -59,6 +59,11 @@ class BacktestSpec(_S):
                           "effect that builds up with steps trained, as a learning rate's does, may reach that much by "
                           "the last look); false judges it on the look's own interval, which refutes slow-acting "
                           "changes after a few steps (evotrainer/backtest.py).")
+    merge_seeds: bool = Field(
+        True, description="After a decision, also average the weights (and Adam moments) of every seed of the arm the "
+                          "round adopts into one checkpoint (a model soup; evotrainer/jobs/merge.py) and score it on "
+                          "the selection split beside the seeds. The mainline continues from the average unless it "
+                          "scores below every seed (a merge that broke something); false keeps the best single seed.")
     looks: int | None = Field(
         None, ge=1, le=20,
         description="Evaluations of every branch at evenly spaced steps (branch_steps / looks apart). A proposal stops "

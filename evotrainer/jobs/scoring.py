@@ -4,17 +4,33 @@ Why a worker: the campaign process does not import torch for its own bookkeeping
 holds the training stack. A campaign scores on the *selection* split the branches its mainline may continue
 from, and the segment checkpoints a rollback may return to (:mod:`evotrainer.evaluation` explains the three
 splits). Like ``run_branch`` it never raises: the error is the result.
+
+A request may also ask for the seeds of one arm to be averaged first (``merge``, :mod:`evotrainer.jobs.merge`):
+the merged checkpoint is then scored last, in the same call, and its path returned.
 """
 
 from __future__ import annotations
 
 import traceback
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from evotrainer.config.eval import EvalSpec
 from evotrainer.evaluation import Split
+
+
+class MergeRequest(BaseModel):
+    """Seeds of one arm to average into the job ``name`` (under ``home``), scored within ``max_new_tokens``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    home: str
+    name: str
+    sources: list[tuple[str, int]] = Field(..., min_length=2, description="(run name, step) of each seed.")
+    max_new_tokens: int = Field(..., ge=1)
+    tags: dict[str, str] = Field(default_factory=dict, description="Extra MLflow tags of the merged run.")
 
 
 class ScoreRequest(BaseModel):
@@ -28,10 +44,12 @@ class ScoreRequest(BaseModel):
     split: Split = "selection"
     seed: int | None = Field(None, description="The split's seed, when not its default (a confirmation's --seed).")
     policies: list[tuple[str, int]] = Field(..., description="(path, max_new_tokens) pairs.")
+    merge: MergeRequest | None = Field(None, description="Average these runs into a new job first and score it last.")
 
 
 def score_policies(request: dict[str, Any]) -> dict[str, Any]:
-    """``{"ok": True, "accuracies": [...]}`` in the order of ``request.policies``, or ``{"ok": False, "error"}``."""
+    """``{"ok": True, "accuracies": [...], "merged": path | None}`` in the order of ``request.policies`` (the merged
+    checkpoint's last, when ``merge`` asked for one), or ``{"ok": False, "error"}``."""
     try:
         from evotrainer.evaluation import split_problems
         from evotrainer.policy import policy_accuracy
@@ -40,12 +58,20 @@ def score_policies(request: dict[str, Any]) -> dict[str, Any]:
         req = ScoreRequest.model_validate(request)
         task = get_task(req.task, req.task_options)
         problems = split_problems(task, req.eval, req.split, req.seed)
+        policies = list(req.policies)
+        merged = None
+        if req.merge is not None:
+            from evotrainer.jobs.merge import merge_runs
+
+            m = req.merge
+            merged = str(merge_runs(Path(m.home), m.name, [tuple(x) for x in m.sources], m.tags))
+            policies.append((merged, m.max_new_tokens))
         accs: list[float] = []
         cache: dict[str, Any] = {}
-        for path, budget in req.policies:
+        for path, budget in policies:
             if path not in cache:
                 cache.clear()  # one policy in memory at a time (a real model is hundreds of MB)
             accs.append(policy_accuracy(path, task, problems, req.eval, budget, cache=cache))
-        return {"ok": True, "accuracies": accs, "n": len(problems)}
+        return {"ok": True, "accuracies": accs, "n": len(problems), "merged": merged}
     except BaseException as err:  # noqa: BLE001 - reported to the campaign, which records it and goes on
         return {"ok": False, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-4000:]}

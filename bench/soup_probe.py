@@ -1,0 +1,81 @@
+"""Benchmark (issue 14): would averaging a backtest arm's seeds beat keeping the one the selection split picks?
+
+Offline, on the branches finished campaigns left on disk: for every (round, arm) whose seeds stopped at one step,
+score each seed and the plain average of their weights (``evotrainer.jobs.merge.average_checkpoints``) on the
+selection split (what the campaign chooses on) and on the confirmation split (what it reports). Prints one row per
+arm and the mean gains on the confirmation split of (a) always the average and (b) the average unless it scores
+below every seed on the selection split (the rule ``backtest.merge_seeds`` uses), each against the seed the
+selection split picks (the rule before it).
+
+    .venv/bin/python bench/soup_probe.py --home runs/bench-ovh --campaigns arith-demo-20261125192645 ...
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+from pathlib import Path
+
+from _common import parser, save
+
+
+def main() -> None:
+    p = parser(__doc__, "bench-ovh")
+    p.add_argument("--campaigns", nargs="+", required=True, help="campaign ids whose branches are under HOME/jobs")
+    p.add_argument("--task", default="arith")
+    p.add_argument("--budget", type=int, default=8, help="completion budget of the evaluations (the harness's)")
+    p.add_argument("--n", type=int, default=500, help="problems per split")
+    p.add_argument("--out", default="soup_probe")
+    a = p.parse_args()
+
+    from evotrainer.config.eval import EvalSpec
+    from evotrainer.evaluation import split_problems
+    from evotrainer.jobs.merge import average_checkpoints
+    from evotrainer.jobs.runner import complete_checkpoints
+    from evotrainer.policy import policy_accuracy
+    from evotrainer.tasks import get_task
+
+    task, ev = get_task(a.task), EvalSpec(n=a.n, k=1)
+    splits = {s: split_problems(task, ev, s) for s in ("selection", "confirmation")}
+    jobs = Path(a.home) / "jobs"
+
+    def score(path: Path) -> dict[str, float]:
+        return {s: policy_accuracy(path, task, probs, ev, a.budget) for s, probs in splits.items()}
+
+    rows = []
+    for cid in a.campaigns:
+        arms: dict[tuple[str, str], list[Path]] = {}
+        for d in sorted(jobs.glob(f"{cid}__r*__*__s*")):
+            _, rnd, arm, _ = d.name.rsplit("__", 3)
+            ck = complete_checkpoints(d)
+            if ck:
+                arms.setdefault((rnd, arm), []).append(ck[max(ck)])
+        for (rnd, arm), cks in sorted(arms.items()):
+            if len(cks) < 2 or len({c.name for c in cks}) != 1:
+                continue
+            seeds = [score(c) for c in cks]
+            with tempfile.TemporaryDirectory() as tmp:
+                avg = Path(tmp) / cks[0].name
+                average_checkpoints(cks, avg)
+                soup = score(avg)
+            picked = max(range(len(seeds)), key=lambda i: (seeds[i]["selection"], -i))
+            keep_avg = soup["selection"] >= min(s["selection"] for s in seeds)
+            row = {"campaign": cid, "round": rnd, "arm": arm, "step": cks[0].name, "seeds": seeds, "average": soup,
+                   "picked_seed_confirmation": seeds[picked]["confirmation"],
+                   "gain_always_average": round(soup["confirmation"] - seeds[picked]["confirmation"], 4),
+                   "gain_merge_rule": round((soup["confirmation"] if keep_avg else seeds[picked]["confirmation"])
+                                            - seeds[picked]["confirmation"], 4)}
+            print(row, flush=True)
+            rows.append(row)
+    summary = {}
+    for key in ("gain_always_average", "gain_merge_rule"):
+        xs = [r[key] for r in rows]
+        if len(xs) > 1:
+            summary[key] = {"mean": round(statistics.fmean(xs), 4), "sd": round(statistics.stdev(xs), 4),
+                            "better": sum(x > 0 for x in xs), "worse": sum(x < 0 for x in xs), "arms": len(xs)}
+    print(summary)
+    save(a.out, {"campaigns": a.campaigns, "rows": rows, "summary": summary})
+
+
+if __name__ == "__main__":
+    main()
