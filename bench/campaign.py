@@ -6,7 +6,8 @@ default, made for billion-parameter models and 300× below what the built-in pol
 policy and may spend the same number of trainer steps (every segment, branch leg and trial counts):
 
 (a) **static**: the starting recipe for the whole budget, one job;
-(b) **campaign**: heuristic brain, automatic approval, sequential backtests, the kept branch, screening and
+(b) **campaign**: heuristic brain, automatic approval, sequential backtests, the kept branch (the average of the
+    adopted arm's seeds unless ``--merge-seeds off``), screening and
     Optuna values (the defaults of ``evotrainer.config.campaign``);
 (c) **optuna**: Optuna's TPE sampler with its median pruner over the knobs the campaign may change (every
     library skill's knob, resolved against the starting recipe: numeric knobs on a range around the start
@@ -118,7 +119,7 @@ def run_campaign(task: str, harness: Path, seed: int, a: Any, home: Path) -> dic
             "policy": _policy(a).model_dump(mode="json"),
             "segment_steps": a.segment, "budget": {"total_steps": a.budget},
             "backtest": {"branch_steps": a.branch, "seeds": 3, "max_proposals": 2, "min_effect": 0.0,
-                         "futility_effect": 0.01},
+                         "futility_effect": 0.01, "merge_seeds": a.merge_seeds == "on"},
             "autonomy": "auto", "eval": {"every": 0, "n": a.eval_n, "k": 1}, "stop": {"plateau_rounds": 100}}
     spec_file = home / f"{spec['name']}.yaml"
     spec_file.write_text(yaml.safe_dump(spec))
@@ -254,6 +255,9 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=32, help="prompts per step of the starting recipes")
     p.add_argument("--segment", type=int, default=20)
     p.add_argument("--branch", type=int, default=30)
+    p.add_argument("--merge-seeds", choices=["on", "off"], default="on",
+                   help="the campaign arm's backtest.merge_seeds (the demo start always runs campaigns/arith-demo.yaml "
+                        "as committed)")
     p.add_argument("--trial-steps", type=int, default=99, help="steps of one Optuna trial (a multiple of 3)")
     p.add_argument("--eval-n", type=int, default=500, help="problems in each held-out split")
     p.add_argument("--policy-seed", type=int, default=None,
