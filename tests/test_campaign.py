@@ -33,7 +33,7 @@ def _spec(tmp: Path, **over) -> Path:
     (tmp / "h.yaml").write_text(HARNESS)
     doc = {
         "name": "tiny", "task": "arith", "policy": {"size": "nano", "sft_steps": 150}, "harness": "h.yaml",
-        "segment_steps": 2, "budget": {"total_steps": 12, "explore_share": 1.0}, "backtest": {"branch_steps": 2, "seeds": 2, "max_proposals": 2},
+        "segment_steps": 2, "budget": {"total_steps": 12, "explore_share": 1.0, "final_share": 0.0}, "backtest": {"branch_steps": 2, "seeds": 2, "max_proposals": 2},
         "eval": {"every": 0, "n": 16, "k": 1}, "stop": {"plateau_rounds": 2}, "autonomy": "auto",
     }
     for k, v in over.items():
@@ -89,7 +89,8 @@ def test_auto_campaign_runs_end_to_end_within_budget(tmp_path):
     exp = client.get_experiment_by_name("evotrainer")
     runs = client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{camp.mlflow_run_id}'")
     roles = {r.data.tags["evotrainer.role"] for r in runs}
-    assert roles == {"segment", "control", "treatment"}
+    merged = [e.message["merged"] for e in store.events(cid, kind="kept_branch") if e.message.get("merged")]
+    assert roles == {"segment", "control", "treatment"} | ({"merged"} if merged else set())
     # trace: true -> the graph's nodes are traced into the same experiment (mlflow.langchain.autolog)
     traces = client.search_traces(locations=[exp.experiment_id])
     assert traces and any("train_segment" in {s.name for s in t.data.spans} for t in traces)
@@ -441,6 +442,25 @@ def test_a_backtest_of_a_change_with_no_effect_stops_at_the_first_look_and_the_m
     (kept,) = [e.message for e in store.events(cid, kind="kept_branch")]
     k = 2 if kept["merged"]["kept"] else 1
     assert sp["kept_branches"] == k and sp["useful_share"] == pytest.approx((2 + k + 6) / 12, abs=1e-4)
+
+
+def test_no_backtest_starts_in_the_final_share_and_the_last_segment_trains_the_rest(tmp_path):
+    """budget.final_share keeps the end of the budget for the mainline: round 0's backtest would leave 6 of 12 steps
+    after its first look, under 0.6 × 12, so it is skipped with that reason, and the next segment, after which no
+    look could start either, trains all 10 remaining steps: every step spent is in the final policy's lineage."""
+    home = tmp_path / "home"
+    logs: list[str] = []
+    cid = start_campaign(_spec(tmp_path, budget={"final_share": 0.6}, backtest={"looks": 2, "max_proposals": 1}), home,
+                         log=logs.append)
+    store = Store.for_home(home)
+    assert store.list_backtests(cid) == [] and store.ledger_total(cid) == 12
+    assert any("backtest skipped: after its first look (4 steps) 6 would remain, under budget.final_share 0.6" in m
+               for m in logs), logs
+    meta = json.loads((home / "jobs" / f"{cid}__r01__segment" / "meta.json").read_text())
+    assert meta["spec"]["steps"] == 10
+    camp = store.get_campaign(cid)
+    assert store.get_policy_version(camp.mainline_version).step == 12
+    assert any("the last segment trained the remaining 10 steps" in m for m in logs), logs
 
 
 def test_the_same_campaign_spec_and_seed_make_the_same_decisions(tmp_path):

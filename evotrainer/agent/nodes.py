@@ -226,10 +226,11 @@ def train_segment(state: CampaignState, runtime: Runtime[CampaignContext]) -> Co
     name = f"{ctx.campaign_id}__r{rnd:02d}__segment"
     meta = read_run_meta(ctx.home / "jobs" / name)
     # the steps a backtest freed by stopping early go to the mainline (within what the budget still holds); once the
-    # exploration share cannot pay for one more look, nothing is left to backtest: the mainline trains the rest
+    # exploration share cannot pay for one more look, or a look would eat into budget.final_share, nothing is left to
+    # backtest: the mainline trains the rest
     parent = ctx.store.get_policy_version(state["mainline"]) if state.get("mainline") else None
     steps = min(ctx.spec.segment_steps + int(state.get("bonus_steps") or 0), max(_remaining(ctx), 0))
-    last = _explore_spent(ctx, parent) and _remaining(ctx) >= ctx.spec.segment_steps
+    last = _explore_spent(ctx, parent, steps) and _remaining(ctx) >= ctx.spec.segment_steps
     if last:
         steps = _remaining(ctx)
     if meta is not None:
@@ -554,6 +555,10 @@ def _look_budget(ctx: CampaignContext, rnd: int, mainline: PolicyVersion, open_a
     remaining = budget.total_steps - before - so_far
     if remaining < cost:
         return f"its next look needs {cost} steps and {remaining} remain"
+    floor = budget.final_share * budget.total_steps
+    if not earlier_arms and remaining - cost < floor:
+        return (f"after its first look ({cost} steps) {remaining - cost} would remain, under budget.final_share "
+                f"{budget.final_share:g} × {budget.total_steps} = {floor:g} kept for the mainline to use what it decides")
     allowance = budget.explore_share * budget.total_steps
     wasted = before - mainline.step + so_far - len(earlier_arms) * leg  # the kept branch's looks are not waste
     discard = cost - leg
@@ -563,14 +568,18 @@ def _look_budget(ctx: CampaignContext, rnd: int, mainline: PolicyVersion, open_a
     return None
 
 
-def _explore_spent(ctx: CampaignContext, mainline: PolicyVersion | None) -> bool:
-    """True when not even one look of a one-proposal backtest fits the exploration share any more."""
+def _explore_spent(ctx: CampaignContext, mainline: PolicyVersion | None, steps: int = 0) -> bool:
+    """True when not even one look of a one-proposal backtest fits the exploration share any more, or would fit
+    after a segment of ``steps`` only by leaving less than ``budget.final_share`` of the budget after it."""
     if mainline is None:
         return False
     b, budget = ctx.spec.backtest, ctx.spec.budget
     leg = b.branch_steps // b.looks
+    look = 2 * b.seeds * leg
     wasted = ctx.store.ledger_total(ctx.campaign_id) - mainline.step
-    return wasted + 2 * b.seeds * leg - leg > budget.explore_share * budget.total_steps
+    if wasted + look - leg > budget.explore_share * budget.total_steps:
+        return True
+    return _remaining(ctx) - steps - look < budget.final_share * budget.total_steps
 
 
 def _at_look(b: BranchResult, look: int) -> BranchResult:

@@ -32,6 +32,13 @@ class BudgetSpec(_S):
                     "fits beside what earlier ones discarded; otherwise fewer proposals are tried, and none once the "
                     "share is spent (rounds then train the mainline). Keeps the useful share (steps in the final "
                     "mainline's lineage / steps spent) at about 1 − explore_share or more.")
+    final_share: float = Field(
+        0.2, ge=0.0, lt=1.0,
+        description="Share of total_steps at the end that only the mainline trains. A backtest starts only if at least "
+                    "this much of the budget would remain after its first look, and a segment that would leave less "
+                    "than a backtest's first look plus this share trains the rest of the budget instead: a change "
+                    "adopted in the last steps has too few left to pay back the steps its branches took from the "
+                    "mainline (as a tuned recipe showed: bench/RESULTS.md §7). 0 lets backtests run to the last step.")
     job_timeout_minutes: float | None = Field(
         None, gt=0, description="Minutes one job (segment, branch leg or scoring) may run before it is ended and "
                                 "recorded failed with that reason (null: $EVOTRAINER_JOB_TIMEOUT_S, else no limit).")
