@@ -85,7 +85,7 @@ def campaign(tmp_path_factory, browser):
     root = tmp_path_factory.mktemp("ui-campaign")
     (root / "h.yaml").write_text(HARNESS)
     spec = {"name": "ui", "task": "arith", "policy": {"size": "nano", "sft_steps": 150}, "harness": "h.yaml",
-            "segment_steps": 2, "budget": {"total_steps": 14, "explore_share": 1.0},
+            "segment_steps": 2, "budget": {"total_steps": 14, "explore_share": 1.0, "final_share": 0.0},
             "backtest": {"branch_steps": 2, "seeds": 2, "max_proposals": 2},
             "eval": {"every": 0, "n": 16, "k": 1}, "stop": {"plateau_rounds": 2}, "autonomy": "review"}
     (root / "campaign.yaml").write_text(yaml.safe_dump(spec))
