@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from evotrainer.config.eval import EvalSpec
 from evotrainer.config.job import JobSpec
 from evotrainer.config.policy import PolicySpec
-from evotrainer.errors import ConfigError
+from evotrainer.errors import ConfigError, JobBusy
 from evotrainer.jobs.merge import merge_runs
 from evotrainer.jobs.runner import complete_checkpoints, run_job
 from evotrainer.jobs.scoring import score_policies
@@ -59,6 +59,8 @@ def test_the_average_holds_the_mean_of_the_weights_and_adam_moments_and_trains_o
     meta = json.loads((home / "jobs" / "m-merged" / "meta.json").read_text())
     assert meta["merged_from"] == [{"run": "m-seed-a", "step": 3}, {"run": "m-seed-b", "step": 3}]
     assert (meta["status"], meta["start_step"], meta["target_step"], meta["parent_run"]) == ("finished", 3, 3, "m-seed-a")
+    with pytest.raises(JobBusy, match="is finished"):  # a valid record: resuming it says what to do instead
+        run_job(_spec(h, 1, "m-merged", 0), home, resume="m-merged")
     from mlflow.tracking import MlflowClient
 
     run = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}").get_run(meta["run_id"])

@@ -120,7 +120,9 @@ def merge_runs(home: Path, name: str, sources: list[tuple[str, int]], tags: dict
         run_id = Tracker(home).create_run(name, run_tags, {"merged_from": len(sources), "step": step})
         meta = {
             "name": name, "run_id": run_id,
-            "spec": {**src["spec"], "name": name, "steps": 0, "tags": run_tags},
+            # a valid job spec (the first seed's, renamed), so that `train --resume` says "finished, fork it"; the
+            # steps this job trained are target_step - start_step = 0
+            "spec": {**src["spec"], "name": name, "tags": run_tags},
             "harness": src["harness"], "harness_version": src.get("harness_version"),
             "parent_harness_version": src.get("harness_version"),
             "target_step": step, "start_step": step, "steps_done": step, "last_checkpoint_step": step,
