@@ -64,7 +64,7 @@ def score_policies(request: dict[str, Any]) -> dict[str, Any]:
             from evotrainer.jobs.merge import merge_runs
 
             m = req.merge
-            merged = str(merge_runs(Path(m.home), m.name, [tuple(x) for x in m.sources], m.tags))
+            merged = str(merge_runs(Path(m.home), m.name, m.sources, m.tags))
             policies.append((merged, m.max_new_tokens))
         accs: list[float] = []
         cache: dict[str, Any] = {}
