@@ -119,7 +119,8 @@ def run_campaign(task: str, harness: Path, seed: int, a: Any, home: Path) -> dic
             "policy": _policy(a).model_dump(mode="json"),
             "segment_steps": a.segment, "budget": {"total_steps": a.budget},
             "backtest": {"branch_steps": a.branch, "seeds": 3, "max_proposals": 2, "min_effect": 0.0,
-                         "futility_effect": 0.01, "merge_seeds": a.merge_seeds == "on"},
+                         "futility_effect": 0.01, "merge_seeds": a.merge_seeds == "on",
+                         **({} if a.bracket_factor is None else {"bracket_factor": a.bracket_factor})},
             "autonomy": "auto", "eval": {"every": 0, "n": a.eval_n, "k": 1}, "stop": {"plateau_rounds": 100}}
     spec_file = home / f"{spec['name']}.yaml"
     spec_file.write_text(yaml.safe_dump(spec))
@@ -258,6 +259,9 @@ def main() -> None:
     p.add_argument("--merge-seeds", choices=["on", "off"], default="on",
                    help="the campaign arm's backtest.merge_seeds (the demo start always runs campaigns/arith-demo.yaml "
                         "as committed)")
+    p.add_argument("--bracket-factor", type=float, default=None,
+                   help="the campaign arm's backtest.bracket_factor (default: the spec's default; the demo start "
+                        "runs campaigns/arith-demo.yaml as committed)")
     p.add_argument("--trial-steps", type=int, default=99, help="steps of one Optuna trial (a multiple of 3)")
     p.add_argument("--eval-n", type=int, default=500, help="problems in each held-out split")
     p.add_argument("--policy-seed", type=int, default=None,

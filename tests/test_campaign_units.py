@@ -74,7 +74,7 @@ def test_library_candidates_resolve_against_the_harness_and_drop_no_ops_and_iner
     assert "truncation" in first.symptoms
 
 
-def test_a_scale_knob_proposal_gets_a_bracket_arm_three_times_as_far_and_others_move_down_a_slot():
+def test_a_scale_knob_proposal_gets_a_bracket_arm_further_out_and_others_move_down_a_slot():
     from evotrainer.agent.nodes import _bracketed
     from evotrainer.agent.values import LOG_KNOBS, bracket_value
 
@@ -84,15 +84,17 @@ def test_a_scale_knob_proposal_gets_a_bracket_arm_three_times_as_far_and_others_
     others = [d for d in drafts if d is not lr]
     out, brackets = _bracketed(h, [lr, *others], 2)
     assert brackets == {1} and [d.knob for d in out[:2]] == ["optim.learning_rate"] * 2
-    assert out[0].value == pytest.approx(3e-6) and out[1].value == pytest.approx(8.1e-5)  # ×3 and ×81
-    assert out[2:] == others and "bracket" in out[1].rationale and "8.1e-05" in out[1].hypothesis.change
+    assert out[0].value == pytest.approx(3e-6) and out[1].value == pytest.approx(2.43e-4)  # ×3 and ×243
+    assert out[2:] == others and "bracket" in out[1].rationale and "0.000243" in out[1].hypothesis.change
+    # backtest.bracket_factor sets how far the bracket goes: 4 makes ×3 into ×81
+    assert _bracketed(h, [lr, *others], 2, 4.0)[0][1].value == pytest.approx(8.1e-5)
     assert _bracketed(h, [lr, *others], 1) == ([lr, *others], set())  # one slot: no room for a bracket
     # a scale knob the round would backtest takes the first slot with its bracket; one it would not reach does not
     assert others[0].knob not in LOG_KNOBS and _bracketed(h, [others[0], lr, *others[1:]], 2) == (out, {1})
     assert _bracketed(h, [*others[:2], lr], 2) == ([*others[:2], lr], set())
     # not a scale knob, a move the bound leaves no room to extend, a lowered rate (bracketed downwards)
     assert bracket_value(h, "grpo.temperature", 1.0, 1.2) is None
-    assert bracket_value(h, "optim.learning_rate", 0.1, 0.01) == pytest.approx(1e-5)
+    assert bracket_value(h, "optim.learning_rate", 0.1, 0.01) == pytest.approx(1e-6)
     assert bracket_value(h.with_knob("optim.learning_rate", 0.05), "optim.learning_rate", 0.05, 0.1) is None
     spec = load_campaign_spec(REPO / "campaigns" / "arith-demo.yaml")
     assert spec.backtest.bracket and spec.backtest.project_futility

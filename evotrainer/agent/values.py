@@ -69,7 +69,7 @@ class ValueChoice(BaseModel):
         if self.source == "fallback":
             return "value from the skill (no Optuna history yet)"
         if self.source == "bracket":
-            return "a bracket: the same knob moved four times as far (in log scale) beside the first arm"
+            return "a bracket: the same knob moved further (in log scale, backtest.bracket_factor) beside the first arm"
         if self.source == "retest":
             return "the value of an inconclusive backtest, tried again"
         if self.source != "optuna-tpe":
@@ -173,21 +173,25 @@ def _move_window(knob: str, current: float, w: Window) -> Window:
     return Window(w.low - current, w.high - current, False, w.integer)
 
 
-# A bracket arm moves a scale knob this many times as far, in log scale (×3 -> ×81, about two decades with the
-# first arm). 3 (×27) was tried first: on warm start 2 of the demo, whose policy learns slowly, 2.7e-5 gained
-# only +0.011 in 30 steps (undecided, also when re-tested) while 8.1e-5 gained +0.029 and was promoted
-# (bench/RESULTS.md §7 v3; chosen on the bench's own seeds, so countdown is the out-of-sample check).
-BRACKET_FACTOR = 4.0
+# A bracket arm moves a scale knob this many times as far, in log scale, by default (spec `backtest.bracket_factor`).
+# 3 (×27) was tried first: on warm start 2 of the demo, whose policy learns slowly, 2.7e-5 gained only +0.011 in
+# 30 steps (undecided, also when re-tested) while 8.1e-5 gained +0.029 and was promoted. 4 (×81) then left
+# countdown's bracket at 8.1e-5, +0.001..+0.010 after 20-30 steps and undecided on 3 of 4 runs, where Optuna's
+# 99-step trials found 3.3e-4; 5 (×243) is the default since (bench/RESULTS.md §7; both choices were made on the
+# bench's own tasks, whose tuned rate, 3e-4, is known, so they are in-sample).
+BRACKET_FACTOR = 5.0
 
 
-def bracket_value(harness: HarnessSpec, knob: str, current: Any, value: Any) -> float | None:
-    """The bolder value a bracket arm tries beside the draft ``current → value`` of a scale knob (None: no
-    bracket, for a knob that is not a scale knob or a move the bounds leave no room to extend)."""
+def bracket_value(harness: HarnessSpec, knob: str, current: Any, value: Any,
+                  factor: float = BRACKET_FACTOR) -> float | None:
+    """The bolder value a bracket arm tries beside the draft ``current → value`` of a scale knob: the move
+    ``factor`` times as far in log scale (None: no bracket, for a knob that is not a scale knob or a move the
+    bounds leave no room to extend)."""
     move = move_of(knob, current, value)
     if knob not in LOG_KNOBS or not move or locked_knob(knob):
         return None
     lo, hi, _ = _bounds(harness, knob)
-    out = float(f"{min(max(current * math.exp(BRACKET_FACTOR * move), lo), hi):.3g}")
+    out = float(f"{min(max(current * math.exp(factor * move), lo), hi):.3g}")
     return None if out in (current, value) or (out - value) * move <= 0 else out
 
 
