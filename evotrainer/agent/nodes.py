@@ -469,9 +469,9 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None 
     first slot and the same knob moved ``factor`` (``backtest.bracket_factor``) times as far in log scale the
     second, backtested against the same control (×3 and ×243 for a learning rate); the other drafts move down.
     Why: a learning rate 300× too small gains +0.005 in a 30-step branch from a ×3 raise, too little to decide
-    (on one warm start it read −0.002 and was refuted), while the bracket shows which decade the knob belongs in. If both are promoted the
-    larger effect wins (``decide_node``); both arms are trials of the knob's Optuna study. ``k`` < 2 (or 0:
-    bracketing off) leaves the drafts as they are.
+    (on one warm start it read −0.002 and was refuted), while the bracket shows which decade the knob belongs in.
+    If both are promoted the larger effect wins (``decide_node``); both arms are trials of the knob's Optuna
+    study. ``k`` < 2 (or 0: bracketing off) leaves the drafts as they are.
     """
     from evotrainer.agent.values import BRACKET_FACTOR, bracket_value
 

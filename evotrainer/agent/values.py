@@ -46,6 +46,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from evotrainer.config.campaign import BacktestSpec
 from evotrainer.config.harness import HarnessSpec, locked_knob
 
 # Knobs searched on a log scale (their useful values span decades).
@@ -173,13 +174,9 @@ def _move_window(knob: str, current: float, w: Window) -> Window:
     return Window(w.low - current, w.high - current, False, w.integer)
 
 
-# A bracket arm moves a scale knob this many times as far, in log scale, by default (spec `backtest.bracket_factor`).
-# 3 (×27) was tried first: on warm start 2 of the demo, whose policy learns slowly, 2.7e-5 gained only +0.011 in
-# 30 steps (undecided, also when re-tested) while 8.1e-5 gained +0.029 and was promoted. 4 (×81) then left
-# countdown's bracket at 8.1e-5, +0.001..+0.010 after 20-30 steps and undecided on 3 of 4 runs, where Optuna's
-# 99-step trials found 3.3e-4; 5 (×243) is the default since (bench/RESULTS.md §7; both choices were made on the
-# bench's own tasks, whose tuned rate, 3e-4, is known, so they are in-sample).
-BRACKET_FACTOR = 5.0
+# How many times as far (in log scale) a bracket arm moves a scale knob when no spec says (the spec's default,
+# `backtest.bracket_factor`, whose description records how 3, 4 and 5 were chosen).
+BRACKET_FACTOR: float = BacktestSpec.model_fields["bracket_factor"].default
 
 
 def bracket_value(harness: HarnessSpec, knob: str, current: Any, value: Any,

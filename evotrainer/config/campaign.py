@@ -58,16 +58,19 @@ class BacktestSpec(_S):
     bracket: bool = Field(
         True, description="When a proposal the round would backtest moves a scale knob (learning rate, KL or entropy "
                           "coefficient, weight decay), it takes the first slot and the same knob moved "
-                          "`bracket_factor` times as far in log scale (×3 -> ×243) the second, against the same control, as an engineer's sweep "
-                          "would: from a value decades off, the first step alone shows effects too small to decide "
-                          "in a short branch. Needs max_proposals >= 2; the other proposals move down.")
+                          "`bracket_factor` times as far in log scale (×3 -> ×243) the second, against the same "
+                          "control, as an engineer's sweep would: from a value decades off, the first step alone "
+                          "shows effects too small to decide in a short branch. Needs max_proposals >= 2; the other "
+                          "proposals move down.")
     bracket_factor: float = Field(
         5.0, ge=1.5, le=8.0,
         description="How many times as far (in log scale) the bracket arm moves the knob as the first arm does: 5 "
-                    "turns a ×3 learning-rate raise into ×243, 4 into ×81. From TRL's default 1e-6, ×81 reached "
-                    "8.1e-5, still 4× below what the tiny policy's tasks want, and on countdown gained too little in "
-                    "20-30 steps to decide (bench/RESULTS.md §7). Larger spans more decades and risks a collapse "
-                    "the first look rejects cheaply; between 1.5 and 8.")
+                    "turns a ×3 learning-rate raise into ×243, 4 into ×81. 3 (×27) came first and was too timid "
+                    "for the demo's slowest warm start; from TRL's default 1e-6, ×81 then reached 8.1e-5, still 4× "
+                    "below what the tiny policy's tasks want, and on countdown gained too little in 20-30 steps to "
+                    "decide (bench/RESULTS.md §7; chosen on the bench's own tasks, whose tuned rate is known, so "
+                    "in-sample). Larger spans more decades and risks a collapse the first look rejects cheaply; "
+                    "between 1.5 and 8.")
     project_futility: bool = Field(
         True, description="At an interim look, judge futility on the interval's upper end scaled by looks / look (an "
                           "effect that builds up with steps trained, as a learning rate's does, may reach that much by "
