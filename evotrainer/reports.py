@@ -127,14 +127,17 @@ def spend(store: Store, cid: str, camp: Any, lineage: list[PolicyVersion], decis
 def job_seconds(home: Path, store: Store, cid: str) -> dict[str, Any]:
     """Where the campaign's jobs spent their seconds, summed over every session of every job it ran (from each
     job's ``meta.json`` timings): the trainer (its steps, checkpoints and callbacks), held-out evaluations,
-    setup (loading the policy and the trainer), and the rest inside the job process (the last records, MLflow).
+    setup (loading the policy and the trainer), building a warm-started base policy when no cached one existed
+    (``warm_start``: a one-off cost of the policy, not of the campaign), and the rest inside the job process (the
+    last records, MLflow).
     What a campaign spends outside its jobs (starting workers, confirmations, diagnosis, the brain) is its wall
     time minus ``jobs``. A session killed before it finished records nothing (``untimed_jobs`` counts jobs with
     no session at all)."""
     from evotrainer.home import jobs_dir
     from evotrainer.runmeta import read_run_meta
 
-    out = {"trainer": 0.0, "eval": 0.0, "setup": 0.0, "other": 0.0, "jobs": 0.0, "sessions": 0, "untimed_jobs": 0}
+    out = {"trainer": 0.0, "eval": 0.0, "setup": 0.0, "warm_start": 0.0, "other": 0.0, "jobs": 0.0, "sessions": 0,
+           "untimed_jobs": 0}
     for run in sorted({e.run_name for e in store.ledger(cid)}):
         meta = read_run_meta(jobs_dir(home) / run)
         if meta is None or not meta.timings:
@@ -144,7 +147,8 @@ def job_seconds(home: Path, store: Store, cid: str) -> dict[str, Any]:
             out["trainer"] += t.train_s - t.eval_s
             out["eval"] += t.eval_s
             out["setup"] += t.setup_s
-            out["other"] += max(0.0, t.wall_s - t.setup_s - t.train_s)
+            out["warm_start"] += t.warm_start_s
+            out["other"] += max(0.0, t.wall_s - t.warm_start_s - t.setup_s - t.train_s)
             out["jobs"] += t.wall_s
             out["sessions"] += 1
     return {k: round(v, 1) if isinstance(v, float) else v for k, v in out.items()}

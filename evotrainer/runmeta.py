@@ -26,7 +26,10 @@ class JobTiming(BaseModel):
 
     start_step: int = Field(0, description="Global step the session started at.")
     steps_done: int = Field(0, description="Global step it ended at.")
-    setup_s: float = Field(0.0, description="Loading the policy, the data and the trainer, before the first step.")
+    warm_start_s: float = Field(0.0, description="Building the warm-started base policy (its SFT) because no cached "
+                                                 "one existed: 0 when it was cached, and for forks and resumes.")
+    setup_s: float = Field(0.0, description="Loading the policy, the data and the trainer, before the first step "
+                                            "(the warm start excluded).")
     train_s: float = Field(0.0, description="Inside the Trainer's train(): the steps and the evaluations.")
     eval_s: float = Field(0.0, description="Held-out evaluations (part of train_s).")
     wall_s: float = Field(0.0, description="The whole session in the job's process, setup and finishing included.")

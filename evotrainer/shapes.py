@@ -207,6 +207,8 @@ class JobSeconds(_Doc):
                                             "callbacks.")
     eval: float = Field(..., description="Held-out evaluations inside the jobs.")
     setup: float = Field(..., description="Loading the policy, the data and the trainer.")
+    warm_start: float = Field(0.0, description="Building a warm-started base policy that was not cached yet (a "
+                                               "one-off cost of the policy, which later campaigns reuse).")
     other: float = Field(..., description="The rest of the job sessions (their last records, MLflow).")
     jobs: float = Field(..., description="The job sessions' whole wall time.")
     sessions: int = Field(..., description="Job sessions that finished (a start or a resume each).")

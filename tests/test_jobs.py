@@ -137,6 +137,7 @@ def test_fork_records_lineage_starts_from_parent_weights_and_applies_new_lr(firs
     tags = _client(shared_home).get_run(res.run_id).data.tags
     assert tags["evotrainer.parent_run_id"] == parent.run_id and tags["evotrainer.parent_step"] == "2"
     assert tags["evotrainer.parent_harness_version"] != tags["evotrainer.harness_version"]
+    assert [t["warm_start_s"] for t in meta["timings"]] == [0.0] and res.warm_start_seconds == 0.0  # parent's base
     # Starts from the parent's weights at step 2, not from the base policy.
     pw = load_file(str(complete_checkpoints(Path(parent.run_dir))[2] / "model.safetensors"))
     cw = load_file(str(complete_checkpoints(run_dir)[2] / "model.safetensors"))

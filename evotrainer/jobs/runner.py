@@ -66,6 +66,7 @@ class JobResult(BaseModel):
     train_seconds: float
     eval_seconds: float
     setup_seconds: float
+    warm_start_seconds: float = 0.0  # building the warm-started base policy (0 when it was cached); not in setup
 
 
 # ---------------------------------------------------------------------------------------------- run lookup
@@ -382,7 +383,11 @@ def run_job(
     if base_dir is None:
         policy_seed = spec.seed if spec.policy.seed is None else spec.policy.seed
         warm = check_range(task, spec.policy.warm_start_difficulty or diff, "policy.warm_start_difficulty")
+        t_warm = time.perf_counter()
         base_dir = base_policy_dir(home, task, spec.policy, policy_seed, warm, log=say, device=device)
+        warm_s = time.perf_counter() - t_warm  # ~0 when the base was cached; minutes of SFT when it was built
+    else:
+        warm_s = 0.0
     tracker = Tracker(home)
 
     # ---- create or reopen the run (see jobs/jobdir.py: complete or absent, one writer) ----------------
@@ -487,7 +492,7 @@ def run_job(
 
     try:
         result = _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_ckpt, start_step, target,
-                        diff, progress, say, t_start, stop_at)
+                        diff, progress, say, t_start, stop_at, warm_s)
     except BaseException as err:  # record the failure, keep everything, re-raise as a clear error
         # Ctrl-C, or the process being told to exit (a Ray worker whose owner died gets SystemExit): the job did
         # not fail, it was stopped, and a resume goes on from its last checkpoint
@@ -548,7 +553,7 @@ def _record_pause(run_dir: Path, meta: dict[str, Any], tracker: Any, step: int, 
 
 
 def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_ckpt, start_step, target, diff,
-           progress, say, t_start, stop_at=None) -> JobResult:
+           progress, say, t_start, stop_at=None, warm_s=0.0) -> JobResult:
     import warnings
 
     # TRL 1.16 calls transformers APIs deprecated for v6 on every step; the warnings say nothing to our users.
@@ -653,7 +658,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
         first_step=meta["start_step"],
     )
     trainer.add_callback(cb)
-    setup_s = time.perf_counter() - t_start
+    setup_s = time.perf_counter() - t_start - warm_s
     t_train = time.perf_counter()
     # Everything alive now (the libraries, the policy, the data) lives for the whole session: freezing it keeps
     # the garbage collector from scanning it, both in the full collection accelerate's free_memory() runs at the
@@ -683,7 +688,8 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     # where this session's seconds went (one entry per start or resume): a campaign's overhead is read from these
     meta.setdefault("timings", []).append({
         "start_step": start_step,
-        "steps_done": trainer.state.global_step, "setup_s": round(setup_s, 2), "train_s": round(train_s, 2),
+        "steps_done": trainer.state.global_step, "warm_start_s": round(warm_s, 2), "setup_s": round(setup_s, 2),
+        "train_s": round(train_s, 2),
         "eval_s": round(cb.eval_seconds, 2), "wall_s": round(time.perf_counter() - t_start, 2)})
     _write_meta(run_dir, meta)
     tracker.end_run(run_id, "FINISHED")  # a resume reopens it
@@ -705,4 +711,5 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
         train_seconds=round(train_s, 2),
         eval_seconds=round(cb.eval_seconds, 2),
         setup_seconds=round(setup_s, 2),
+        warm_start_seconds=round(warm_s, 2),
     )
