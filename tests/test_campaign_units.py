@@ -371,6 +371,36 @@ def test_the_decision_selection_and_confirmation_splits_are_disjoint(task_name):
     assert not other & (set(ids["decision"]) | set(ids["selection"]))
 
 
+@pytest.mark.parametrize("task_name", ["arith", "countdown"])
+def test_a_wider_confirmation_stays_outside_the_other_splits_and_begins_with_the_default_one(task_name):
+    from evotrainer.evaluation import EvalSpec, split_problems
+    from evotrainer.tasks import get_task
+
+    task = get_task(task_name)
+    ev = EvalSpec(n=50, k=1, seed=7)
+    chosen_on = {p.id for s in ("decision", "selection") for p in split_problems(task, ev, s)}
+    default = [p.id for p in split_problems(task, ev, "confirmation")]
+    wide = [p.id for p in split_problems(task, ev, "confirmation", n=170)]
+    assert len(wide) == len(set(wide)) == 170 and not set(wide) & chosen_on
+    assert wide[:50] == default  # prefix-consistent draws: the wider split extends the default one
+    assert [p.id for p in split_problems(task, ev, "confirmation", n=50)] == default
+    other = [p.id for p in split_problems(task, ev, "confirmation", seed=99, n=120)]
+    assert len(other) == 120 and not set(other) & chosen_on
+
+
+def test_a_confirmations_paired_standard_error():
+    from evotrainer.agent.confirm import Confirmation, paired_se
+
+    # 10 problems: 3 gained, 1 lost, 6 unchanged -> d has mean 0.2 and s.d. sqrt((3*0.64 + 0.04*6 + 1.44)/9)
+    start = [False] * 3 + [True] + [True] * 3 + [False] * 3
+    end = [True] * 3 + [False] + [True] * 3 + [False] * 3
+    assert paired_se(start, end) == round(((3 * 0.64 + 6 * 0.04 + 1.44) / 9) ** 0.5 / 10 ** 0.5, 4)
+    assert paired_se(start, start) == 0.0 and paired_se([True], [False]) is None
+    c = Confirmation(seed=1, n=10, difficulty=(2, 2), mainline="v", start=0.4, end=0.6, budgets=(16, 16), gain_se=0.2)
+    assert "start 0.400 → end 0.600 (+0.200, s.e. 0.200)" in c.describe()
+    assert "s.e." not in c.model_copy(update={"gain_se": None}).describe()  # records made before it existed
+
+
 def test_split_errors_name_what_to_change():
     from evotrainer.evaluation import EvalSpec, split_problems
     from evotrainer.tasks import get_task
@@ -383,6 +413,12 @@ def test_split_errors_name_what_to_change():
         split_problems(task, EvalSpec(n=2000, k=1, difficulty=(1, 1), seed=7), "selection")
     with pytest.raises(ConfigError, match="splits: decision, selection, confirmation"):
         split_problems(task, ev, "training")
+    with pytest.raises(ConfigError, match="only the confirmation split takes its own size"):
+        split_problems(task, ev, "selection", n=100)
+    with pytest.raises(ConfigError, match="give 1 or more"):
+        split_problems(task, ev, "confirmation", n=0)
+    with pytest.raises(ConfigError, match="lower the confirmation's n"):  # more than all two-digit sums
+        split_problems(task, ev, "confirmation", n=20000)
 
 
 # ---------------------------------------------------------------------------------------------- sequential looks
@@ -674,3 +710,9 @@ def test_a_bad_task_option_names_the_campaign_file_and_the_options_allowed(tmp_p
         create_campaign(spec, tmp_path / "home")
     assert "bad-options.yaml" in str(err.value) and "bogus" in str(err.value) and "n_operands" in str(err.value)
     assert not (tmp_path / "home" / "state.db").exists()  # nothing written for an invalid spec
+    # a confirmation wider than the held-out pool is refused at the start, not after the whole budget
+    spec.write_text(f"name: x\ntask: arith\nharness: {REPO / 'harnesses' / 'demo-start.yaml'}\n"
+                    "segment_steps: 20\nbudget: {total_steps: 1000}\neval: {n: 50, difficulty: [2, 2]}\nconfirm_n: 20000\n")
+    with pytest.raises(ConfigError, match=r"bad-options\.yaml: eval / confirm_n: .*lower the confirmation's n"):
+        create_campaign(spec, tmp_path / "home")
+    assert not (tmp_path / "home" / "state.db").exists()

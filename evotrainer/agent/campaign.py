@@ -89,9 +89,16 @@ def _validated(spec_path: Path, seed: int | None = None) -> tuple[CampaignSpec, 
     harness = load_harness(spec.harness_path())
     Registry(harness)
     try:
-        get_task(spec.task, spec.task_options)
+        task = get_task(spec.task, spec.task_options)
     except TaskError as err:  # the task's own message, with the file and field that gave it
         raise TaskError(f"{spec_path}: task / task_options: {err}") from None
+    if spec.confirm:  # refused now, not after the whole budget is spent (the held-out pool can be too small)
+        from evotrainer.evaluation import split_problems
+
+        try:
+            split_problems(task, spec.eval, "confirmation", n=spec.confirm_n)
+        except ConfigError as err:
+            raise ConfigError(f"{spec_path}: eval / confirm_n: {err}") from None
     _check_paths(spec, spec_path)
     from evotrainer.config.policy import budget_overflow
 

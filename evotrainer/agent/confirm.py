@@ -39,21 +39,36 @@ class Confirmation(BaseModel):
     start_at_end_budget: float | None = Field(
         None, description="Base policy within the mainline's budget (only when the budgets differ).")
     budgets: tuple[int, int] = Field(..., description="Completion budgets (start harness, mainline harness).")
+    gain_se: float | None = Field(
+        None, description="Standard error of end − start over these problems, paired (the s.d. of the per-problem "
+                          "difference of outcomes / √n): the part of the gain a different sample of problems would "
+                          "move. None in records made before it existed.")
 
     def describe(self) -> str:
         both = "" if self.start_at_end_budget is None else (
             f"; the start within the final budget of {self.budgets[1]} tokens: {self.start_at_end_budget:.3f}")
+        se = "" if self.gain_se is None else f" ({self.end - self.start:+.3f}, s.e. {self.gain_se:.3f})"
         return (f"{self.n} fresh held-out problems (seed {self.seed}, levels {list(self.difficulty)}): start "
-                f"{self.start:.3f} → end {self.end:.3f} ({self.mainline}){both}")
+                f"{self.start:.3f} → end {self.end:.3f}{se} ({self.mainline}){both}")
+
+
+def paired_se(a: list[bool], b: list[bool]) -> float | None:
+    """Standard error of mean(b) − mean(a) for two policies' outcomes on the same problems (None below 2)."""
+    import statistics
+
+    d = [float(y) - float(x) for x, y in zip(a, b, strict=True)]
+    return round(statistics.stdev(d) / len(d) ** 0.5, 4) if len(d) > 1 else None
 
 
 Scorer = Callable[[dict[str, Any]], dict[str, Any]]  # a ScoreRequest document -> score_policies' answer
 
 
-def confirm(home: Path, cid: str, seed: int | None = None, store: Any = None, score: Scorer | None = None) -> Confirmation:
+def confirm(home: Path, cid: str, seed: int | None = None, store: Any = None, score: Scorer | None = None,
+            n: int | None = None) -> Confirmation:
     """Evaluate the campaign's base policy and its mainline on fresh held-out problems; record and return it.
 
     ``score``: where to evaluate (the campaign's pool: ``Launcher.score``); None evaluates in this process.
+    ``n``: how many problems (default: the spec's ``confirm_n``, else ``eval.n``).
     """
 
     from evotrainer.config.campaign import spec_of
@@ -83,13 +98,14 @@ def confirm(home: Path, cid: str, seed: int | None = None, store: Any = None, sc
                harness[mainline.harness_version].grpo.max_completion_length)
     task = get_task(spec.task, spec.task_options)
     ev = spec.eval.model_copy(update={"k": 1})
-    problems = split_problems(task, ev, "confirmation", seed)  # validates the seed before anything is scored
+    n = n if n is not None else spec.confirm_n
+    problems = split_problems(task, ev, "confirmation", seed, n)  # validates seed and n before anything is scored
     policies = [(first.base_policy, budgets[0]), (mainline.checkpoint, budgets[1])]
     if budgets[1] != budgets[0]:
         policies.append((first.base_policy, budgets[1]))
     out = (score or score_policies)({"task": spec.task, "task_options": spec.task_options,
                                      "eval": ev.model_dump(mode="json"), "split": "confirmation", "seed": seed,
-                                     "policies": [list(p) for p in policies]})
+                                     "n": n, "outcomes": True, "policies": [list(p) for p in policies]})
     if not out["ok"]:
         raise ConfigError(f"campaign {cid}: the confirmation could not score its policies: {out['error']}")
     accs = out["accuracies"]
@@ -97,6 +113,7 @@ def confirm(home: Path, cid: str, seed: int | None = None, store: Any = None, sc
     lo, hi = ev.difficulty or (task.default_difficulty, task.default_difficulty)
     result = Confirmation(
         seed=seed, n=len(problems), difficulty=(lo, hi), mainline=mainline.id, budgets=budgets,
-        start=accs[0], end=accs[1], start_at_end_budget=accs[2] if len(accs) > 2 else None)
+        start=accs[0], end=accs[1], start_at_end_budget=accs[2] if len(accs) > 2 else None,
+        gain_se=paired_se(out["outcomes"][0], out["outcomes"][1]) if "outcomes" in out else None)
     store.log_event(cid, "confirmation", result.model_dump(mode="json"))
     return result

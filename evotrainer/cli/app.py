@@ -503,13 +503,15 @@ def campaign_stop(cid: str,
 
 @campaign_app.command("confirm")
 def campaign_confirm(cid: str, seed: Optional[int] = typer.Option(None, help="Seed of the fresh problems (default eval.seed + 1)."),
+                     n: Optional[int] = typer.Option(None, "--n", help="Problems to evaluate (default: the spec's "
+                                                     "confirm_n, else eval.n); more narrow the gain's s.e."),
                      home: Optional[Path] = HomeOpt, as_json: bool = JsonOpt) -> None:
     """Evaluate the base policy and the mainline on fresh held-out problems (none the campaign decided on)."""
     from evotrainer.agent.confirm import confirm
     from evotrainer.home import resolve_home
 
     def body() -> None:
-        c = confirm(resolve_home(home), cid, seed)
+        c = confirm(resolve_home(home), cid, seed, n=n)
         if as_json:
             _emit_json(c.model_dump(mode="json"), "confirmation")
             return
@@ -608,7 +610,8 @@ def _print_status(home: Path, cid: str, as_json: bool) -> None:
     if js["jobs"]:
         out_console.print(f"[bold]job seconds[/] {js['jobs']:.0f} s in {js['sessions']} job session(s): trainer "
                           f"{js['trainer']:.0f} s, held-out evaluation {js['eval']:.0f} s, setup {js['setup']:.0f} s, "
-                          f"other {js['other']:.0f} s", highlight=False)
+                          + (f"warm start {js['warm_start']:.0f} s, " if js.get("warm_start") else "")
+                          + f"other {js['other']:.0f} s", highlight=False)
     out_console.print("[bold]where to look[/]")
     out_console.print(f"  MLflow UI:  mlflow ui --backend-store-uri {doc['where']['mlflow']}", highlight=False)
     out_console.print(f"  state DB:   {doc['where']['state']}", highlight=False)

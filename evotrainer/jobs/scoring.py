@@ -43,13 +43,16 @@ class ScoreRequest(BaseModel):
     eval: EvalSpec
     split: Split = "selection"
     seed: int | None = Field(None, description="The split's seed, when not its default (a confirmation's --seed).")
+    n: int | None = Field(None, ge=1, description="The confirmation's size, when not eval.n (confirm_n, --n).")
+    outcomes: bool = Field(False, description="Also return each policy's per-problem outcomes (for paired errors).")
     policies: list[tuple[str, int]] = Field(..., description="(path, max_new_tokens) pairs.")
     merge: MergeRequest | None = Field(None, description="Average these runs into a new job first and score it last.")
 
 
 def score_policies(request: dict[str, Any]) -> dict[str, Any]:
     """``{"ok": True, "accuracies": [...], "merged": path | None}`` in the order of ``request.policies`` (the merged
-    checkpoint's last, when ``merge`` asked for one), or ``{"ok": False, "error"}``."""
+    checkpoint's last, when ``merge`` asked for one), with ``"outcomes"`` (a list of booleans per policy) when the
+    request asked for them; or ``{"ok": False, "error"}``."""
     try:
         from evotrainer.evaluation import split_problems
         from evotrainer.policy import policy_accuracy
@@ -57,7 +60,7 @@ def score_policies(request: dict[str, Any]) -> dict[str, Any]:
 
         req = ScoreRequest.model_validate(request)
         task = get_task(req.task, req.task_options)
-        problems = split_problems(task, req.eval, req.split, req.seed)
+        problems = split_problems(task, req.eval, req.split, req.seed, req.n)
         policies = list(req.policies)
         merged = None
         if req.merge is not None:
@@ -67,11 +70,14 @@ def score_policies(request: dict[str, Any]) -> dict[str, Any]:
             merged = str(merge_runs(Path(m.home), m.name, m.sources, m.tags))
             policies.append((merged, m.max_new_tokens))
         accs: list[float] = []
+        outcomes: list[list[bool]] = []
         cache: dict[str, Any] = {}
         for path, budget in policies:
             if path not in cache:
                 cache.clear()  # one policy in memory at a time (a real model is hundreds of MB)
-            accs.append(policy_accuracy(path, task, problems, req.eval, budget, cache=cache))
-        return {"ok": True, "accuracies": accs, "n": len(problems), "merged": merged}
+            outcomes.append([])
+            accs.append(policy_accuracy(path, task, problems, req.eval, budget, cache=cache, outcomes=outcomes[-1]))
+        return {"ok": True, "accuracies": accs, "n": len(problems), "merged": merged,
+                **({"outcomes": outcomes} if req.outcomes else {})}
     except BaseException as err:  # noqa: BLE001 - reported to the campaign, which records it and goes on
         return {"ok": False, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-4000:]}
