@@ -57,7 +57,11 @@ def split_problems(task: Task, spec: EvalSpec, split: Split, seed: int | None = 
     ``n`` (the confirmation only: ``confirm_n``, ``campaign confirm --n``) asks for a confirmation of another
     size, drawn with its seed outside both other splits. A wider one narrows the standard error of the start →
     end claim (two 500-problem samples of one policy differ by ~2 points) at the cost of evaluation alone.
-    The draws are prefix-consistent, so a wider confirmation begins with the default one's problems.
+    The draws are prefix-consistent, so a wider confirmation begins with the default one's problems. They are
+    also distinct, so where the held-out space is small (countdown's level 3 has ~5300 problems) the later ones
+    lean to what the generator makes rarely: a 3000-problem countdown split read 5-7 points lower than its first
+    500 for the same policies (bench/RESULTS.md §7). Compare policies on one split; do not mix its numbers with
+    ``eval.n`` ones.
     """
     if split not in SPLITS:
         raise ConfigError(f"unknown held-out split '{split}'; splits: {', '.join(SPLITS)}")

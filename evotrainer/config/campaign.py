@@ -238,7 +238,10 @@ class CampaignSpec(_S):
         None, ge=1, description="Problems in that confirmation (null: eval.n). A wider one, drawn outside the decision "
                                 "and selection splits, narrows the start → end claim's standard error (it is "
                                 "reported) at the cost of evaluation alone: two 500-problem samples of one policy "
-                                "differ by ~2 points. Lower it if the task's held-out set has too few problems.")
+                                "differ by ~2 points. Its problems are distinct, so on a task whose held-out space is "
+                                "small (countdown's level 3: ~5300) a wide split leans to the rarer, harder problems: "
+                                "compare start and end on it, not with eval.n numbers. Lower it if the task's "
+                                "held-out set has too few problems.")
     trace: bool = Field(False, description="Trace every graph node into MLflow (mlflow.langchain.autolog): inputs, outputs, timings.")
     source_dir: str | None = Field(None, exclude=True, description="Directory of the spec file.")
 
