@@ -80,8 +80,7 @@ def start_harness(task: str, start: str, prompts: int, home: Path) -> Path:
     return path
 
 
-def confirmation_accuracy(task: str, checkpoint: str, budget: int, n: int, wide: int | None = None,
-                          outcomes: list[bool] | None = None) -> float:
+def confirmation_accuracy(task: str, checkpoint: str, budget: int, n: int, wide: int | None = None) -> float:
     """Greedy accuracy on the confirmation split of ``n`` problems, or on a wider one of ``wide`` problems
     outside the decision and selection splits of ``n`` (``split_problems(..., n=wide)``, which begins with the
     ``n`` of the default one)."""
@@ -91,7 +90,7 @@ def confirmation_accuracy(task: str, checkpoint: str, budget: int, n: int, wide:
 
     t = get_task(task)
     ev = EvalSpec(n=n, k=1)
-    return policy_accuracy(checkpoint, t, split_problems(t, ev, "confirmation", n=wide), ev, budget, outcomes=outcomes)
+    return policy_accuracy(checkpoint, t, split_problems(t, ev, "confirmation", n=wide), ev, budget)
 
 
 def wide_accuracy(task: str, checkpoint: str, budget: int, a: Any) -> float | None:

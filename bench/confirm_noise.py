@@ -19,7 +19,6 @@ per-problem difference of outcomes / √n), which is the part of a seed's gap th
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -50,6 +49,7 @@ def main() -> None:
     p.add_argument("--out", default="confirm_noise")
     a = p.parse_args()
 
+    from evotrainer.agent.confirm import paired_se
     from evotrainer.config.eval import EvalSpec
     from evotrainer.evaluation import split_problems
     from evotrainer.policy import policy_accuracy
@@ -82,9 +82,8 @@ def main() -> None:
                 outcomes[arm][name] = got
         for name in splits:
             c, s = outcomes["campaign"][name], outcomes["static"][name]
-            d = [float(x) - float(y) for x, y in zip(c, s, strict=True)]
-            res[name] = {"n": len(d), "campaign": round(statistics.fmean(c), 4), "static": round(statistics.fmean(s), 4),
-                         "diff": round(statistics.fmean(d), 4), "se": round(statistics.stdev(d) / math.sqrt(len(d)), 4)}
+            res[name] = {"n": len(c), "campaign": round(statistics.fmean(c), 4), "static": round(statistics.fmean(s), 4),
+                         "diff": round(statistics.fmean(c) - statistics.fmean(s), 4), "se": paired_se(s, c)}
         out.append(res)
         print(json.dumps(res), flush=True)
     save(a.out, {"results": a.results, "eval_n": a.eval_n, "wide": a.wide, "rows": out})

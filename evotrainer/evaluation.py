@@ -69,6 +69,7 @@ def split_problems(task: Task, spec: EvalSpec, split: Split, seed: int | None = 
         raise ConfigError(f"only the confirmation split takes its own size; the {split} split has eval.n problems")
     if n is not None and n < 1:
         raise ConfigError(f"a confirmation of {n} problems: give 1 or more")
+    wide = n is not None and n != spec.n
     if split == "decision":
         if seed is not None and seed != spec.seed:
             raise ConfigError("the decision split is eval.seed's problems; set eval.seed to change it")
@@ -78,7 +79,7 @@ def split_problems(task: Task, spec: EvalSpec, split: Split, seed: int | None = 
     seed = default if seed is None else seed
     if seed == spec.seed:
         raise ConfigError(f"seed {seed} is eval.seed, whose problems are the decision split; pick another")
-    if split == "confirmation" and seed == default and n in (None, spec.n):
+    if split == "confirmation" and seed == default and not wide:
         return _fresh(task, spec, seed, decision, split)
     confirmation = {p.id for p in _fresh(task, spec, spec.seed + SPLIT_SEED_OFFSET["confirmation"], decision,
                                          "confirmation")}
@@ -86,7 +87,7 @@ def split_problems(task: Task, spec: EvalSpec, split: Split, seed: int | None = 
         return _fresh(task, spec, seed, decision | confirmation, split)
     selection = {p.id for p in _fresh(task, spec, spec.seed + SPLIT_SEED_OFFSET["selection"],
                                       decision | confirmation, "selection")}
-    if n is None or n == spec.n:
+    if not wide:
         return _fresh(task, spec, seed, decision | selection, split)
     return _fresh(task, spec.model_copy(update={"n": n}), seed, decision | selection, split, knob="the confirmation's n")
 

@@ -212,7 +212,7 @@ def test_crashed_hung_and_out_of_memory_branches_are_recorded_failed_and_the_cam
               "EVOTRAINER_OOM_RUNS": r"__treatment1__s10002$",
               # the first two controls can only start if they run side by side (jobs in one worker never meet)
               "EVOTRAINER_MEET_RUNS": r"__control__s1000[01]$", "EVOTRAINER_MEET_DIR": str(meet),
-              "EVOTRAINER_JOB_TIMEOUT_S": "30"}  # 10x a tiny job here (2-3 s), and the hung one waits it out
+              "EVOTRAINER_JOB_TIMEOUT_S": "30"}  # far above a tiny job (it held with a bench beside it); the hung one waits it out
     p = _cli("campaign", "start", str(spec), "--json", home=home, env=faults)
     out, err = p.communicate(timeout=900)
     assert p.returncode == 0, err[-3000:]
