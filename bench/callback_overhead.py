@@ -17,11 +17,12 @@ next (so it includes logging and the callback's ``on_log`` diagnosis); the first
 ``--steps`` steps with the callback (defaults) attached throughout but passing its hooks through only in every other
 block of ``--block`` steps (the order within each pair of blocks drawn from a seeded RNG, so neither side always
 comes first); a switched-off step costs the callback nothing. Each pair of blocks gives one overhead (the on block's
-mean step over the off block's), and the t-interval is over pairs. The trainer's warm-up (its first ``--block``
-steps, and its partner block) is dropped, and so is the first step of each off block that follows an on block, which may carry the
-writer thread's last Parquet write (so the on side misses that ~2 ms of one step in ``--block``). The
-diagnosis runs only in on blocks (at a logging step at or after the next due step), so its cost falls on the on
-side. This removes the ±10-20 % drift between trainers that the first design averages over rounds.
+mean step over the off block's), and the t-interval is over pairs. The first two blocks (the trainer's warm-up and
+its partner) are dropped, and so is the first step of each off block that follows an on block, which may carry the
+writer thread's last Parquet write (so the on side misses that ~2 ms of one step in ``--block``). The diagnosis runs
+only in on blocks (at a logging step at or after the next due step), so its cost falls on the on side, at about
+twice its real share of an on step (``max_overhead`` spaces it by all steps, on and off): conservative. This removes
+the ±10-20 % drift between trainers that the first design averages over rounds.
 
 Reported per arm: the overhead of each round (its mean step time over the no-callback arm's of that round), their
 mean with a 95 % t-interval over rounds, the callback's own time per step on the training thread (``hook_ms``) and
