@@ -48,6 +48,8 @@ def main() -> None:
                    help="trainers: one fresh trainer per arm and round; toggle: the callback switched on and off in "
                         "blocks within one trainer (see above)")
     p.add_argument("--block", type=int, default=5, help="toggle: steps per block (at least 2)")
+    p.add_argument("--writes", choices=["background", "training-thread"], default="background",
+                   help="toggle: the callback's background_writes (default: on, as the callback's default)")
     a = p.parse_args()
     if a.design == "toggle" and (a.block < 2 or a.steps < 4 * a.block):
         p.error(f"--design toggle needs --block >= 2 and --steps >= 4 x --block: two warm-up blocks and a pair "
@@ -185,7 +187,7 @@ def toggle(a, trainer, Timed, TrainerCallback, stats) -> None:
     hook_ms: list[float] = []
     for rnd in range(a.rounds):
         with tempfile.TemporaryDirectory() as tmp:
-            cb = Switched()
+            cb = Switched(background_writes=a.writes == "background")
             sw = Switch(cb, random.Random(rnd))
             trainer(tmp, [sw, cb]).train()
         d = [t1 - t0 for t0, t1 in zip(sw.marks, sw.marks[1:])]
@@ -206,8 +208,8 @@ def toggle(a, trainer, Timed, TrainerCallback, stats) -> None:
         print(json.dumps({"round": rnd, "pairs": len(pairs), "diagnosed_at": [s for s, _ in cb.diagnoses]}), flush=True)
     mean = statistics.mean(pairs)
     ci = stats.t.interval(0.95, len(pairs) - 1, loc=mean, scale=stats.sem(pairs)) if len(pairs) > 1 else (mean, mean)
-    save("callback_overhead_toggle", {
-        "design": "toggle", "rollouts_per_step": 256, "steps_per_trainer": a.steps, "trainers": a.rounds,
+    save("callback_overhead_toggle" + ("" if a.writes == "background" else "_training_thread"), {
+        "design": "toggle", "writes": a.writes, "rollouts_per_step": 256, "steps_per_trainer": a.steps, "trainers": a.rounds,
         "block": a.block, "pairs": len(pairs), "overhead_mean": round(mean, 4),
         "overhead_median": round(statistics.median(pairs), 4), "overhead_ci95": [round(float(x), 4) for x in ci],
         "on_mean_s": round(statistics.mean(on_s), 4), "off_mean_s": round(statistics.mean(off_s), 4),
