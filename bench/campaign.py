@@ -50,6 +50,11 @@ BASELINES = {"arith": "grpo-baseline.yaml", "countdown": "grpo-baseline.yaml", "
              "code": "code-baseline.yaml"}
 
 
+def row_key(r: dict[str, Any]) -> tuple:
+    """A results row's identity: a row with the same key replaces it (here and in ``bench/merge_results.py``)."""
+    return r["task"], r["start"], r["seed"], r["arm"], r["budget"]
+
+
 def _interval(xs: list[float], confidence: float = 0.9) -> list[float]:
     from scipy import stats
 
@@ -317,8 +322,7 @@ def main() -> None:
     results = RESULTS.with_name(f"{a.out}.json")
     prev = json.loads(results.read_text()) if results.exists() else {}
     rows = [r for r in prev.get("runs", []) if "arm" in r]  # rows of this version (with an arm) are kept
-    key = lambda r: (r["task"], r["start"], r["seed"], r["arm"], r["budget"])  # noqa: E731
-    have = {key(r) for r in rows}
+    have = {row_key(r) for r in rows}
     for task in a.tasks:
         for start in a.starts:
             harness = start_harness(task, start, a.prompts, home)

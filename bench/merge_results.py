@@ -18,8 +18,7 @@ import json
 import sys
 
 from _common import ROOT
-
-from campaign import RESULTS, _save  # noqa: E402 (bench/ is on the path as the scripts' directory)
+from campaign import RESULTS, _save, row_key  # noqa: E402 (bench/ is on the path as the scripts' directory)
 
 
 def _load(name: str) -> dict:
@@ -37,20 +36,19 @@ def main() -> None:
     p.add_argument("--wide-from", nargs="*", default=[], help="confirm_noise results whose wide scores fill rows")
     p.add_argument("--out", required=True, help="the merged file, bench/results/OUT.json")
     a = p.parse_args()
-    key = lambda r: (r["task"], r["start"], r["seed"], r["arm"], r["budget"])  # noqa: E731
     rows: dict[tuple, dict] = {}
     for name in a.results:
         for r in _load(name).get("runs", []):
             if "arm" in r:
-                rows[key(r)] = dict(r, source=name)
+                rows[row_key(r)] = dict(r, source=name)
     for name in a.wide_from:
         for w in _load(name).get("rows", []):
             for arm in ("campaign", "static"):
-                k = (w["task"], w["start"], w["seed"], arm, w["budget"])
+                k = row_key(dict(w, arm=arm))
                 if k in rows and rows[k].get("accuracy_wide") is None and w.get("wide_confirmation"):
                     rows[k]["accuracy_wide"] = w["wide_confirmation"][arm]
                     rows[k]["wide_source"] = name
-    _save({}, sorted(rows.values(), key=key), a.out)
+    _save({}, sorted(rows.values(), key=row_key), a.out)
 
 
 if __name__ == "__main__":
