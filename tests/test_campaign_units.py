@@ -11,7 +11,7 @@ from evotrainer.agent.brains.base import BrainContext, RefutedChange
 from evotrainer.agent.brains.heuristic import HeuristicBrain
 from evotrainer.agent.lessons import SEED_LIBRARY, brain_inputs
 from evotrainer.backtest import decide
-from evotrainer.config.campaign import load_campaign_spec
+from evotrainer.config.campaign import BacktestSpec, load_campaign_spec
 from evotrainer.config.harness import HarnessSpec
 from evotrainer.domain import BranchResult, Finding
 from evotrainer.errors import ConfigError
@@ -96,8 +96,26 @@ def test_a_scale_knob_proposal_gets_a_bracket_arm_further_out_and_others_move_do
     assert bracket_value(h, "grpo.temperature", 1.0, 1.2) is None
     assert bracket_value(h, "optim.learning_rate", 0.1, 0.01) == pytest.approx(1e-6)
     assert bracket_value(h.with_knob("optim.learning_rate", 0.05), "optim.learning_rate", 0.05, 0.1) is None
+    # backtest.bracket_range: from a rate already in the usual band (the tuned 3e-4) there is no bracket, and the
+    # next draft takes the second slot; from 1e-5 the bracket stops at the band's top, 1e-3 (×100, not ×243 000)
+    tuned = h.with_knob("optim.learning_rate", 3e-4)
+    lr_t = next(d for d in HeuristicBrain().propose(_ctx([_finding("plateau", "info")], harness=tuned,
+                                                         max_proposals=4)).drafts if d.knob == lr.knob)
+    assert lr_t.value > 3e-4 and bracket_value(tuned, lr.knob, 3e-4, lr_t.value) == pytest.approx(0.0729)
+    assert _bracketed(tuned, [lr_t, *others], 2) == ([lr_t, *others], set())
+    assert _bracketed(tuned, [lr_t, *others], 2, bands={})[1] == {1}  # no band: bracketed within the bounds
+    slow = h.with_knob("optim.learning_rate", 1e-5)
+    lr_s = lr.model_copy(update={"value": 3e-5})
+    out_s, _ = _bracketed(slow, [lr_s, *others], 2)
+    assert out_s[1].value == pytest.approx(1e-3) and "1e-3" not in out_s[1].hypothesis.change
+    assert "0.001" in out_s[1].hypothesis.change and "4.19×" in out_s[1].hypothesis.change  # the clipped move
     spec = load_campaign_spec(REPO / "campaigns" / "arith-demo.yaml")
     assert spec.backtest.bracket and spec.backtest.project_futility
+    assert spec.backtest.bracket_range["optim.learning_rate"] == (1e-7, 1e-3)
+    for bad, says in (({"grpo.temperature": (0.5, 2.0)}, "not a scale knob"),
+                      ({"optim.learning_rate": (1e-3, 1e-4)}, "0 < low < high")):
+        with pytest.raises(ValueError, match=says):
+            BacktestSpec(bracket_range=bad)
 
 
 def test_heuristic_brain_maps_findings_to_relevant_single_knob_changes():

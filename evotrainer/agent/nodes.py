@@ -365,7 +365,7 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
         knobs = harness.knobs()
         values = ValueOptimizer(ctx.home, ctx.campaign_id, ctx.spec.seed) if ctx.spec.values == "optuna" else None
         drafts, brackets = _bracketed(harness, result.drafts, k if ctx.spec.backtest.bracket else 0,
-                                      ctx.spec.backtest.bracket_factor)
+                                      ctx.spec.backtest.bracket_factor, ctx.spec.backtest.bracket_range)
         kept = 0
         for i, d in enumerate(drafts):
             if kept >= k:
@@ -462,7 +462,8 @@ def _retests(ctx: CampaignContext, harness: HarnessSpec) -> list:
     return out
 
 
-def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None = None) -> tuple[list, set[int]]:
+def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None = None,
+               bands: dict[str, tuple[float, float]] | None = None) -> tuple[list, set[int]]:
     """The brain's drafts with a bracket arm (spec ``backtest.bracket``), and the bracket's index.
 
     When one of the drafts the round would backtest (the first ``k``) moves a scale knob, that draft takes the
@@ -471,23 +472,29 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None 
     Why: a learning rate 300× too small gains +0.005 in a 30-step branch from a ×3 raise, too little to decide
     (on one warm start it read −0.002 and was refuted), while the bracket shows which decade the knob belongs in.
     If both are promoted the larger effect wins (``decide_node``); both arms are trials of the knob's Optuna
-    study. ``k`` < 2 (or 0: bracketing off) leaves the drafts as they are.
+    study. ``k`` < 2 (or 0: bracketing off) leaves the drafts as they are. ``bands`` (``backtest.bracket_range``,
+    the spec's default when None) keeps the bracket inside each knob's usual band: from a value already there
+    (a tuned learning rate) there is no bracket, and the round's next draft takes the slot.
     """
-    from evotrainer.agent.values import BRACKET_FACTOR, bracket_value
+    from evotrainer.agent.values import BRACKET_FACTOR, bracket_value, move_of
+    from evotrainer.config.campaign import BRACKET_RANGE
 
     factor = BRACKET_FACTOR if factor is None else factor
     if k < 2 or not drafts:
         return list(drafts), set()
     knobs = harness.knobs()
     first, value = next(((d, v) for d in drafts[:k] if not _is_retest(d)
-                         and (v := bracket_value(harness, d.knob, knobs.get(d.knob), d.value, factor)) is not None),
+                         and (v := bracket_value(harness, d.knob, knobs.get(d.knob), d.value, factor,
+                                                 (BRACKET_RANGE if bands is None else bands).get(d.knob)))
+                         is not None),
                         (None, None))
     if first is None:
         return list(drafts), set()
     current = knobs.get(first.knob)
     if any(d.knob == first.knob and d.value == value for d in drafts):
         return list(drafts), set()
-    change = f"{first.knob}: {current!r} → {value!r}, a bracket of {first.value!r} ({factor:g}× the move in log scale)"
+    factor = move_of(first.knob, current, value) / move_of(first.knob, current, first.value)  # < factor if clipped
+    change = f"{first.knob}: {current!r} → {value!r}, a bracket of {first.value!r} ({factor:.3g}× the move in log scale)"
     bracket = first.model_copy(update={
         "value": value, "hypothesis": first.hypothesis.model_copy(update={"change": change[:300]}),
         "rationale": (f"bracket of the first proposal ({first.knob} → {first.value!r}): the same knob moved {factor:g} "

@@ -47,10 +47,10 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from evotrainer.config.campaign import BacktestSpec
-from evotrainer.config.harness import HarnessSpec, locked_knob
+from evotrainer.config.harness import SCALE_KNOBS, HarnessSpec, locked_knob
 
 # Knobs searched on a log scale (their useful values span decades).
-LOG_KNOBS = frozenset({"optim.learning_rate", "grpo.beta", "grpo.entropy_coef", "optim.weight_decay"})
+LOG_KNOBS = SCALE_KNOBS
 BLOCKED_SCORE = -1.0  # what a gate-blocked value is worth to the optimizer: never again
 KEY = "proposal"
 
@@ -179,17 +179,23 @@ def _move_window(knob: str, current: float, w: Window) -> Window:
 BRACKET_FACTOR: float = BacktestSpec.model_fields["bracket_factor"].default
 
 
-def bracket_value(harness: HarnessSpec, knob: str, current: Any, value: Any,
-                  factor: float = BRACKET_FACTOR) -> float | None:
+def bracket_value(harness: HarnessSpec, knob: str, current: Any, value: Any, factor: float = BRACKET_FACTOR,
+                  band: tuple[float, float] | None = None) -> float | None:
     """The bolder value a bracket arm tries beside the draft ``current → value`` of a scale knob: the move
-    ``factor`` times as far in log scale (None: no bracket, for a knob that is not a scale knob or a move the
-    bounds leave no room to extend)."""
+    ``factor`` times as far in log scale, clipped into ``band`` (``backtest.bracket_range``) and the knob's
+    bounds. None: no bracket, for a knob that is not a scale knob, or when the clipped value is not at least twice
+    as far from ``current`` as ``value`` is (a current value already inside the band, or a move the bounds leave
+    no room to extend)."""
     move = move_of(knob, current, value)
     if knob not in LOG_KNOBS or not move or locked_knob(knob):
         return None
     lo, hi, _ = _bounds(harness, knob)
+    if band is not None:
+        lo, hi = max(lo, band[0]), min(hi, band[1])
     out = float(f"{min(max(current * math.exp(factor * move), lo), hi):.3g}")
-    return None if out in (current, value) or (out - value) * move <= 0 else out
+    if out <= 0 or out in (current, value) or (out - value) * move <= 0:
+        return None
+    return out if math.log(out / current) / move >= 2.0 else None
 
 
 def _apply(knob: str, current: float, move: float, w: Window) -> Any:

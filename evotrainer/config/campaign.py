@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evotrainer.config.eval import EvalSpec
-from evotrainer.config.harness import load_yaml_model
+from evotrainer.config.harness import SCALE_KNOBS, load_yaml_model
 from evotrainer.config.policy import PolicySpec
 
 
@@ -44,6 +44,12 @@ class BudgetSpec(_S):
                                 "recorded failed with that reason (null: $EVOTRAINER_JOB_TIMEOUT_S, else no limit).")
 
 
+# The band a bracket arm stays inside, per scale knob (`BacktestSpec.bracket_range` says why these).
+BRACKET_RANGE: dict[str, tuple[float, float]] = {
+    "optim.learning_rate": (1e-7, 1e-3), "grpo.beta": (1e-3, 0.5), "grpo.entropy_coef": (1e-4, 0.02),
+    "optim.weight_decay": (1e-3, 0.2)}
+
+
 class BacktestSpec(_S):
     branch_steps: int = Field(30, ge=1, le=100_000, description="Trainer steps of each backtest branch.")
     seeds: int = Field(3, ge=2, le=16, description="Paired seeds per branch pair (control and treatment share them).")
@@ -71,6 +77,17 @@ class BacktestSpec(_S):
                     "decide (bench/RESULTS.md §7; chosen on the bench's own tasks, whose tuned rate is known, so "
                     "in-sample). Larger spans more decades and risks a collapse the first look rejects cheaply; "
                     "between 1.5 and 8.")
+    bracket_range: dict[str, tuple[float, float]] = Field(
+        default_factory=lambda: dict(BRACKET_RANGE),
+        description="Per scale knob, the (low, high) band a bracket arm stays inside: its value is clipped into the "
+                    "band, and no bracket is made when the clipped value is not at least twice as far (in log scale) "
+                    "from the current value as the first arm (a bracket that close is the same test twice). Why: "
+                    "the bracket is for a value decades off; from one already inside the band a bold sweep is "
+                    "waste. From the tuned arith start (lr 3e-4), ×243 was 0.0729 and collapsed the policy on every "
+                    "seed, like 9e-4, ~60 of 400 steps spent to reject both (bench/RESULTS.md §7). Defaults: "
+                    "learning rate 1e-7..1e-3 (full fine-tunes of LMs use 1e-7..1e-5, LoRA up to ~5e-4, the tiny "
+                    "policy 1e-4..1e-3), KL coefficient 1e-3..0.5, entropy coefficient 1e-4..0.02, weight decay "
+                    "1e-3..0.2 (the ranges GRPO recipes report). A knob left out is bracketed within its bounds.")
     project_futility: bool = Field(
         True, description="At an interim look, judge futility on the interval's upper end scaled by looks / look (an "
                           "effect that builds up with steps trained, as a learning rate's does, may reach that much by "
@@ -91,6 +108,12 @@ class BacktestSpec(_S):
 
     @model_validator(mode="after")
     def _looks(self) -> BacktestSpec:
+        for knob, (low, high) in self.bracket_range.items():
+            if knob not in SCALE_KNOBS:
+                raise ValueError(f"backtest.bracket_range: {knob!r} is not a scale knob; brackets move only "
+                                 f"{', '.join(sorted(SCALE_KNOBS))}")
+            if not 0 < low < high:
+                raise ValueError(f"backtest.bracket_range.{knob}: ({low:g}, {high:g}) must be 0 < low < high")
         if self.futility_effect is not None and self.futility_effect < self.min_effect:
             raise ValueError(f"futility_effect={self.futility_effect} is below min_effect={self.min_effect}: a change "
                              "could then be promoted and refuted at once; set futility_effect >= min_effect or null")

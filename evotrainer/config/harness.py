@@ -314,6 +314,11 @@ def locked_knob(path: str) -> bool:
     return path.startswith(LOCKED_KNOB_PREFIXES)
 
 
+# Knobs whose useful values span decades: searched and moved on a log scale (agent/values.py), bracketed
+# (config/campaign.py `backtest.bracket`).
+SCALE_KNOBS = frozenset({"optim.learning_rate", "grpo.beta", "grpo.entropy_coef", "optim.weight_decay"})
+
+
 class HarnessSpec(_Section):
     """One harness file. ``version`` is its content hash; ``diff`` lists the knobs that differ."""
 
