@@ -126,17 +126,25 @@ def run_static(task: str, harness: Path, seed: int, a: Any, home: Path) -> dict[
     from evotrainer.config.harness import load_harness
     from evotrainer.config.job import JobSpec
     from evotrainer.home import jobs_dir
-    from evotrainer.jobs.runner import run_job
+    from evotrainer.jobs.runner import complete_checkpoints, run_job
+    from evotrainer.runmeta import read_run_meta
 
     t = time.perf_counter()
     name = f"static-{harness.stem}-s{seed}-b{a.budget}"
-    resume = name if (jobs_dir(home) / name).exists() else None  # a bench killed mid-run goes on from there
-    res = run_job(JobSpec(task=task, harness=str(harness), steps=a.budget, seed=seed, save_every=a.budget,
-                          name=name, policy=_policy(a), eval=EvalSpec(every=a.budget, n=a.eval_n, k=1)),
-                  home, resume=resume)
+    run_dir = jobs_dir(home) / name
+    meta = read_run_meta(run_dir)
+    if meta is not None and meta.status == "finished" and a.budget in complete_checkpoints(run_dir):
+        # a finished run (an earlier bench's static arm) is the same deterministic job: score it again
+        checkpoint, steps = str(complete_checkpoints(run_dir)[a.budget]), meta.reached
+    else:
+        resume = name if run_dir.exists() else None  # a bench killed mid-run goes on from there
+        res = run_job(JobSpec(task=task, harness=str(harness), steps=a.budget, seed=seed, save_every=a.budget,
+                              name=name, policy=_policy(a), eval=EvalSpec(every=a.budget, n=a.eval_n, k=1)),
+                      home, resume=resume)
+        checkpoint, steps = res.checkpoint, res.steps_done
     budget = load_harness(harness).grpo.max_completion_length
-    return {"accuracy": confirmation_accuracy(task, res.checkpoint, budget, a.eval_n), "steps": res.steps_done,
-            "wall_s": round(time.perf_counter() - t, 1), "accuracy_wide": wide_accuracy(task, res.checkpoint, budget, a)}
+    return {"accuracy": confirmation_accuracy(task, checkpoint, budget, a.eval_n), "steps": steps,
+            "wall_s": round(time.perf_counter() - t, 1), "accuracy_wide": wide_accuracy(task, checkpoint, budget, a)}
 
 
 def run_campaign(task: str, harness: Path, seed: int, a: Any, home: Path) -> dict[str, Any]:

@@ -518,3 +518,25 @@ def test_an_llm_endpoint_that_accepts_and_never_answers_falls_back_within_its_ti
     assert "attempt 1: no answer within 1.0s" in notes and "fell back to the heuristic brain" in notes
     (p,) = store.list_proposals(cid, round=0)
     assert p.brain == "llm→heuristic" and store.get_decision(p.id) is not None
+
+
+def test_a_round_whose_segment_improved_holds_its_backtest_and_the_next_segment_trains_as_long_again(tmp_path):
+    """budget.improving_z, for real: round 0 scores the base policy on the selection split (one event), its segment
+    beat it (no truncation here: a 4-character budget), so round 0 proposes and backtests nothing and round 1's
+    segment trains 2 + 2 steps."""
+    home = tmp_path / "home"
+    logs: list[str] = []
+    spec = _spec(tmp_path, budget={"improving_z": 0.01})
+    (tmp_path / "h.yaml").write_text(HARNESS.replace("max_completion_length: 2", "max_completion_length: 4"))
+    cid = start_campaign(spec, home, log=logs.append)
+    store = Store.for_home(home)
+    (start,) = store.events(cid, kind="explore_start")
+    r0 = store.get_policy_version(f"{cid}:r00:segment")
+    assert start.message["policy"] and r0.selection_accuracy > start.message["accuracy"], (start.message, r0)
+    held = store.events(cid, kind="explore_held")
+    assert held and held[0].message["round"] == 0 and held[0].message["steps"] == 2
+    assert held[0].message["before"] == start.message["accuracy"] and held[0].message["after"] == r0.selection_accuracy
+    assert not store.list_proposals(cid, round=0) and any("the mainline is still improving" in m for m in logs)
+    meta = json.loads((home / "jobs" / f"{cid}__r01__segment" / "meta.json").read_text())
+    assert meta["spec"]["steps"] == 4
+    assert store.ledger_total(cid) <= 12 and store.get_campaign(cid).status == "finished"

@@ -734,3 +734,53 @@ def test_a_bad_task_option_names_the_campaign_file_and_the_options_allowed(tmp_p
     with pytest.raises(ConfigError, match=r"bad-options\.yaml: eval / confirm_n: .*lower the confirmation's n"):
         create_campaign(spec, tmp_path / "home")
     assert not (tmp_path / "home" / "state.db").exists()
+
+
+def test_exploration_waits_while_the_mainline_still_improves_and_not_when_it_stalls_or_a_finding_warns(tmp_path):
+    """budget.improving_z: a segment that raised selection accuracy by more than z standard errors holds the
+    round's backtest (the next segment trains as long again); a stall, a warning finding, a rolled-back mainline
+    or `improving_z: null` explore as before. Round 0's parent is the base policy, scored once (kept as an event)."""
+    from datetime import datetime, timezone
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from evotrainer.agent.nodes import _still_improving
+    from evotrainer.config.campaign import CampaignSpec
+    from evotrainer.domain import PolicyVersion
+    from evotrainer.store import Store
+
+    h = HarnessSpec()
+    spec = CampaignSpec(name="c", eval={"every": 0, "n": 500, "k": 1}, budget={"total_steps": 400})
+    with Store(f"sqlite:///{tmp_path / 'state.db'}") as store:
+        store.create_campaign("c", "c", spec.model_dump(mode="json"), "t")
+        store.add_harness_version(h.version, None, h.model_dump(mode="json"), [])
+        ctx = SimpleNamespace(store=store, campaign_id="c", spec=spec, home=Path(tmp_path), log=lambda _m: None)
+
+        def add(i, sel, parent, step):
+            pv = store.add_policy_version(PolicyVersion(
+                id=f"c:v{i}", campaign_id="c", parent_id=parent, harness_version=h.version, checkpoint=f"/ck/{i}",
+                run_name=f"run{i}", mlflow_run_id=None, eval_accuracy=sel, step=step,
+                created=datetime(2026, 1, 1, i, tzinfo=timezone.utc)))
+            return store.set_selection_accuracy(pv.id, sel)
+
+        def state(pv):
+            return {"mainline": pv.id, "segment_run": pv.run_name}
+
+        # round 0: the base policy's score is the event a first call wrote (a resume does not score again)
+        store.log_event("c", "explore_start", {"policy": "/base", "accuracy": 0.262})
+        r0 = add(0, 0.368, None, 20)  # the tuned arith start: +0.106 in 20 steps, ~3.6 s.e.
+        hold = _still_improving(ctx, state(r0), [], h)
+        assert hold is not None and hold["steps"] == 20 and hold["before"] == 0.262
+        assert hold["gain"] / hold["se"] == pytest.approx(3.6, abs=0.1)
+        assert _still_improving(ctx, state(r0), [_finding("truncation", "warning")], h) is None
+        assert _still_improving(ctx, state(r0), [_finding("plateau", "info"), _finding("diagnostic_error")], h)
+        assert _still_improving(ctx, {"mainline": r0.id, "segment_run": "other"}, [], h) is None  # rolled back
+        null = SimpleNamespace(**{**vars(ctx), "spec": spec.model_copy(
+            update={"budget": spec.budget.model_copy(update={"improving_z": None})})})
+        assert _still_improving(null, state(r0), [], h) is None
+        # round 1 against its parent: +0.07 in 40 steps is ~2.3 s.e. (held at z 2), +0.02 is a stall
+        assert _still_improving(ctx, state(add(1, 0.438, r0.id, 60)), [], h)["steps"] == 40
+        assert _still_improving(ctx, state(add(2, 0.388, r0.id, 60)), [], h) is None
+        stricter = SimpleNamespace(**{**vars(ctx), "spec": spec.model_copy(
+            update={"budget": spec.budget.model_copy(update={"improving_z": 3.0})})})
+        assert _still_improving(stricter, state(add(3, 0.438, r0.id, 60)), [], h) is None

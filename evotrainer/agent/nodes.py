@@ -9,6 +9,7 @@ answered: LangGraph re-runs a node from its start on resume, so code before an i
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -349,6 +350,14 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
 
         harness = _harness(ctx, state["harness_version"])
         findings = ctx.store.list_findings(ctx.campaign_id, round=rnd)
+        hold = _still_improving(ctx, state, findings, harness)
+        if hold is not None:
+            if not any(e.message.get("round") == rnd for e in ctx.store.events(ctx.campaign_id, kind="explore_held")):
+                ctx.store.log_event(ctx.campaign_id, "explore_held", {"round": rnd, **hold})
+            ctx.log(f"round {rnd}: the mainline is still improving ({hold['before']:.3f} → {hold['after']:.3f} on the "
+                    f"selection split over {hold['steps']} steps, {hold['gain'] / hold['se']:.1f} s.e.) and no finding "
+                    f"is at warning: no backtest this round, the next segment trains {hold['steps']} steps more")
+            return Command(goto="distill", update={"proposal_ids": [], "approved_ids": [], "hold_steps": hold["steps"]})
         # the library's skills are the candidates (their evidence is the prior); its mistakes count as refuted
         context = ctx.spec.policy.context_length()
         candidates, mistakes, known = brain_inputs(ctx.library, harness, findings, ctx.spec.task, store=ctx.store,
@@ -412,6 +421,50 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
     if not live:
         return Command(goto="distill", update={"proposal_ids": [], "approved_ids": []})
     return Command(goto="review", update={"proposal_ids": [p.id for p in live]})
+
+
+def _still_improving(ctx: CampaignContext, state: CampaignState, findings: list,
+                     harness: HarnessSpec) -> dict[str, Any] | None:
+    """The last segment's gain when exploration should wait for it (spec ``budget.improving_z``), else None.
+
+    The segment must be the mainline (not rolled back from), no finding may be at warning or critical, and its
+    selection-split accuracy must exceed its parent's by more than ``improving_z`` standard errors (two independent
+    binomial samples of ``eval.n``: conservative, the split's problems are the same). Round 0's parent is the base
+    policy, scored on the selection split once (an ``explore_start`` event keeps it, so a resume does not rescore).
+    """
+    z = ctx.spec.budget.improving_z
+    if z is None or any(f.severity in ("warning", "critical") and f.symptom != "diagnostic_error" for f in findings):
+        return None
+    pv = ctx.store.get_policy_version(state["mainline"]) if state.get("mainline") else None
+    if pv is None or pv.run_name != state.get("segment_run") or pv.selection_accuracy is None:
+        return None
+    if pv.parent_id is not None:
+        parent = ctx.store.get_policy_version(pv.parent_id)
+        before, steps = (parent.selection_accuracy, pv.step - parent.step) if parent else (None, 0)
+    else:
+        before, steps = _start_selection(ctx, pv, harness), pv.step
+    if before is None or steps <= 0:
+        return None
+    after, n = pv.selection_accuracy, ctx.spec.eval.n
+    se = math.sqrt(max(before * (1 - before) + after * (1 - after), 1e-12) / n)
+    if after - before <= z * se:
+        return None
+    return {"before": before, "after": after, "gain": round(after - before, 6), "se": round(se, 6), "steps": steps,
+            "z": z}
+
+
+def _start_selection(ctx: CampaignContext, pv: PolicyVersion, harness: HarnessSpec) -> float | None:
+    """The base policy's selection-split accuracy (round 0's parent), scored once and kept as an event."""
+    for e in ctx.store.events(ctx.campaign_id, kind="explore_start"):
+        return e.message.get("accuracy")
+    meta = read_run_meta(ctx.home / "jobs" / pv.run_name)
+    if meta is None or not meta.base_policy:
+        return None
+    acc = _score(ctx, [(meta.base_policy, harness.grpo.max_completion_length)])
+    if not acc:
+        return None
+    ctx.store.log_event(ctx.campaign_id, "explore_start", {"policy": meta.base_policy, "accuracy": acc[0]})
+    return acc[0]
 
 
 RETEST = "retest-"  # id prefix of a re-test candidate (:func:`_retests`)
@@ -916,11 +969,12 @@ def distill(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
     acc = ctx.store.get_policy_version(mainline).eval_accuracy
     prev_best = state.get("best_accuracy")
     improved = acc is not None and (prev_best is None or acc > prev_best + ctx.spec.backtest.min_effect)
-    streak = 0 if best or improved else state.get("rounds_without_promotion", 0) + 1
+    held = int(state.get("hold_steps") or 0)  # a round that held exploration: its next segment trains as long again
+    streak = 0 if best or improved or held else state.get("rounds_without_promotion", 0) + 1
     seen = [a for a in (acc, prev_best) if a is not None]
-    freed = _freed(ctx, bt_id)
+    freed = _freed(ctx, bt_id) + held
     update = {"round": rnd + 1, "mainline": mainline, "harness_version": version, "rounds_without_promotion": streak,
-              "best_accuracy": max(seen) if seen else None, "bonus_steps": freed,
+              "best_accuracy": max(seen) if seen else None, "bonus_steps": freed, "hold_steps": None,
               "proposal_ids": [], "approved_ids": [], "backtest_id": None, "promoted": None, "segment_run": None}
     if ctx.mlflow_run_id:
         ctx.tracker.log_metrics(ctx.mlflow_run_id, rnd, {"campaign/mainline_accuracy": acc if acc is not None else float("nan"),
