@@ -91,6 +91,7 @@ def campaign_summary(home: Path, cid: str, store: Store | None = None,
         "spend": spend(store, cid, camp, lineage, decisions),
         "seconds": job_seconds(home, store, cid),
         "kept": [e.message for e in store.events(cid, kind="kept_branch")],
+        "held": [e.message for e in store.events(cid, kind="explore_held")],
         "where": {"mlflow": tracking_uri(home), "state": make_url(store.url).render_as_string(hide_password=True),
                   "mlflow_run_id": camp.mlflow_run_id},
     }

@@ -784,3 +784,10 @@ def test_exploration_waits_while_the_mainline_still_improves_and_not_when_it_sta
         stricter = SimpleNamespace(**{**vars(ctx), "spec": spec.model_copy(
             update={"budget": spec.budget.model_copy(update={"improving_z": 3.0})})})
         assert _still_improving(stricter, state(add(3, 0.438, r0.id, 60)), [], h) is None
+        # what the propose node records is what `campaign status` lists
+        from evotrainer.reports import campaign_summary
+
+        store.log_event("c", "explore_held", {"round": 0, **hold})
+        store.set_campaign("c", mainline_version=r0.id)
+        doc = campaign_summary(tmp_path, "c", store=store, read=lambda _p: __import__("pandas").DataFrame())
+        assert doc["held"] == [{"round": 0, **hold}]
