@@ -750,7 +750,8 @@ def test_exploration_waits_while_the_mainline_still_improves_and_not_when_it_sta
     from evotrainer.store import Store
 
     h = HarnessSpec()
-    spec = CampaignSpec(name="c", eval={"every": 0, "n": 500, "k": 1}, budget={"total_steps": 400})
+    spec = CampaignSpec(name="c", eval={"every": 0, "n": 500, "k": 1}, budget={"total_steps": 400, "improving_z": 2.0})
+    assert CampaignSpec(name="d", budget={"total_steps": 400}).budget.improving_z is None  # off unless asked for (measured neutral)
     with Store(f"sqlite:///{tmp_path / 'state.db'}") as store:
         store.create_campaign("c", "c", spec.model_dump(mode="json"), "t")
         store.add_harness_version(h.version, None, h.model_dump(mode="json"), [])
