@@ -550,7 +550,7 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None 
     change = f"{first.knob}: {current!r} → {value!r}, a bracket of {first.value!r} ({factor:.3g}× the move in log scale)"
     bracket = first.model_copy(update={
         "value": value, "hypothesis": first.hypothesis.model_copy(update={"change": change[:300]}),
-        "rationale": (f"bracket of the first proposal ({first.knob} → {first.value!r}): the same knob moved {factor:g} "
+        "rationale": (f"bracket of the first proposal ({first.knob} → {first.value!r}): the same knob moved {factor:.3g} "
                       f"times as far in log scale, backtested beside it against the same control; "
                       f"{first.rationale}")[:2000]})
     return [first, bracket, *[d for d in drafts if d is not first]], {1}
