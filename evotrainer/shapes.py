@@ -231,6 +231,19 @@ class KeptBranch(_Doc):
                                                             "decision_accuracy (when kept).")
 
 
+class HeldRound(_Doc):
+    """A round that backtested nothing because the mainline was still improving (event ``explore_held``,
+    spec ``budget.improving_z``)."""
+
+    round: int
+    before: float = Field(..., description="Selection-split accuracy of the segment's parent (round 0: the base policy).")
+    after: float = Field(..., description="The segment's selection-split accuracy.")
+    gain: float = Field(..., description="after − before.")
+    se: float = Field(..., description="Standard error of the gain (two independent binomial samples of eval.n).")
+    steps: int = Field(..., description="The segment's steps; the next segment trains as many more.")
+    z: float = Field(..., description="budget.improving_z, which gain / se exceeded.")
+
+
 class CampaignSummary(_Doc):
     """``evotrainer campaign status ID --json`` (and what ``campaign start|resume --json`` print at the end)."""
 
@@ -250,6 +263,7 @@ class CampaignSummary(_Doc):
     spend: Spend
     seconds: JobSeconds
     kept: list[KeptBranch]
+    held: list[HeldRound] = Field(default_factory=list, description="Rounds that held exploration (budget.improving_z).")
     where: Where
 
 

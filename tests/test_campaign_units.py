@@ -792,3 +792,6 @@ def test_exploration_waits_while_the_mainline_still_improves_and_not_when_it_sta
         store.set_campaign("c", mainline_version=r0.id)
         doc = campaign_summary(tmp_path, "c", store=store, read=lambda _p: __import__("pandas").DataFrame())
         assert doc["held"] == [{"round": 0, **hold}]
+        from evotrainer.shapes import HeldRound
+
+        assert HeldRound.model_validate(doc["held"][0]).steps == 20  # the shape `campaign status --json` prints
