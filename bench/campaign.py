@@ -132,10 +132,10 @@ def run_static(task: str, harness: Path, seed: int, a: Any, home: Path) -> dict[
     t = time.perf_counter()
     name = f"static-{harness.stem}-s{seed}-b{a.budget}"
     run_dir = jobs_dir(home) / name
-    meta = read_run_meta(run_dir)
-    if meta is not None and meta.status == "finished" and a.budget in complete_checkpoints(run_dir):
+    meta, done = read_run_meta(run_dir), complete_checkpoints(run_dir)
+    if meta is not None and meta.status == "finished" and a.budget in done:
         # a finished run (an earlier bench's static arm) is the same deterministic job: score it again
-        checkpoint, steps = str(complete_checkpoints(run_dir)[a.budget]), meta.reached
+        checkpoint, steps = str(done[a.budget]), meta.reached
     else:
         resume = name if run_dir.exists() else None  # a bench killed mid-run goes on from there
         res = run_job(JobSpec(task=task, harness=str(harness), steps=a.budget, seed=seed, save_every=a.budget,

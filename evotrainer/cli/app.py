@@ -575,7 +575,7 @@ def _print_status(home: Path, cid: str, as_json: bool) -> None:
         out_console.print(f"  [bold]kept[/] round {k['round']}: {k['chosen']} ({k['arm']} arm, step {chosen.get('step')}, "
                           f"selection split {chosen.get('selection_accuracy')}; the others {others or 'none'}{avg})",
                           highlight=False)
-    for h in doc.get("held", []):
+    for h in doc["held"]:
         out_console.print(f"  [bold]held[/] round {h['round']}: no backtest, the mainline still improving "
                           f"({h['before']:.3f} → {h['after']:.3f} on the selection split over {h['steps']} steps, "
                           f"{h['gain'] / h['se']:.1f} s.e. > budget.improving_z {h['z']:g})", highlight=False)
