@@ -63,6 +63,8 @@ def _floats(vals: list[Any]) -> np.ndarray:
 
 
 def _text(x: Any) -> str:
+    if type(x) is str:  # nearly always (plain-text prompts and completions): no call into the readers per rollout
+        return x
     from evotrainer.readers import _text as text
 
     return text(x)
@@ -75,11 +77,13 @@ class EvoTrainerCallback(TrainerCallback):
         out_dir: where the evidence goes (default ``<output_dir>/evotrainer``); read it with ``evotrainer diagnose``
             or follow it with ``evotrainer watch``.
         every: diagnose after every ``every`` optimiser steps at most (at logging steps; and at the end).
-        max_overhead: a cap on the diagnosis's share of training time (default 0.02, 2 %; None: no cap, exactly
+        max_overhead: a cap on the diagnosis's share of training time (default 0.01, 1 %; None: no cap, exactly
             every ``every`` steps). A diagnosis reads the whole recorded history, so its cost grows with the run
             while a step's does not; after a diagnosis that took ``d`` seconds, at a median step of ``s`` seconds,
             the next waits ``max(every, ceil(d / (max_overhead * s)))`` steps. A finding then comes later on a
-            long run of short steps, never at a cost the user did not agree to.
+            long run of short steps, never at a cost the user did not agree to. At 0.02 the whole callback cost
+            +8.5 % of a 0.34 s step here (bench/RESULTS.md §12), the diagnosis about half of it; at steps of a
+            second or more (a real model) ``every`` decides, not this cap.
         background_writes: write each step's rollouts to Parquet on a background thread (default), or on the
             training thread (False: when training already keeps every core busy, a thread woken each step takes a
             core from torch's pool).
@@ -94,7 +98,7 @@ class EvoTrainerCallback(TrainerCallback):
         name: the run's name in ``meta.json`` (default: the output dir's name).
     """
 
-    def __init__(self, out_dir: str | Path | None = None, every: int = 10, max_overhead: float | None = 0.02,
+    def __init__(self, out_dir: str | Path | None = None, every: int = 10, max_overhead: float | None = 0.01,
                  background_writes: bool = True, diagnostics: list[str] | None = None,
                  harness: str | Path | Any | None = None, stop_on: StopOn | None = None, correctness: str | None = None,
                  mlflow: bool = True, trainer: Any = None, name: str | None = None):
@@ -275,7 +279,10 @@ class EvoTrainerCallback(TrainerCallback):
         """What has been recorded so far, from memory."""
         rows = [self.metric_rows[s] for s in sorted(self.metric_rows)]
         metrics = pd.DataFrame(rows) if rows else pd.DataFrame({"step": pd.Series([], dtype="int64")})
-        rollouts = pd.concat(self.frames, ignore_index=True) if self.frames else pd.DataFrame({"step": []})
+        if len(self.frames) > 1:  # what earlier diagnoses joined is joined once: one concat of two frames a call
+            self.frames = [pd.concat(self.frames, ignore_index=True)]
+        # a shallow copy (copy-on-write): a diagnostic that adds or changes a column changes no recorded frame
+        rollouts = self.frames[0].copy(deep=False) if self.frames else pd.DataFrame({"step": []})
         return Evidence(metrics=metrics, rollouts=rollouts, source="evotrainer", run=self.meta.get("name", ""),
                         meta=dict(self.meta))
 

@@ -64,12 +64,18 @@ def correctness_named(name: str) -> bool:
 
 def as_bool(s: pd.Series) -> pd.Series | None:
     """The column as nullable booleans if its non-null values are all booleans, 0/1 or 'true'/'false'; else None."""
+    if s.dtype.kind in "fiu":  # plain numpy numbers, most columns (a reward function's): numpy alone, per step in
+        arr = s.to_numpy(dtype="float64")  # the TRL callback
+        nan = np.isnan(arr)
+        if nan.all() or not np.isin(arr[~nan], (0.0, 1.0)).all():
+            return None
+        return pd.Series(pd.arrays.BooleanArray(arr == 1.0, nan), index=s.index, name=s.name)
     vals = s.dropna()
     if not len(vals):
         return None
     if pd.api.types.is_bool_dtype(s):
         return s.astype("boolean")
-    if pd.api.types.is_numeric_dtype(s):  # vectorised: most columns are numbers
+    if pd.api.types.is_numeric_dtype(s):  # vectorised: nullable numbers
         return (s == 1).astype("boolean").where(s.notna(), pd.NA) if vals.isin([0, 1]).all() else None
     try:
         uniq = set(vals.map(lambda v: v.strip().lower() if isinstance(v, str) else v).unique())

@@ -150,12 +150,23 @@ def test_the_diagnosis_cadence_stretches_to_keep_its_share_of_training_time_unde
             if cap is not None:
                 assert (tmp_path / f"cap{cap}" / "rollouts" / f"step_{step:06d}.parquet").is_file()
         cb.on_train_end(args, state, control)
-        return [s for s, _ in cb.diagnoses]
+        return cb
 
-    assert run(None) == list(range(2, 31, 2))
-    capped = run(0.05)
+    uncapped = run(None)
+    assert [s for s, _ in uncapped.diagnoses] == list(range(2, 31, 2))
+    capped = [s for s, _ in run(0.05).diagnoses]
     assert capped[:2] == [2, 12] and capped[-1] == 30  # the end is always diagnosed
     assert all(b - a >= 10 for a, b in zip(capped, capped[1:-1]))
+    # each diagnosis joined only what came since the last one, and saw every rollout recorded, in order
+    ev = uncapped.evidence()
+    assert len(uncapped.frames) == 1 and len(ev.rollouts) == 30 * 8
+    assert ev.rollouts["step"].tolist() == [s for s in range(1, 31) for _ in range(8)]
+    assert ev.rollouts["correct"].tolist()[:8] == [False] * 4 + [True] * 4
+    # a diagnostic that writes into its evidence changes no recorded frame
+    ev.rollouts["correct"] = False
+    ev.rollouts["scratch"] = 1
+    again = uncapped.evidence().rollouts
+    assert "scratch" not in again and again["correct"].sum() == 30 * 4 + 10 * 4  # "2" at steps 2, 5, ..., 29 too
 
 
 def test_max_overhead_is_checked():

@@ -21,7 +21,7 @@ from evotrainer.cli import app
 from evotrainer.diagnostics.base import Diagnostic
 from evotrainer.diagnostics.builtin import BUILTIN_DIAGNOSTICS
 from evotrainer.errors import ConfigError
-from evotrainer.mapping import FieldMap, correctness_named, infer_reward_weights
+from evotrainer.mapping import FieldMap, as_bool, correctness_named, infer_reward_weights
 from evotrainer.readers import load_evidence
 
 STEPS, PROMPTS, GENS = 40, 4, 4
@@ -170,6 +170,24 @@ def test_map_file_is_read_by_the_safe_loader(tmp_path):
     bad.write_text("maps:\n  correct: a\n")
     with pytest.raises(ConfigError, match="unknown key"):
         FieldMap.load(bad)
+
+
+def test_columns_read_as_correctness_only_when_every_value_is_a_truth_value():
+    def read(values, dtype=None):
+        b = as_bool(pd.Series(values, dtype=dtype, name="c"))
+        return None if b is None else [None if pd.isna(v) else bool(v) for v in b]
+
+    # numbers (a reward function's column): 0/1 with gaps read, anything else does not
+    assert read([1.0, 0.0, np.nan]) == [True, False, None]
+    assert read([1, 0, 1]) == [True, False, True]
+    assert read([1, 0, None], "Int64") == [True, False, None]
+    assert read([np.nan, np.nan]) is None and read([0.5, 1.0]) is None and read([2, 1]) is None
+    assert read([1.0, -0.0]) == [True, False]
+    # booleans and words
+    assert read([True, False]) == [True, False]
+    assert read(["true", " False", None]) == [True, False, None]
+    assert read(["yes", "no"]) is None and read([[1], [0]], object) is None
+    assert as_bool(pd.Series([1.0, 0.0], index=[7, 9], name="c")).index.tolist() == [7, 9]
 
 
 def test_names_that_read_as_correctness():
