@@ -155,7 +155,8 @@ def run_campaign(task: str, harness: Path, seed: int, a: Any, home: Path) -> dic
 
     spec = {"name": f"bench-{harness.stem}-s{seed}", "task": task, "harness": str(harness), "seed": seed,
             "policy": _policy(a).model_dump(mode="json"),
-            "segment_steps": a.segment, "budget": {"total_steps": a.budget},
+            "segment_steps": a.segment, "budget": {"total_steps": a.budget, **(
+                {} if a.healthy_share is None else {"healthy_explore_share": a.healthy_share})},
             "backtest": {"branch_steps": a.branch, "seeds": 3, "max_proposals": 2, "min_effect": 0.0,
                          "futility_effect": 0.01, "merge_seeds": a.merge_seeds == "on",
                          **({} if a.bracket_factor is None else {"bracket_factor": a.bracket_factor})},
@@ -304,6 +305,9 @@ def main() -> None:
                         "as committed)")
     p.add_argument("--bracket-factor", type=float, default=None,
                    help="the campaign arm's backtest.bracket_factor (default: the spec's default; the demo start "
+                        "runs campaigns/arith-demo.yaml as committed)")
+    p.add_argument("--healthy-share", type=float, default=None,
+                   help="the campaign arm's budget.healthy_explore_share (default: the spec's default; the demo start "
                         "runs campaigns/arith-demo.yaml as committed)")
     p.add_argument("--trial-steps", type=int, default=99, help="steps of one Optuna trial (a multiple of 3)")
     p.add_argument("--eval-n", type=int, default=500, help="problems in each held-out split")

@@ -795,3 +795,62 @@ def test_exploration_waits_while_the_mainline_still_improves_and_not_when_it_sta
         from evotrainer.shapes import HeldRound
 
         assert HeldRound.model_validate(doc["held"][0]).steps == 20  # the shape `campaign status --json` prints
+
+
+def test_a_healthy_round_explores_within_the_healthy_share_and_a_troubled_one_within_the_full_share(tmp_path):
+    """budget.healthy_explore_share: a round with no warning finding whose mainline beats the base policy by more
+    than 2 s.e. on the selection split gets the smaller share; a warning, or a mainline no better than the start,
+    gets explore_share. The verdict is an event written once per round, which the look budget reads."""
+    from datetime import datetime, timezone
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from evotrainer.agent.nodes import _allowance, _explore_mode, _look_budget
+    from evotrainer.config.campaign import CampaignSpec
+    from evotrainer.domain import LedgerEntry, PolicyVersion
+    from evotrainer.store import Store
+
+    h = HarnessSpec()
+    spec = CampaignSpec(name="c", eval={"every": 0, "n": 500, "k": 1},
+                        budget={"total_steps": 400, "healthy_explore_share": 0.1},
+                        backtest={"branch_steps": 30, "seeds": 3})
+    assert CampaignSpec(name="d", budget={"total_steps": 400}).budget.healthy_explore_share is None
+    with pytest.raises(ValueError, match="healthy_explore_share=0.5 is above budget.explore_share=0.4"):
+        CampaignSpec(name="e", budget={"total_steps": 400, "healthy_explore_share": 0.5})
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    with Store(f"sqlite:///{tmp_path / 'state.db'}") as store:
+        store.create_campaign("c", "c", spec.model_dump(mode="json"), "t")
+        store.add_harness_version(h.version, None, h.model_dump(mode="json"), [])
+        ctx = SimpleNamespace(store=store, campaign_id="c", spec=spec, home=Path(tmp_path), log=lambda _m: None)
+        store.log_event("c", "explore_start", {"policy": "/base", "accuracy": 0.262})  # the base policy, scored once
+
+        def mainline(i, sel, step):
+            pv = store.add_policy_version(PolicyVersion(
+                id=f"c:v{i}", campaign_id="c", parent_id=None, harness_version=h.version, checkpoint=f"/ck/{i}",
+                run_name=f"run{i}", mlflow_run_id=None, eval_accuracy=sel, step=step, created=now))
+            return store.set_selection_accuracy(pv.id, sel)
+
+        def mode(rnd):
+            return next(e.message for e in store.events("c", kind="explore_mode") if e.message["round"] == rnd)
+
+        learns, flat = mainline(0, 0.368, 20), mainline(1, 0.27, 20)
+        _explore_mode(ctx, {"mainline": learns.id}, 0, [_finding("plateau", "info")], h)  # +3.6 s.e.: healthy
+        assert mode(0)["healthy"] and mode(0)["allowance"] == 40 and "learns" in mode(0)["reason"]
+        assert _allowance(ctx, 0) == (40.0, "budget.healthy_explore_share 0.1 × 400 (a healthy round)")
+        _explore_mode(ctx, {"mainline": flat.id}, 0, [], h)  # a resumed round keeps its verdict
+        assert len(store.events("c", kind="explore_mode")) == 1
+        _explore_mode(ctx, {"mainline": learns.id}, 1, [_finding("truncation", "warning")], h)
+        assert not mode(1)["healthy"] and "truncation" in mode(1)["reason"] and mode(1)["allowance"] == 160
+        _explore_mode(ctx, {"mainline": flat.id}, 2, [], h)  # +0.3 s.e.: the demo's flat start is explored in full
+        assert not mode(2)["healthy"] and "has not learned" in mode(2)["reason"] and _allowance(ctx, 2)[0] == 160
+        assert _allowance(ctx, 3)[0] == 160  # a round with no verdict (null share, or not proposed yet)
+        # the look budget: round 0's first look of control + 2 proposals could discard 3 × 3 × 10 − 10 = 80 > 40
+        store.ledger_add(LedgerEntry(campaign_id="c", key="seg", kind="segment", run_name="run0", steps=20, at=now))
+        why = _look_budget(ctx, 0, learns, 3, [])
+        assert why and "healthy_explore_share 0.1 × 400 (a healthy round) = 40" in why
+        assert _look_budget(ctx, 2, flat, 3, []) is None  # the troubled round may: 80 ≤ 160
+        # null: no verdict is made, every round has the full share
+        null = SimpleNamespace(**{**vars(ctx), "spec": spec.model_copy(
+            update={"budget": spec.budget.model_copy(update={"healthy_explore_share": None})})})
+        _explore_mode(null, {"mainline": learns.id}, 4, [], h)
+        assert not any(e.message["round"] == 4 for e in store.events("c", kind="explore_mode"))

@@ -350,6 +350,7 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
 
         harness = _harness(ctx, state["harness_version"])
         findings = ctx.store.list_findings(ctx.campaign_id, round=rnd)
+        _explore_mode(ctx, state, rnd, findings, harness)
         hold = _still_improving(ctx, state, findings, harness)
         if hold is not None:
             if not any(e.message.get("round") == rnd for e in ctx.store.events(ctx.campaign_id, kind="explore_held")):
@@ -451,6 +452,54 @@ def _still_improving(ctx: CampaignContext, state: CampaignState, findings: list,
         return None
     return {"before": before, "after": after, "gain": round(after - before, 6), "se": round(se, 6), "steps": steps,
             "z": z}
+
+
+HEALTHY_Z = 2.0  # standard errors by which the mainline must beat the base policy to count as learning
+
+
+def _explore_mode(ctx: CampaignContext, state: CampaignState, rnd: int, findings: list,
+                  harness: HarnessSpec) -> None:
+    """Judge once per round whether the run is healthy, for ``budget.healthy_explore_share``; an ``explore_mode``
+    event keeps the verdict and the round's exploration allowance (:func:`_allowance` reads it, so a resumed round
+    keeps it).
+
+    Healthy: no finding at warning or critical, and the mainline's selection-split accuracy above the base
+    policy's by more than :data:`HEALTHY_Z` standard errors (two independent binomial samples of ``eval.n``).
+    """
+    budget = ctx.spec.budget
+    if budget.healthy_explore_share is None or any(
+            e.message.get("round") == rnd for e in ctx.store.events(ctx.campaign_id, kind="explore_mode")):
+        return
+    serious = sorted({f.symptom for f in findings if f.severity in ("warning", "critical")
+                      and f.symptom != "diagnostic_error"})
+    pv = ctx.store.get_policy_version(state["mainline"]) if state.get("mainline") else None
+    before = _start_selection(ctx, pv, harness) if pv is not None else None  # scored (once) at round 0 in any case
+    after = pv.selection_accuracy if pv is not None else None
+    msg: dict[str, Any] = {"round": rnd, "healthy": False, "before": before, "after": after}
+    if serious:
+        msg["reason"] = f"finding(s) at warning or critical: {', '.join(serious)}"
+    elif before is None or after is None:
+        msg["reason"] = "no selection-split score of the start or the mainline to judge it by"
+    else:
+        se = math.sqrt(max(before * (1 - before) + after * (1 - after), 1e-12) / ctx.spec.eval.n)
+        msg.update(se=round(se, 6), healthy=after - before > HEALTHY_Z * se)
+        msg["reason"] = (f"the mainline {'learns' if msg['healthy'] else 'has not learned'}: selection split "
+                         f"{before:.3f} at the start → {after:.3f} ({(after - before) / se:+.1f} s.e.)")
+    share = budget.healthy_explore_share if msg["healthy"] else budget.explore_share
+    msg.update(share=share, allowance=share * budget.total_steps)
+    ctx.store.log_event(ctx.campaign_id, "explore_mode", msg)
+    ctx.log(f"round {rnd}: {'healthy' if msg['healthy'] else 'troubled'} ({msg['reason']}): branches the mainline "
+            f"does not keep may take {msg['allowance']:g} steps in all (share {share:g})")
+
+
+def _allowance(ctx: CampaignContext, rnd: int) -> tuple[float, str]:
+    """Round ``rnd``'s exploration allowance in steps (discards of all rounds so far included), and what set it."""
+    budget = ctx.spec.budget
+    for e in ctx.store.events(ctx.campaign_id, kind="explore_mode"):
+        if e.message.get("round") == rnd and e.message.get("healthy"):
+            return float(e.message["allowance"]), (f"budget.healthy_explore_share {e.message['share']:g} "
+                                                   f"× {budget.total_steps} (a healthy round)")
+    return budget.explore_share * budget.total_steps, f"budget.explore_share {budget.explore_share:g} × {budget.total_steps}"
 
 
 def _start_selection(ctx: CampaignContext, pv: PolicyVersion, harness: HarnessSpec) -> float | None:
@@ -622,12 +671,12 @@ def _look_budget(ctx: CampaignContext, rnd: int, mainline: PolicyVersion, open_a
     if not earlier_arms and remaining - cost < floor:
         return (f"after its first look ({cost} steps) {remaining - cost} would remain, under budget.final_share "
                 f"{budget.final_share:g} × {budget.total_steps} = {floor:g} kept for the mainline to use what it decides")
-    allowance = budget.explore_share * budget.total_steps
+    allowance, set_by = _allowance(ctx, rnd)
     wasted = before - mainline.step + so_far - len(earlier_arms) * leg  # the kept branch's looks are not waste
     discard = cost - leg
     if wasted + discard > allowance:
         return (f"its next look could discard {discard} steps beside the {wasted} already outside the mainline, over "
-                f"budget.explore_share {budget.explore_share:g} × {budget.total_steps} = {allowance:g}")
+                f"{set_by} = {allowance:g}")
     return None
 
 

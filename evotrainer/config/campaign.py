@@ -51,9 +51,28 @@ class BudgetSpec(_S):
                     "every round: at 2 it measured neutral (tuned arith / 400, 5 seeds: campaign − static −1.9 "
                     "points with it, −2.0 without; the demo: one seed of three held, +1.1 there; bench/RESULTS.md "
                     "§7, session 19), so the behaviour the published numbers measured stays the default.")
+    healthy_explore_share: float | None = Field(
+        None, ge=0.0, le=1.0,
+        description="The exploration share (in place of explore_share) for a round whose run looks healthy: no "
+                    "finding at warning or critical, and the mainline's selection-split accuracy above the base "
+                    "policy's by more than 2 standard errors (it learns). A troubled round (a warning, or a recipe "
+                    "that has not learned since the start, as the demo's) still gets explore_share. Why: every "
+                    "backtest arm but the kept one is a step the mainline does not take, and from a recipe that "
+                    "already learns the changes tried rarely pay that back (tuned arith: campaign − static −2.0 "
+                    "points at 400 steps, 90-340 steps discarded; bench/RESULTS.md §7). Small shares leave room "
+                    "only for a first look, which catches large effects; 0 never backtests a healthy round. null "
+                    "(the default): every round gets explore_share.")
     job_timeout_minutes: float | None = Field(
         None, gt=0, description="Minutes one job (segment, branch leg or scoring) may run before it is ended and "
                                 "recorded failed with that reason (null: $EVOTRAINER_JOB_TIMEOUT_S, else no limit).")
+
+    @model_validator(mode="after")
+    def _shares(self) -> BudgetSpec:
+        if self.healthy_explore_share is not None and self.healthy_explore_share > self.explore_share:
+            raise ValueError(f"budget.healthy_explore_share={self.healthy_explore_share:g} is above "
+                             f"budget.explore_share={self.explore_share:g}: a healthy run would explore more than a "
+                             "troubled one; set it at or below explore_share, or null")
+        return self
 
 
 # The band a bracket arm stays inside, per scale knob (`BacktestSpec.bracket_range` says why these).
