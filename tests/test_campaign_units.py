@@ -805,7 +805,7 @@ def test_a_healthy_round_explores_within_the_healthy_share_and_a_troubled_one_wi
     from pathlib import Path
     from types import SimpleNamespace
 
-    from evotrainer.agent.nodes import _allowance, _explore_mode, _look_budget
+    from evotrainer.agent.nodes import _allowance, _explore_mode, _explore_spent, _look_budget
     from evotrainer.config.campaign import CampaignSpec
     from evotrainer.domain import LedgerEntry, PolicyVersion
     from evotrainer.store import Store
@@ -843,12 +843,18 @@ def test_a_healthy_round_explores_within_the_healthy_share_and_a_troubled_one_wi
         assert not mode(1)["healthy"] and "truncation" in mode(1)["reason"] and mode(1)["allowance"] == 160
         _explore_mode(ctx, {"mainline": flat.id}, 2, [], h)  # +0.3 s.e.: the demo's flat start is explored in full
         assert not mode(2)["healthy"] and "has not learned" in mode(2)["reason"] and _allowance(ctx, 2)[0] == 160
-        assert _allowance(ctx, 3)[0] == 160  # a round with no verdict (null share, or not proposed yet)
+        assert _allowance(ctx, 5)[0] == 160  # a round with no verdict (null share, or not proposed yet)
         # the look budget: round 0's first look of control + 2 proposals could discard 3 × 3 × 10 − 10 = 80 > 40
         store.ledger_add(LedgerEntry(campaign_id="c", key="seg", kind="segment", run_name="run0", steps=20, at=now))
         why = _look_budget(ctx, 0, learns, 3, [])
         assert why and "healthy_explore_share 0.1 × 400 (a healthy round) = 40" in why
         assert _look_budget(ctx, 2, flat, 3, []) is None  # the troubled round may: 80 ≤ 160
+        # the latest verdict sets when exploration is spent (then the mainline trains the rest): after a healthy
+        # round, 50 steps discarded + one look of one proposal (2 × 3 × 10 − 10 = 50) > 40; after a troubled one, ≤ 160
+        store.ledger_add(LedgerEntry(campaign_id="c", key="br", kind="branch", run_name="br", steps=50, at=now))
+        assert not _explore_spent(ctx, learns)  # round 2 (troubled) is the latest
+        _explore_mode(ctx, {"mainline": learns.id}, 3, [], h)
+        assert mode(3)["healthy"] and _explore_spent(ctx, learns)
         # null: no verdict is made, every round has the full share
         null = SimpleNamespace(**{**vars(ctx), "spec": spec.model_copy(
             update={"budget": spec.budget.model_copy(update={"healthy_explore_share": None})})})

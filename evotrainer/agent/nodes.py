@@ -681,15 +681,19 @@ def _look_budget(ctx: CampaignContext, rnd: int, mainline: PolicyVersion, open_a
 
 
 def _explore_spent(ctx: CampaignContext, mainline: PolicyVersion | None, steps: int = 0) -> bool:
-    """True when not even one look of a one-proposal backtest fits the exploration share any more, or would fit
-    after a segment of ``steps`` only by leaving less than ``budget.final_share`` of the budget after it."""
+    """True when not even one look of a one-proposal backtest fits the exploration share any more (the healthy
+    share when the latest round was judged healthy), or would fit after a segment of ``steps`` only by leaving less
+    than ``budget.final_share`` of the budget after it."""
     if mainline is None:
         return False
     b, budget = ctx.spec.backtest, ctx.spec.budget
     leg = b.branch_steps // b.looks
     look = 2 * b.seeds * leg
     wasted = ctx.store.ledger_total(ctx.campaign_id) - mainline.step
-    if wasted + look - leg > budget.explore_share * budget.total_steps:
+    modes = [e.message for e in ctx.store.events(ctx.campaign_id, kind="explore_mode")]
+    # the latest round's verdict: a healthy run whose healthy share is spent trains the rest, as one whose share is
+    allowance = _allowance(ctx, max(m["round"] for m in modes))[0] if modes else budget.explore_share * budget.total_steps
+    if wasted + look - leg > allowance:
         return True
     return _remaining(ctx) - steps - look < budget.final_share * budget.total_steps
 
