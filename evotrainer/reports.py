@@ -92,6 +92,7 @@ def campaign_summary(home: Path, cid: str, store: Store | None = None,
         "seconds": job_seconds(home, store, cid),
         "kept": [e.message for e in store.events(cid, kind="kept_branch")],
         "held": [e.message for e in store.events(cid, kind="explore_held")],
+        "explore_modes": [e.message for e in store.events(cid, kind="explore_mode")],
         "where": {"mlflow": tracking_uri(home), "state": make_url(store.url).render_as_string(hide_password=True),
                   "mlflow_run_id": camp.mlflow_run_id},
     }

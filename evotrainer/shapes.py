@@ -244,6 +244,22 @@ class HeldRound(_Doc):
     z: float = Field(..., description="budget.improving_z, which gain / se exceeded.")
 
 
+class ExploreMode(_Doc):
+    """A round's health verdict and exploration allowance (event ``explore_mode``, spec
+    ``budget.healthy_explore_share``)."""
+
+    round: int
+    healthy: bool = Field(..., description="No finding at warning or critical, and the mainline above the base policy "
+                                           "by more than 2 s.e. on the selection split.")
+    reason: str = Field(..., description="Why, in words.")
+    before: float | None = Field(..., description="The base policy's selection-split accuracy.")
+    after: float | None = Field(..., description="The mainline's selection-split accuracy.")
+    se: float | None = Field(None, description="Standard error of after − before (absent when a finding decided).")
+    share: float = Field(..., description="The exploration share the round had: healthy_explore_share or explore_share.")
+    allowance: float = Field(..., description="share × budget.total_steps: the steps all rounds' discarded branches "
+                                              "may take, this round's included.")
+
+
 class CampaignSummary(_Doc):
     """``evotrainer campaign status ID --json`` (and what ``campaign start|resume --json`` print at the end)."""
 
@@ -264,6 +280,8 @@ class CampaignSummary(_Doc):
     seconds: JobSeconds
     kept: list[KeptBranch]
     held: list[HeldRound] = Field(default_factory=list, description="Rounds that held exploration (budget.improving_z).")
+    explore_modes: list[ExploreMode] = Field(default_factory=list, description="Each round's health verdict "
+                                                                               "(budget.healthy_explore_share).")
     where: Where
 
 

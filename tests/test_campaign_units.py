@@ -860,3 +860,12 @@ def test_a_healthy_round_explores_within_the_healthy_share_and_a_troubled_one_wi
             update={"budget": spec.budget.model_copy(update={"healthy_explore_share": None})})})
         _explore_mode(null, {"mainline": learns.id}, 4, [], h)
         assert not any(e.message["round"] == 4 for e in store.events("c", kind="explore_mode"))
+        # `campaign status` lists the verdicts, in the shape its --json prints
+        from evotrainer.reports import campaign_summary
+        from evotrainer.shapes import ExploreMode
+
+        store.set_campaign("c", mainline_version=learns.id)
+        doc = campaign_summary(tmp_path, "c", store=store, read=lambda _p: __import__("pandas").DataFrame())
+        modes = [ExploreMode.model_validate(m) for m in doc["explore_modes"]]
+        assert [(m.round, m.healthy, m.allowance) for m in modes] == [(0, True, 40), (1, False, 160), (2, False, 160),
+                                                                      (3, True, 40)]

@@ -579,6 +579,10 @@ def _print_status(home: Path, cid: str, as_json: bool) -> None:
         out_console.print(f"  [bold]held[/] round {h['round']}: no backtest, the mainline still improving "
                           f"({h['before']:.3f} → {h['after']:.3f} on the selection split over {h['steps']} steps, "
                           f"{h['gain'] / h['se']:.1f} s.e. > budget.improving_z {h['z']:g})", highlight=False)
+    for m in doc["explore_modes"]:
+        out_console.print(f"  [bold]{'healthy' if m['healthy'] else 'troubled'}[/] round {m['round']}: {m['reason']}; "
+                          f"branches not kept may take {m['allowance']:g} steps in all (share {m['share']:g})",
+                          highlight=False)
     for r in doc["rollbacks"]:
         if r["auto"]:
             out_console.print(f"  [bold]rolled back[/] round {r['round']}: {r['from']} ({r['from_accuracy']:.3f}) fell "
