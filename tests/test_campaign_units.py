@@ -814,7 +814,7 @@ def test_a_healthy_round_explores_within_the_healthy_share_and_a_troubled_one_wi
     spec = CampaignSpec(name="c", eval={"every": 0, "n": 500, "k": 1},
                         budget={"total_steps": 400, "healthy_explore_share": 0.1},
                         backtest={"branch_steps": 30, "seeds": 3})
-    assert CampaignSpec(name="d", budget={"total_steps": 400}).budget.healthy_explore_share is None
+    assert CampaignSpec(name="d", budget={"total_steps": 400}).budget.healthy_explore_share == 0.1
     with pytest.raises(ValueError, match="healthy_explore_share=0.5 is above budget.explore_share=0.4"):
         CampaignSpec(name="e", budget={"total_steps": 400, "healthy_explore_share": 0.5})
     now = datetime(2026, 1, 1, tzinfo=timezone.utc)

@@ -52,16 +52,18 @@ class BudgetSpec(_S):
                     "points with it, −2.0 without; the demo: one seed of three held, +1.1 there; bench/RESULTS.md "
                     "§7, session 19), so the behaviour the published numbers measured stays the default.")
     healthy_explore_share: float | None = Field(
-        None, ge=0.0, le=1.0,
+        0.1, ge=0.0, le=1.0,
         description="The exploration share (in place of explore_share) for a round whose run looks healthy: no "
                     "finding at warning or critical, and the mainline's selection-split accuracy above the base "
                     "policy's by more than 2 standard errors (it learns). A troubled round (a warning, or a recipe "
-                    "that has not learned since the start, as the demo's) still gets explore_share. Why: every "
-                    "backtest arm but the kept one is a step the mainline does not take, and from a recipe that "
-                    "already learns the changes tried rarely pay that back (tuned arith: campaign − static −2.0 "
-                    "points at 400 steps, 90-340 steps discarded; bench/RESULTS.md §7). Small shares leave room "
-                    "only for a first look, which catches large effects; 0 never backtests a healthy round. null "
-                    "(the default): every round gets explore_share.")
+                    "that has not learned since the start, as the demo's 1e-6) still gets explore_share; once the "
+                    "latest round's share is spent, the mainline trains the rest. Why: every backtest arm but the "
+                    "kept one is a step the mainline does not take, and from a recipe that already learns the "
+                    "changes tried rarely pay that back. On the bench (bench/RESULTS.md §7, session 20) 0.1 moved "
+                    "tuned arith's campaign − static from −2.0 to −0.5 points at 400 steps (5 seeds) and from −2.5 "
+                    "to −0.5 at 880 (3 seeds); the demo still promoted and ended above its start on seeds 0-2 "
+                    "(+2.2, 0, −3.0 points against before). 0.1 leaves room for one first look, which catches "
+                    "large effects; 0 never backtests a healthy round; null gives every round explore_share.")
     job_timeout_minutes: float | None = Field(
         None, gt=0, description="Minutes one job (segment, branch leg or scoring) may run before it is ended and "
                                 "recorded failed with that reason (null: $EVOTRAINER_JOB_TIMEOUT_S, else no limit).")
