@@ -817,6 +817,8 @@ def test_a_healthy_round_explores_within_the_healthy_share_and_a_troubled_one_wi
     assert CampaignSpec(name="d", budget={"total_steps": 400}).budget.healthy_explore_share == 0.1
     with pytest.raises(ValueError, match="healthy_explore_share=0.5 is above budget.explore_share=0.4"):
         CampaignSpec(name="e", budget={"total_steps": 400, "healthy_explore_share": 0.5})
+    # the default follows a smaller explore_share down instead of refusing a spec that never named it
+    assert CampaignSpec(name="f", budget={"total_steps": 400, "explore_share": 0.05}).budget.healthy_explore_share == 0.05
     now = datetime(2026, 1, 1, tzinfo=timezone.utc)
     with Store(f"sqlite:///{tmp_path / 'state.db'}") as store:
         store.create_campaign("c", "c", spec.model_dump(mode="json"), "t")

@@ -71,6 +71,9 @@ class BudgetSpec(_S):
     @model_validator(mode="after")
     def _shares(self) -> BudgetSpec:
         if self.healthy_explore_share is not None and self.healthy_explore_share > self.explore_share:
+            if "healthy_explore_share" not in self.model_fields_set:  # the default under a smaller explore_share
+                self.healthy_explore_share = self.explore_share
+                return self
             raise ValueError(f"budget.healthy_explore_share={self.healthy_explore_share:g} is above "
                              f"budget.explore_share={self.explore_share:g}: a healthy run would explore more than a "
                              "troubled one; set it at or below explore_share, or null")
