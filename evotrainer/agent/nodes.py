@@ -691,7 +691,8 @@ def _explore_spent(ctx: CampaignContext, mainline: PolicyVersion | None, steps: 
     look = 2 * b.seeds * leg
     wasted = ctx.store.ledger_total(ctx.campaign_id) - mainline.step
     modes = [e.message for e in ctx.store.events(ctx.campaign_id, kind="explore_mode")]
-    # the latest round's verdict: a healthy run whose healthy share is spent trains the rest, as one whose share is
+    # the latest round's verdict decides: a healthy run whose healthy share is spent trains the rest, as a troubled
+    # one does once explore_share is spent
     allowance = _allowance(ctx, max(m["round"] for m in modes))[0] if modes else budget.explore_share * budget.total_steps
     if wasted + look - leg > allowance:
         return True

@@ -60,7 +60,7 @@ class BudgetSpec(_S):
                     "latest round's share is spent, the mainline trains the rest. Why: every backtest arm but the "
                     "kept one is a step the mainline does not take, and from a recipe that already learns the "
                     "changes tried rarely pay that back. On the bench (bench/RESULTS.md §7, session 20) 0.1 moved "
-                    "tuned arith's campaign − static from −2.0 to −0.5 points at 400 steps (5 seeds) and from −2.5 "
+                    "tuned arith's campaign − static from −2.0 to −0.5 points at 400 steps (5 seeds) and from −2.4 "
                     "to −0.5 at 880 (3 seeds); the demo still promoted and ended above its start on seeds 0-2 "
                     "(+2.2, 0, −3.0 points against before). 0.1 leaves room for one first look, which catches "
                     "large effects; 0 never backtests a healthy round; null gives every round explore_share.")
