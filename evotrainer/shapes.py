@@ -254,7 +254,7 @@ class ExploreMode(_Doc):
     reason: str = Field(..., description="Why, in words.")
     before: float | None = Field(..., description="The base policy's selection-split accuracy.")
     after: float | None = Field(..., description="The mainline's selection-split accuracy.")
-    se: float | None = Field(None, description="Standard error of after − before (absent when a finding decided).")
+    se: float | None = Field(None, description="Standard error of after − before (absent when a finding or a missing score decided).")
     share: float = Field(..., description="The exploration share the round had: healthy_explore_share or explore_share.")
     allowance: float = Field(..., description="share × budget.total_steps: the steps all rounds' discarded branches "
                                               "may take, this round's included.")

@@ -446,12 +446,18 @@ def _still_improving(ctx: CampaignContext, state: CampaignState, findings: list,
         before, steps = _start_selection(ctx, pv, harness), pv.step
     if before is None or steps <= 0:
         return None
-    after, n = pv.selection_accuracy, ctx.spec.eval.n
-    se = math.sqrt(max(before * (1 - before) + after * (1 - after), 1e-12) / n)
+    after = pv.selection_accuracy
+    se = _gain_se(before, after, ctx.spec.eval.n)
     if after - before <= z * se:
         return None
     return {"before": before, "after": after, "gain": round(after - before, 6), "se": round(se, 6), "steps": steps,
             "z": z}
+
+
+def _gain_se(before: float, after: float, n: int) -> float:
+    """Standard error of a selection-split gain: two independent binomial samples of ``n`` problems (conservative:
+    the split's problems are the same)."""
+    return math.sqrt(max(before * (1 - before) + after * (1 - after), 1e-12) / n)
 
 
 HEALTHY_Z = 2.0  # standard errors by which the mainline must beat the base policy to count as learning
@@ -481,7 +487,7 @@ def _explore_mode(ctx: CampaignContext, state: CampaignState, rnd: int, findings
     elif before is None or after is None:
         msg["reason"] = "no selection-split score of the start or the mainline to judge it by"
     else:
-        se = math.sqrt(max(before * (1 - before) + after * (1 - after), 1e-12) / ctx.spec.eval.n)
+        se = _gain_se(before, after, ctx.spec.eval.n)
         msg.update(se=round(se, 6), healthy=after - before > HEALTHY_Z * se)
         msg["reason"] = (f"the mainline {'learns' if msg['healthy'] else 'has not learned'}: selection split "
                          f"{before:.3f} at the start → {after:.3f} ({(after - before) / se:+.1f} s.e.)")
@@ -492,13 +498,17 @@ def _explore_mode(ctx: CampaignContext, state: CampaignState, rnd: int, findings
             f"does not keep may take {msg['allowance']:g} steps in all (share {share:g})")
 
 
-def _allowance(ctx: CampaignContext, rnd: int) -> tuple[float, str]:
-    """Round ``rnd``'s exploration allowance in steps (discards of all rounds so far included), and what set it."""
+def _allowance(ctx: CampaignContext, rnd: int | None) -> tuple[float, str]:
+    """Round ``rnd``'s exploration allowance in steps (discards of all rounds so far included), and what set it;
+    ``rnd`` None: the latest judged round's."""
     budget = ctx.spec.budget
-    for e in ctx.store.events(ctx.campaign_id, kind="explore_mode"):
-        if e.message.get("round") == rnd and e.message.get("healthy"):
-            return float(e.message["allowance"]), (f"budget.healthy_explore_share {e.message['share']:g} "
-                                                   f"× {budget.total_steps} (a healthy round)")
+    modes = [e.message for e in ctx.store.events(ctx.campaign_id, kind="explore_mode")]
+    if rnd is None and modes:
+        rnd = max(m["round"] for m in modes)
+    for m in modes:
+        if m.get("round") == rnd and m.get("healthy"):
+            return float(m["allowance"]), (f"budget.healthy_explore_share {m['share']:g} × {budget.total_steps} "
+                                           "(a healthy round)")
     return budget.explore_share * budget.total_steps, f"budget.explore_share {budget.explore_share:g} × {budget.total_steps}"
 
 
@@ -690,11 +700,9 @@ def _explore_spent(ctx: CampaignContext, mainline: PolicyVersion | None, steps: 
     leg = b.branch_steps // b.looks
     look = 2 * b.seeds * leg
     wasted = ctx.store.ledger_total(ctx.campaign_id) - mainline.step
-    modes = [e.message for e in ctx.store.events(ctx.campaign_id, kind="explore_mode")]
     # the latest round's verdict decides: a healthy run whose healthy share is spent trains the rest, as a troubled
     # one does once explore_share is spent
-    allowance = _allowance(ctx, max(m["round"] for m in modes))[0] if modes else budget.explore_share * budget.total_steps
-    if wasted + look - leg > allowance:
+    if wasted + look - leg > _allowance(ctx, None)[0]:
         return True
     return _remaining(ctx) - steps - look < budget.final_share * budget.total_steps
 
