@@ -35,7 +35,8 @@ def save(name: str, doc: dict) -> Path:
         "bench": name,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-                    "torch_threads": torch.get_num_threads()},
+                    "torch_threads": torch.get_num_threads(),
+                    "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
         **doc,
     }
     out = ROOT / "bench" / "results" / f"{name}.json"

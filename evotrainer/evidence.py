@@ -358,6 +358,8 @@ METRIC_DOCS: dict[str, str] = {
     "step_time": "TRL: seconds spent in this optimiser step's generation, scoring and backward pass.",
     "step_wall_time": "EvoTrainer: seconds from the Trainer's step begin to step end: step_time plus the optimiser "
                       "update (gradient clipping, AdamW step, learning-rate schedule).",
+    "update_skipped": "EvoTrainer: 1 on a step whose gradient was NaN/inf, so its weight update was skipped (the "
+                      "weights kept their values); absent on every other step.",
     "reward": "TRL: mean weighted total reward of the step's completions.",
     "reward_std": "TRL: standard deviation of the weighted total reward.",
     "frac_reward_zero_std": "TRL: share of groups whose rewards are all equal (no GRPO signal: dead groups).",

@@ -297,7 +297,7 @@ def sick() -> dict[str, Evidence]:
 def test_registry_covers_every_builtin_symptom():
     assert set(BUILTIN_DIAGNOSTICS) == set(VARIANTS)
     revised = {"entropy_collapse": "2", "entropy_blowup": "2", "grad_spike": "3", "too_easy": "2", "reward_hacking": "2",
-               "echo": "2", "hardcoding": "3"}  # see test_entropy_collapse_inside_the_early_window
+               "echo": "2", "hardcoding": "3", "nan": "2"}  # see test_entropy_collapse_inside_the_early_window
     for name, cls in BUILTIN_DIAGNOSTICS.items():
         assert cls.name == name and cls.version == revised.get(name, "1")
 
@@ -658,3 +658,20 @@ def test_learns_nothing_needs_a_moving_reward_and_a_long_window(sick):
     train_only = strip(ev, metrics=["eval/greedy_accuracy"])
     [h] = alarms(fire("learns_nothing", train_only))
     assert "Strict train accuracy" in h.explanation
+
+
+def test_nan_in_skipped_updates_only_is_a_warning_and_a_nan_the_weights_saw_stays_critical(healthy):
+    m = healthy.metrics.copy()
+    for step in (50, 90):
+        m.loc[m["step"] == step, "grad_norm"] = np.nan
+        m.loc[m["step"] == step, "update_skipped"] = 1.0
+    (f,) = fire("nan", Evidence(metrics=m, rollouts=healthy.rollouts))
+    assert f.severity == "warning" and f.steps == (50, 90) and f.metrics["skipped_updates"] == 2
+    assert "skipped those updates" in f.explanation
+    m.loc[m["step"] == 120, "grad_norm"] = np.nan  # not skipped: the optimiser applied it
+    (f,) = fire("nan", Evidence(metrics=m, rollouts=healthy.rollouts))
+    assert f.severity == "critical" and f.steps == (50, 120)
+    m.loc[m["step"] == 120, "grad_norm"] = 1.0
+    m.loc[m["step"] == 90, "loss"] = np.nan  # a NaN loss is never excused by a skipped update
+    (f,) = fire("nan", Evidence(metrics=m, rollouts=healthy.rollouts))
+    assert f.severity == "critical"

@@ -7,7 +7,8 @@ reward column TRL adds for an environment's ``get_reward``: our correctness term
 under the harness's weight (see :mod:`evotrainer.rewards`), (3) checkpoints whose ``trainer_state.json`` keeps only
 the newest row of ``log_history`` (below), and (4) callbacks that
 mirror every logged step to ``metrics.jsonl`` and MLflow, run held-out evaluation, flush rollouts at each
-step and sync them to MLflow at each checkpoint, stop on non-finite loss, and drive a progress display.
+step and sync them to MLflow at each checkpoint, stop on non-finite loss, skip the weight update of a step whose
+gradient is not finite (and stop after a few in a row), and drive a progress display.
 TRL's own completion logging is left off (it prints a table per step); our recorder writes a richer
 schema (see :mod:`evotrainer.evidence`).
 """
@@ -72,6 +73,11 @@ class NonFiniteLoss(RuntimeError):
     pass
 
 
+# A step whose gradient holds NaN/inf leaves the weights as they were (see EvidenceCallback.on_pre_optimizer_step);
+# this many such steps in a row end the job: the run has stopped learning, and its evidence says where.
+MAX_SKIPPED_UPDATES_IN_A_ROW = 3
+
+
 class EvidenceCallback(TrainerCallback):
     """Per step: metrics to jsonl + MLflow, rollouts to Parquet, periodic held-out eval; per save: sync."""
 
@@ -102,6 +108,8 @@ class EvidenceCallback(TrainerCallback):
         self.step_times: list[float] = []
         self._t = time.perf_counter()
         self.eval_seconds = 0.0
+        self.skipped_updates: list[int] = []  # steps whose non-finite gradient was not applied
+        self._skipped_in_a_row = 0
 
     def _emit(self, step: int, metrics: dict[str, Any]) -> None:
         clean = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
@@ -144,8 +152,36 @@ class EvidenceCallback(TrainerCallback):
                     done.add(int(row["step"]))
         return done
 
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
+        """Drop a non-finite gradient before the optimiser sees it.
+
+        Why: one NaN in the gradient (seen under bf16 on a GPU, with SmolLM2 on ``code``, after 13 and 32 healthy
+        steps; bench/RESULTS.md §13) passes through the clipping as a NaN scale, the optimiser writes NaN into every
+        weight, and the next generation dies on a device-side assert; the whole job is lost. With every gradient
+        set to None, torch's optimisers leave the weights and their moments untouched, so the step's rollouts and
+        metrics are kept (``grad_norm`` NaN stays evidence for the ``nan`` diagnostic), ``update_skipped`` is
+        logged, and training goes on from unchanged weights, as a mixed-precision loss scaler does on overflow.
+        """
+        if model is None:
+            return
+        import torch
+
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        if not grads:
+            return
+        norms = torch._foreach_norm(grads)  # one small kernel a tensor, one host sync in all
+        if bool(torch.isfinite(torch.stack([n.to(norms[0].device) for n in norms])).all()):
+            self._skipped_in_a_row = 0
+            return
+        for p in model.parameters():
+            p.grad = None
+        self.skipped_updates.append(state.global_step + 1)  # the step this update would have ended
+        self._skipped_in_a_row += 1
+
     def on_log(self, args, state, control, logs=None, **kw):
         logs = dict(logs or {})
+        if "loss" in logs and self.skipped_updates and self.skipped_updates[-1] == state.global_step:
+            logs["update_skipped"] = 1.0
         for k in ("total_flos", "train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss"):
             logs.pop(k, None)
         if "loss" in logs and self.step_times:
@@ -158,6 +194,12 @@ class EvidenceCallback(TrainerCallback):
         if loss is not None and not math.isfinite(float(loss)):
             self.recorder.flush()
             raise NonFiniteLoss(f"loss became {loss} at step {state.global_step}")
+        if self._skipped_in_a_row >= MAX_SKIPPED_UPDATES_IN_A_ROW:
+            self.recorder.flush()
+            raise NonFiniteLoss(f"the gradient was NaN/inf on {self._skipped_in_a_row} steps in a row (steps "
+                                f"{', '.join(map(str, self.skipped_updates[-self._skipped_in_a_row:]))}); their "
+                                "updates were skipped and the weights are as they were before them. Lower the "
+                                "learning rate or max_grad_norm")
 
     def on_step_begin(self, args, state, control, **kw):
         self._t = time.perf_counter()

@@ -209,10 +209,15 @@ class GradSpike(BuiltinDiagnostic):
 
 
 class NonFinite(BuiltinDiagnostic):
+    """Version 2: when the only non-finite values are gradient norms on steps whose update the trainer skipped
+    (metric ``update_skipped``, written by EvoTrainer's jobs since the bf16 GPU runs of bench/RESULTS.md §13), the
+    weights never saw them; the finding is a warning that says so, not a critical "training is meaningless"."""
+
     name = "nan"
-    version = "1"
+    version = "2"
     symptom = "nan"
-    signal = "NaN or ±inf in the 'loss', 'grad_norm', 'reward' or 'entropy' metrics, or in the rollouts' 'reward'."
+    signal = ("NaN or ±inf in the 'loss', 'grad_norm', 'reward' or 'entropy' metrics, or in the rollouts' 'reward' "
+              "(a warning only, when every one is a grad_norm whose update was skipped: metric 'update_skipped').")
     literature = "Mixed Precision Training, arXiv 1710.03740 (overflow, loss scaling and non-finite gradients)."
 
     class Params(BaseParams):
@@ -222,7 +227,7 @@ class NonFinite(BuiltinDiagnostic):
                                    description="A row counts as a training log when it holds at least this share of the non-eval metric columns; only there is a NaN evidence (elsewhere it means 'not logged').")
 
     # which metrics each row holds tells a training log (where NaN is evidence) from an eval-only row
-    reads = ("metric:*",)
+    reads = ("metric:*", "metric:update_skipped")
 
     def declared_needs(self) -> tuple[Need, ...]:
         return (need("a value to check", *(f"metric:{c}" for c in self.params.metrics), "rollout:reward"),)
@@ -260,6 +265,16 @@ class NonFinite(BuiltinDiagnostic):
         metrics["first_step"] = first
         examples = recent_examples(rows_bad[rows_bad["step"] == rows_bad["step"].min()]) if rows_bad is not None else examples_in(ev, (first, first))
         what = ", ".join(k.removeprefix("nonfinite_") for k in metrics if k.startswith("nonfinite_"))
+        if what == "grad_norm" and "update_skipped" in m.columns:
+            skipped = set(as_float(m["step"])[as_float(m["update_skipped"]).fillna(0) > 0].astype(int))
+            if set(steps.astype(int)) <= skipped:
+                metrics["skipped_updates"] = len(skipped)
+                return [self.finding(
+                    "warning", f"The gradient was NaN/inf on {len(skipped)} step(s), first at step {first}; the "
+                               "trainer skipped those updates (metric 'update_skipped'), so the weights stayed "
+                               "finite. A rare skip is mixed-precision noise; frequent ones mean the numerics are "
+                               "failing: lower the learning rate or max_grad_norm.",
+                    confidence=1.0, steps=(first, last), examples=examples_in(ev, (first, first)), metrics=metrics)]
         return [self.finding(
             "critical", f"Non-finite values (NaN/inf) in {what}, first at step {first}. Training past this point "
                         "is meaningless: lower the learning rate, enable gradient clipping, check the reward "
