@@ -871,3 +871,55 @@ def test_a_healthy_round_explores_within_the_healthy_share_and_a_troubled_one_wi
         modes = [ExploreMode.model_validate(m) for m in doc["explore_modes"]]
         assert [(m.round, m.healthy, m.allowance) for m in modes] == [(0, True, 40), (1, False, 160), (2, False, 160),
                                                                       (3, True, 40)]
+
+
+def test_a_moving_mainline_is_healthy_unless_it_loses_and_a_stuck_one_is_troubled(tmp_path):
+    """The verdict's second way to healthy: a quarter of the decision split's answers changed over the segment
+    (the tuned arith seed 1 of bench/RESULTS.md §7: 0.300 → 0.264, −1.3 s.e., 24 % changed) is a recipe that trains,
+    not one to explore; the demo's stuck 1e-6 start (under 1 % changed) stays troubled, and so does a moving
+    mainline that is more than 2 s.e. below the start."""
+    from datetime import datetime, timezone
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from evotrainer.agent.nodes import _explore_mode
+    from evotrainer.config.campaign import CampaignSpec
+    from evotrainer.domain import PolicyVersion
+    from evotrainer.evaluation import write_outcomes
+    from evotrainer.shapes import ExploreMode
+    from evotrainer.store import Store
+
+    h = HarnessSpec()
+    spec = CampaignSpec(name="c", eval={"every": 0, "n": 500, "k": 1}, budget={"total_steps": 400})
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    base = [i % 10 < 3 for i in range(500)]  # 30 % right at the start of each segment
+
+    with Store(f"sqlite:///{tmp_path / 'state.db'}") as store:
+        store.create_campaign("c", "c", spec.model_dump(mode="json"), "t")
+        store.add_harness_version(h.version, None, h.model_dump(mode="json"), [])
+        ctx = SimpleNamespace(store=store, campaign_id="c", spec=spec, home=Path(tmp_path), log=lambda _m: None)
+        store.log_event("c", "explore_start", {"policy": "/base", "accuracy": 0.300})
+
+        def mainline(i, sel, changed):
+            run = tmp_path / "jobs" / f"run{i}"
+            run.mkdir(parents=True)
+            write_outcomes(run, 0, base)
+            write_outcomes(run, 20, [(not o) if j < changed else o for j, o in enumerate(base)])
+            pv = store.add_policy_version(PolicyVersion(
+                id=f"c:v{i}", campaign_id="c", parent_id=None, harness_version=h.version, checkpoint=f"/ck/{i}",
+                run_name=f"run{i}", mlflow_run_id=None, eval_accuracy=sel, step=20, created=now))
+            return store.set_selection_accuracy(pv.id, sel)
+
+        def mode(rnd):
+            return ExploreMode.model_validate(
+                next(e.message for e in store.events("c", kind="explore_mode") if e.message["round"] == rnd))
+
+        _explore_mode(ctx, {"mainline": mainline(0, 0.264, 118).id}, 0, [], h)  # −1.3 s.e., 23.6 % changed
+        assert mode(0).healthy and mode(0).moved == 0.236 and mode(0).allowance == 40
+        assert "is moving" in mode(0).reason and "23.6% of the decision split's answers changed" in mode(0).reason
+        _explore_mode(ctx, {"mainline": mainline(1, 0.302, 2).id}, 1, [], h)  # flat and 0.4 % changed: stuck
+        assert not mode(1).healthy and "is stuck" in mode(1).reason and mode(1).allowance == 160
+        _explore_mode(ctx, {"mainline": mainline(2, 0.240, 150).id}, 2, [], h)  # moving, but −2.1 s.e.
+        assert not mode(2).healthy and "moving but losing" in mode(2).reason
+        _explore_mode(ctx, {"mainline": mainline(3, 0.264, 150).id}, 3, [_finding("plateau", "warning")], h)
+        assert not mode(3).healthy and mode(3).moved is None  # a warning decides before any score is read
