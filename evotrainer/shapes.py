@@ -249,16 +249,12 @@ class ExploreMode(_Doc):
     ``budget.healthy_explore_share``)."""
 
     round: int
-    healthy: bool = Field(..., description="No finding at warning or critical, and the mainline either above the base "
-                                           "policy by more than 2 s.e. on the selection split, or moving (`moved` ≥ "
-                                           "5 %) and not below it by more than 2 s.e.")
+    healthy: bool = Field(..., description="No finding at warning or critical, and the mainline above the base policy "
+                                           "by more than 2 s.e. on the selection split.")
     reason: str = Field(..., description="Why, in words.")
     before: float | None = Field(..., description="The base policy's selection-split accuracy.")
     after: float | None = Field(..., description="The mainline's selection-split accuracy.")
     se: float | None = Field(None, description="Standard error of after − before (absent when a finding or a missing score decided).")
-    moved: float | None = Field(None, description="Share of the decision split's answers that changed over the "
-                                                  "mainline's latest segment (absent when a finding or a missing score "
-                                                  "decided, or the segment has no two evaluations).")
     share: float = Field(..., description="The exploration share the round had: healthy_explore_share or explore_share.")
     allowance: float = Field(..., description="share × budget.total_steps: the steps all rounds' discarded branches "
                                               "may take, this round's included.")

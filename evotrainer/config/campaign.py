@@ -54,11 +54,9 @@ class BudgetSpec(_S):
     healthy_explore_share: float | None = Field(
         0.1, ge=0.0, le=1.0,
         description="The exploration share (in place of explore_share) for a round whose run looks healthy: no "
-                    "finding at warning or critical, and the mainline's selection-split accuracy either above the "
-                    "base policy's by more than 2 standard errors (it learns), or not below it by more than 2 "
-                    "while at least 5 % of the decision split's answers changed over the latest segment (it "
-                    "moves). A troubled round (a warning, or a recipe that is stuck, as the demo's 1e-6, or one "
-                    "that moves and loses) still gets explore_share; once the "
+                    "finding at warning or critical, and the mainline's selection-split accuracy above the base "
+                    "policy's by more than 2 standard errors (it learns). A troubled round (a warning, or a recipe "
+                    "that has not learned since the start, as the demo's 1e-6) still gets explore_share; once the "
                     "latest round's share is spent, the mainline trains the rest. Why: every backtest arm but the "
                     "kept one is a step the mainline does not take, and from a recipe that already learns the "
                     "changes tried rarely pay that back. On the bench (bench/RESULTS.md §7, session 20) 0.1 moved "
