@@ -38,6 +38,7 @@ environment) the change is reported as not screenable rather than guessed at.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -191,9 +192,16 @@ class _Rescorer:
         return _advantages(_terms(self.df, h, corr), self.groups, h.grpo.scale_rewards)
 
 
-def _prompt_weights(df: pd.DataFrame, h: HarnessSpec) -> tuple[np.ndarray, float]:
+def _prompt_weights(df: pd.DataFrame, h: HarnessSpec, pool_size: int | None = None) -> tuple[np.ndarray, float]:
     """Per-completion sampling weight of its prompt under ``h``'s data rules (relative to uniform), and the
-    expected kept share, using the segment's own pass statistics as the next segment would."""
+    expected kept share, using the segment's own pass statistics as the next segment would.
+
+    The next segment draws from the whole pool (``pool_size`` prompts), not only from the ones this segment saw:
+    a prompt it never drew has no statistics, so every rule keeps it at weight 1, and (the segment's prompts being
+    a uniform draw of the pool) it looks on average like one of the segment's prompts under uniform sampling. So
+    each seen prompt stands for itself under the rule plus an equal share of the unseen ones: weight w + U/S for
+    S seen and U unseen prompts. With a pool far larger than a segment, a segment-level filter therefore changes
+    little, which is what the jobs do (bench/RESULTS.md §7, session 22)."""
     from types import SimpleNamespace
 
     from evotrainer.data import selection_weights
@@ -201,19 +209,22 @@ def _prompt_weights(df: pd.DataFrame, h: HarnessSpec) -> tuple[np.ndarray, float
 
     stats = prompt_pass_stats(df[["prompt_id", "step", "correct"]])
     w, _ = selection_weights([SimpleNamespace(id=pid) for pid in stats["prompt_id"]], h, stats)
+    seen = len(w)
+    unseen = max((h.data.pool_size if pool_size is None else pool_size) - seen, 0)
     by_id = dict(zip(stats["prompt_id"], w))
-    per = np.asarray([by_id[p] for p in df["prompt_id"]], dtype=float)
-    kept = float(np.mean([x > 0 for x in w])) if w else 1.0
-    return per, kept
+    per = np.asarray([by_id[p] + (unseen / seen if seen else 0.0) for p in df["prompt_id"]], dtype=float)
+    kept = (sum(x > 0 for x in w) + unseen) / (seen + unseen) if seen + unseen else 1.0
+    return per, float(kept)
 
 
 # ---------------------------------------------------------------------------------------------- entry point
 def screen(harness: HarnessSpec, knob: str, value: Any, rollouts: pd.DataFrame, task: Any,
-           pool: dict[str, Any] | None = None) -> Screening:
+           pool: dict[str, Any] | None = None, pool_size: int | None = None) -> Screening:
     """Predict what ``knob → value`` would do to the signal of ``rollouts`` recorded under ``harness``.
 
     ``pool`` maps prompt ids to the segment's problems (needed to re-verify under another matching rule);
-    :func:`screen_run` builds it from a job directory.
+    :func:`screen_run` builds it from a job directory. ``pool_size``: how many distinct prompts the next segment
+    draws from (the job's ``data_report.json``; default ``data.pool_size``), for the data rules.
     """
     out = Screening(knob=knob, value=value, screenable=False)
     if knob not in SCREENABLE:
@@ -235,7 +246,7 @@ def screen(harness: HarnessSpec, knob: str, value: Any, rollouts: pd.DataFrame, 
     if float(np.max(np.abs(adv0 - df["advantage"].to_numpy(dtype=float)))) > SELF_CHECK_TOL:
         return out.model_copy(update={"reason": "re-scoring the segment under its own harness does not reproduce "
                                                 "the advantages TRL recorded"})
-    w0, kept0 = _prompt_weights(df, harness) if knob.startswith("data.") else (np.ones(len(df)), 1.0)
+    w0, kept0 = _prompt_weights(df, harness, pool_size) if knob.startswith("data.") else (np.ones(len(df)), 1.0)
     current = _signal(adv0, dead0, rs.groups, rs.correct, w0, kept0)
     steps = (int(df["step"].min()), int(df["step"].max()))
     if knob.startswith("data."):
@@ -248,7 +259,7 @@ def screen(harness: HarnessSpec, knob: str, value: Any, rollouts: pd.DataFrame, 
             w1 = np.asarray([1.0 if lo <= d <= hi else 0.0 for d in df["difficulty"]])
             kept1 = float(w1.mean())
         else:
-            w1, kept1 = _prompt_weights(df, new)
+            w1, kept1 = _prompt_weights(df, new, pool_size)
         if w1.sum() == 0:
             w1, kept1 = np.ones(len(df)), 1.0  # every prompt filtered: the job falls back to uniform
         predicted = _signal(adv0, dead0, rs.groups, rs.correct, w1, kept1)
@@ -294,7 +305,13 @@ def screen_run(run_dir: Path, harness: HarnessSpec, knob: str, value: Any, task:
     df = read_rollouts(run_dir)
     if last_steps is not None and len(df):
         df = df[df["step"] > df["step"].max() - last_steps]
-    pool = None
+    pool = pool_size = None
+    report = run_dir / "data_report.json"
+    if knob.startswith("data.") and report.is_file():
+        try:
+            pool_size = int(json.loads(report.read_text(encoding="utf-8"))["pool"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pool_size = None  # unreadable: the harness's data.pool_size stands in
     if knob in ("reward.correctness.match", "reward.correctness.tests"):
         meta = read_run_meta(run_dir)
         if meta is None or not isinstance(meta.raw.get("harness"), dict) or "seed" not in meta.spec:
@@ -305,5 +322,6 @@ def screen_run(run_dir: Path, harness: HarnessSpec, knob: str, value: Any, task:
         except ValueError as err:  # pydantic's ValidationError is one
             raise ConfigError(f"{run_dir / 'meta.json'}: the recorded harness is not valid ({str(err).splitlines()[0]})"
                               ) from None
-        pool = {p.id: p for p in build_pool(task, job_harness, int(meta.spec["seed"]))}
-    return screen(harness, knob, value, df, task, pool)
+        # the job's own pool: a fork's is its lineage's (evotrainer.jobs.runner records pool_seed)
+        pool = {p.id: p for p in build_pool(task, job_harness, int(meta.raw.get("pool_seed", meta.spec["seed"])))}
+    return screen(harness, knob, value, df, task, pool, pool_size)

@@ -144,9 +144,12 @@ def test_fork_records_lineage_starts_from_parent_weights_and_applies_new_lr(firs
     assert all(torch.equal(pw[k], cw[k]) for k in pw)
     # The new learning rate is in effect (not the one restored from the parent's optimizer state).
     assert read_metrics(run_dir)["learning_rate"].dropna().tolist() == [0.0005, 0.0005]
-    # Data rules read the parent's evidence.
+    # Data rules read the parent's evidence, on the parent's pool: the fork (seed 1) draws its pool from its
+    # lineage's seed (0), so every prompt the parent trained on is in it and counted as seen.
+    assert meta["pool_seed"] == 0
     report = json.loads((run_dir / "data_report.json").read_text())
-    assert report["seen"] > 0
+    parent_prompts = read_rollouts(Path(parent.run_dir)).query("step <= 2")["prompt_id"].nunique()
+    assert report["seen"] == parent_prompts > 0
     assert read_rollouts(run_dir)["step"].min() == 3
 
 
@@ -357,3 +360,26 @@ def test_a_job_told_to_exit_is_recorded_interrupted_and_resumes_to_its_target(fi
     assert meta["status"] == "interrupted" and meta["error"] == "SystemExit: 1"
     done = run_job(_spec(h, 4), shared_home, resume="told-to-exit")
     assert done.status == "finished" and done.steps_done == 4
+
+
+def test_a_fork_draws_its_pool_from_its_lineage_root_through_runs_recorded_without_pool_seed(tmp_path):
+    """A merged run copies one source's spec (its seed) and records no pool_seed; older runs have none either.
+    The walk goes up to the first run that names one, or to the root's own seed."""
+    from evotrainer.jobs.runner import _lineage_pool_seed
+
+    def write(name, seed, parent=None, **extra):
+        d = tmp_path / "jobs" / name
+        d.mkdir(parents=True)
+        meta = {"name": name, "run_id": name, "spec": {"seed": seed}, "harness": {}, "target_step": 2,
+                "start_step": 0, "base_policy": "", "parent_run": parent, **extra}
+        (d / "meta.json").write_text(json.dumps(meta))
+        return meta
+
+    write("root", 3)  # recorded before pool_seed existed
+    write("branch", 10021, "root", pool_seed=3)
+    merged = write("merged", 10021, "branch")  # no pool_seed: walks to the branch
+    assert _lineage_pool_seed(tmp_path, merged) == 3
+    old = write("old-branch", 10007, "root")  # an old fork: walks to the root's seed
+    assert _lineage_pool_seed(tmp_path, old) == 3
+    orphan = write("orphan", 5, "gone")  # a parent that no longer exists: its own seed
+    assert _lineage_pool_seed(tmp_path, orphan) == 5

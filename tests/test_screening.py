@@ -61,11 +61,20 @@ def test_screening_predicts_the_dead_group_change_of_a_data_filter(segment):
     wrong = set(last.groupby("prompt_id")["correct"].any().loc[lambda x: ~x].index)
     assert wrong, "the fixture segment should have all-wrong prompts"
     groups = df.groupby("group_id").agg(pid=("prompt_id", "first"), dead=("reward", lambda r: np.isclose(r.std(), 0)))
-    kept = groups[~groups["pid"].isin(wrong)]
-    assert s.predicted.dead_share == pytest.approx(kept["dead"].mean(), abs=1e-9)
+    # the next segment draws from the whole pool: a prompt the segment never drew keeps weight 1 under the filter
+    # and stands in for an average seen prompt, so each seen prompt weighs (1 or 0) + unseen / seen
+    pool = json.loads((run_dir / "data_report.json").read_text())["pool"]
+    seen = df["prompt_id"].nunique()
+    extra = (pool - seen) / seen
+    w = np.where(groups["pid"].isin(wrong), 0.0, 1.0) + extra
+    assert s.predicted.dead_share == pytest.approx((groups["dead"] * w).sum() / w.sum(), abs=1e-9)
     assert s.predicted.dead_share < s.current.dead_share
-    assert s.predicted.kept_share == pytest.approx(1 - len(wrong) / df["prompt_id"].nunique())
-    # and a real fork under the filter trains on live groups more often than one without it
+    assert s.predicted.kept_share == pytest.approx(1 - len(wrong) / pool)
+    # a pool far larger than the segment dilutes the same filter towards nil: most of the next draws are unseen
+    big = screen(h, "data.drop_all_wrong", True, df, get_task("arith"), pool_size=100 * pool)
+    assert abs(big.predicted.dead_share - big.current.dead_share) < abs(s.predicted.dead_share - s.current.dead_share) / 10
+    # and a real fork under the filter draws from its lineage's pool without the all-wrong prompts, where one
+    # without it draws them too (the dead share of 24 fresh groups is too noisy to compare at this size)
     forks = {}
     for name, extra in (("plain", ""), ("filtered", "drop_all_wrong: true, ")):
         f = run_dir.parent.parent / f"{name}.yaml"
@@ -73,8 +82,8 @@ def test_screening_predicts_the_dead_group_change_of_a_data_filter(segment):
         spec = JobSpec(task="arith", harness=str(f), steps=3, seed=1, eval=EvalSpec(every=0, n=16, k=1), save_every=3,
                        policy=PolicySpec(size="nano", sft_steps=150, sft_batch_size=64), name=f"fork-{name}")
         r = run_job(spec, run_dir.parent.parent, fork="screened-segment")
-        forks[name] = read_metrics(Path(r.run_dir)).dropna(subset=["loss"])["frac_reward_zero_std"].mean()
-    assert forks["filtered"] < forks["plain"]
+        forks[name] = set(read_rollouts(Path(r.run_dir))["prompt_id"])
+    assert forks["plain"] & wrong and not forks["filtered"] & wrong
 
 
 def test_a_change_that_is_inert_on_the_segment_is_screened_out(segment):

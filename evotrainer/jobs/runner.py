@@ -224,6 +224,25 @@ def _ancestor_rollouts(home: Path, meta: dict[str, Any]):
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
+def _lineage_pool_seed(home: Path, meta: dict[str, Any]) -> int:
+    """The seed of the data pool a fork of ``meta``'s run draws from: its lineage's root job's seed.
+
+    Why the lineage's and not the fork's own: the data rules (``data.drop_all_correct`` / ``drop_all_wrong`` /
+    ``sampling: difficulty_targeted``) weigh pool prompts by the pass statistics the ancestors recorded, which only
+    exist for prompts of the ancestors' pool. When every backtest branch drew a pool from its own seed, a branch met
+    none of its parent's prompts (0 of 240 on the `code` campaign of bench/RESULTS.md §10, session 22) and those rules
+    did nothing. A run recorded before ``pool_seed`` existed (or a merged run, which copies one source's spec) is
+    walked up to the root."""
+    cur, seen = meta, set()
+    while "pool_seed" not in cur and cur.get("parent_run") and cur["parent_run"] not in seen:
+        seen.add(cur["parent_run"])
+        try:
+            cur = _read_meta(resolve_run(home, cur["parent_run"]))
+        except RunNotFound:
+            break
+    return int(cur.get("pool_seed", cur["spec"]["seed"]))
+
+
 def _device_args(device: str = "auto") -> dict[str, Any]:
     from evotrainer.policy import precision, resolve_device
 
@@ -439,6 +458,9 @@ def run_job(
                 "parent_run_id": parent_meta["run_id"] if parent_meta else None,
                 "parent_step": parent_step,
                 "parent_harness_version": parent_meta["harness_version"] if parent_meta else None,
+                # the data pool's seed: a fork keeps its lineage's pool (so the data rules meet the prompts its
+                # ancestors' statistics describe) and samples from it under its own seed
+                "pool_seed": _lineage_pool_seed(home, parent_meta) if parent_meta else spec.seed,
                 "base_policy": str(base_dir),
                 "status": "running",
                 "created": datetime.now(timezone.utc).isoformat(),
@@ -584,7 +606,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     recorder = RolloutRecorder(run_dir, run_id)
     funcs, weights = build_reward_funcs(harness, task, recorder, tokenizer.eos_token_id, chat=chat)
 
-    pool = build_pool(task, harness, spec.seed)
+    pool = build_pool(task, harness, meta.get("pool_seed", spec.seed))  # a run from before pool_seed keeps its own
     anc = _ancestor_rollouts(home, meta) if needs_pass_stats(harness) else None
     stats = prompt_pass_stats(anc) if anc is not None else None
     w, data_report = selection_weights(pool, harness, stats)
