@@ -3,7 +3,9 @@
 The pool is a fixed set of distinct train-split problems (``data.pool_size``, seeded), so that per-prompt
 pass rates observed in one segment can steer the next one. Rules that read evidence (dynamic sampling at
 segment granularity, difficulty-targeted sampling in the spirit of VADE / DOTS) use the pass statistics of
-the job's ancestors; a job with no ancestors trains uniformly on the pool.
+the job's ancestors; a job with no ancestors trains uniformly on the pool. A fork draws the pool of its lineage's
+root job (``pool_seed`` in its meta.json, see ``jobs.runner``), whatever its own seed, so that those statistics
+describe prompts it can meet; its own seed decides which of them it draws, and in what order.
 
 The segment dataset is a list of ``steps × prompts_per_step`` problems drawn from the (filtered, weighted)
 pool; TRL's sampler then repeats each one ``num_generations`` times.

@@ -228,7 +228,8 @@ class DataKnobs(_Section):
     )
     pool_size: int = Field(
         4096, ge=8, le=1_000_000,
-        description="Distinct training prompts in the segment's pool (drawn from the train split, fixed per seed).",
+        description="Distinct training prompts in the segment's pool (drawn from the train split, fixed per lineage: "
+                    "a fork keeps its root job's pool).",
     )
     drop_all_correct: bool = Field(
         False, description="Dynamic sampling at segment granularity: drop prompts whose last group was all correct.",
