@@ -65,8 +65,8 @@ def test_screening_predicts_the_dead_group_change_of_a_data_filter(segment):
     # and stands in for an average seen prompt, so each seen prompt weighs (1 or 0) + unseen / seen
     pool = json.loads((run_dir / "data_report.json").read_text())["pool"]
     seen = df["prompt_id"].nunique()
-    extra = (pool - seen) / seen
-    w = np.where(groups["pid"].isin(wrong), 0.0, 1.0) + extra
+    unseen_share = (pool - seen) / seen
+    w = np.where(groups["pid"].isin(wrong), 0.0, 1.0) + unseen_share
     assert s.predicted.dead_share == pytest.approx((groups["dead"] * w).sum() / w.sum(), abs=1e-9)
     assert s.predicted.dead_share < s.current.dead_share
     assert s.predicted.kept_share == pytest.approx(1 - len(wrong) / pool)
