@@ -203,24 +203,32 @@ def _prepare_fork_checkpoint(src: Path, dst: Path, harness: HarnessSpec, parent_
     tmp.replace(dst)
 
 
+def _lineage(home: Path, meta: dict[str, Any]):
+    """Up the job's lineage: (child meta, parent's run dir, parent meta) from its parent to the root, stopping at a
+    parent that no longer exists or at a cycle. Lazy, so a caller that has its answer reads no further."""
+    cur, seen = meta, set()
+    while cur.get("parent_run") and cur["parent_run"] not in seen:
+        seen.add(cur["parent_run"])
+        try:
+            pdir = resolve_run(home, cur["parent_run"])
+        except RunNotFound:
+            return
+        parent = _read_meta(pdir)
+        yield cur, pdir, parent
+        cur = parent
+
+
 def _ancestor_rollouts(home: Path, meta: dict[str, Any]):
     """Rollouts of the job's ancestors (up to the fork points): the evidence data rules read."""
     import pandas as pd
 
     from evotrainer.evidence import read_rollouts
 
-    frames, cur, limit = [], meta, None
-    seen = set()
-    while cur.get("parent_run") and cur["parent_run"] not in seen:
-        seen.add(cur["parent_run"])
-        limit = cur.get("parent_step") if limit is None else min(limit, cur.get("parent_step", limit))
-        try:
-            pdir = resolve_run(home, cur["parent_run"])
-        except RunNotFound:
-            break
+    frames, limit = [], None
+    for child, pdir, _ in _lineage(home, meta):
+        limit = child.get("parent_step") if limit is None else min(limit, child.get("parent_step", limit))
         df = read_rollouts(pdir, columns=["prompt_id", "step", "correct"])
         frames.append(df[df["step"] <= limit])
-        cur = _read_meta(pdir)
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
@@ -232,15 +240,13 @@ def _lineage_pool_seed(home: Path, meta: dict[str, Any]) -> int:
     exist for prompts of the ancestors' pool. When every backtest branch drew a pool from its own seed, a branch met
     none of its parent's prompts (0 of 240 on the `code` campaign of bench/RESULTS.md §10, session 22) and those rules
     did nothing. A run recorded before ``pool_seed`` existed (or a merged run, which copies one source's spec) is
-    walked up to the root."""
-    cur, seen = meta, set()
-    while "pool_seed" not in cur and cur.get("parent_run") and cur["parent_run"] not in seen:
-        seen.add(cur["parent_run"])
-        try:
-            cur = _read_meta(resolve_run(home, cur["parent_run"]))
-        except RunNotFound:
-            break
-    return int(cur.get("pool_seed", cur["spec"]["seed"]))
+    walked up to the first run that names one, or to the root."""
+    root = meta
+    if "pool_seed" not in root:
+        for _, _, root in _lineage(home, meta):  # the last one read is the answer
+            if "pool_seed" in root:
+                break
+    return int(root.get("pool_seed", root["spec"]["seed"]))
 
 
 def _device_args(device: str = "auto") -> dict[str, Any]:
