@@ -204,3 +204,13 @@ def read_outcomes(run_dir: Path, step: int, split: str = "decision") -> list[int
         return None
     text = path.read_text().strip()
     return [1 if c == "1" else 0 for c in text] if text and set(text) <= {"0", "1"} else None
+
+
+def eval_steps(run_dir: Path, split: str = "decision") -> list[int]:
+    """The steps at which a run stored per-problem outcomes on ``split``, in order."""
+    steps = []
+    for f in (Path(run_dir) / "eval").glob(f"{split}_*.txt"):
+        tail = f.stem.rsplit("_", 1)[-1]
+        if tail.isdigit():
+            steps.append(int(tail))
+    return sorted(steps)

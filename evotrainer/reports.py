@@ -93,6 +93,7 @@ def campaign_summary(home: Path, cid: str, store: Store | None = None,
         "kept": [e.message for e in store.events(cid, kind="kept_branch")],
         "held": [e.message for e in store.events(cid, kind="explore_held")],
         "explore_modes": [e.message for e in store.events(cid, kind="explore_mode")],
+        "movements": [e.message for e in store.events(cid, kind="movement")],
         "where": {"mlflow": tracking_uri(home), "state": make_url(store.url).render_as_string(hide_password=True),
                   "mlflow_run_id": camp.mlflow_run_id},
     }

@@ -260,6 +260,24 @@ class ExploreMode(_Doc):
                                               "may take, this round's included.")
 
 
+class Movement(_Doc):
+    """How much a round's segment moved the policy, and whether the round was judged stuck (event ``movement``,
+    spec ``backtest.stuck_share``; evotrainer/agent/movement.py)."""
+
+    round: int
+    stuck: bool = Field(..., description="Under stuck_share of the decision split's answers changed while the segment "
+                                         "had a training signal: only changes that enlarge the update are backtested.")
+    reason: str = Field(..., description="Why, in words.")
+    moved: float | None = Field(..., description="Share of the decision split's greedy answers that changed over the "
+                                                 "segment (None: no per-problem outcomes at its start and end).")
+    changed: int | None = Field(None, description="How many answers changed.")
+    n: int | None = Field(None, description="Problems in the decision split.")
+    steps: int | None = Field(None, description="Steps between the two evaluations compared.")
+    signal: float | None = Field(None, description="Share of the segment's groups with a reward spread "
+                                                   "(1 − frac_reward_zero_std); None when not recorded.")
+    threshold: float | None = Field(None, description="backtest.stuck_share.")
+
+
 class CampaignSummary(_Doc):
     """``evotrainer campaign status ID --json`` (and what ``campaign start|resume --json`` print at the end)."""
 
@@ -282,6 +300,8 @@ class CampaignSummary(_Doc):
     held: list[HeldRound] = Field(default_factory=list, description="Rounds that held exploration (budget.improving_z).")
     explore_modes: list[ExploreMode] = Field(default_factory=list, description="Each round's health verdict "
                                                                                "(budget.healthy_explore_share).")
+    movements: list[Movement] = Field(default_factory=list, description="Each round's movement verdict "
+                                                                       "(backtest.stuck_share).")
     where: Where
 
 

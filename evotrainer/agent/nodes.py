@@ -12,12 +12,14 @@ from __future__ import annotations
 import math
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Literal
 
 from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from evotrainer.agent.brains.base import BrainContext, RefutedChange
+from evotrainer.agent.movement import enlarges_update, judge
 from evotrainer.agent.state import CampaignContext, CampaignState
 from evotrainer.backtest import decide, regression_margin
 from evotrainer.config.eval import EvalSpec
@@ -196,17 +198,20 @@ def _keep_best(ctx: CampaignContext, rnd: int, current: PolicyVersion) -> Policy
 
 
 def _score(ctx: CampaignContext, policies: list[tuple[str, int]], split: str = "selection",
-           merge: dict[str, Any] | None = None) -> list[float] | None:
+           merge: dict[str, Any] | None = None, record: list[tuple[Path, int]] | None = None) -> list[float] | None:
     """Greedy accuracies of saved policies on a held-out split, scored in the pool's worker; None if it failed
     (recorded as an event: the campaign then keeps its choice without it). ``merge`` (a
     :class:`evotrainer.jobs.scoring.MergeRequest`) has the worker average seeds into a new job first; its accuracy
-    comes last."""
+    comes last. ``record``: a (run dir, step) per policy, where its per-problem outcomes are stored as that run's
+    evaluation at that step (a merged job's own record, which :mod:`evotrainer.agent.movement` reads)."""
+    from evotrainer.evaluation import write_outcomes
+
     sp = ctx.spec
     if not policies and merge is None:
         return []
     req = {"task": sp.task, "task_options": sp.task_options,
            "eval": sp.eval.model_copy(update={"k": 1}).model_dump(mode="json"), "split": split,
-           "policies": [list(p) for p in policies]}
+           "policies": [list(p) for p in policies], "outcomes": record is not None}
     if merge is not None:
         req["merge"] = merge
     out = ctx.pool.score(req)
@@ -214,6 +219,8 @@ def _score(ctx: CampaignContext, policies: list[tuple[str, int]], split: str = "
         ctx.store.log_event(ctx.campaign_id, "scoring_error", {"split": split, "error": out["error"]})
         ctx.log(f"scoring on the {split} split failed: {out['error']}")
         return None
+    for (run_dir, step), outcomes in zip(record or [], out.get("outcomes") or []):
+        write_outcomes(run_dir, step, outcomes, split)
     return [float(a) for a in out["accuracies"]]
 
 
@@ -364,15 +371,25 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
         candidates, mistakes, known = brain_inputs(ctx.library, harness, findings, ctx.spec.task, store=ctx.store,
                                                    context=context)
         candidates = _retests(ctx, harness) + candidates
+        knobs = harness.knobs()
+        stuck = _stuck(ctx, rnd)
+        if stuck:  # only what enlarges the update can act on a policy that does not move (agent/movement.py)
+            candidates = [c for c in candidates if enlarges_update(c.knob, knobs.get(c.knob), c.value)]
         k = ctx.spec.backtest.max_proposals
         bctx = BrainContext(harness=harness, findings=findings, candidates=candidates, mistakes=mistakes,
                             refuted=_refuted(ctx) + known, max_proposals=k + (2 if ctx.spec.screen else 0),
                             min_effect=ctx.spec.backtest.min_effect,
                             task=ctx.spec.task, seed=ctx.spec.seed, round=rnd)
         result = ctx.brain.propose(bctx)
+        if stuck:  # a brain may draft outside its candidates (an LLM does): the same rule, re-tests first
+            movers = [d for d in result.drafts if enlarges_update(d.knob, knobs.get(d.knob), d.value)]
+            dropped = [f"{d.knob}={d.value!r}" for d in result.drafts if d not in movers]
+            movers.sort(key=lambda d: not _is_retest(d))
+            notes = [*result.notes, *([f"the mainline is stuck: dropped {', '.join(dropped)} (changes that do not "
+                                       "enlarge the update cannot act on it)"] if dropped else [])]
+            result = result.model_copy(update={"drafts": movers, "notes": notes})
         ctx.store.log_event(ctx.campaign_id, "brain", {"round": rnd, "brain": result.brain, "notes": result.notes,
                                                        "tokens": result.tokens})
-        knobs = harness.knobs()
         values = ValueOptimizer(ctx.home, ctx.campaign_id, ctx.spec.seed) if ctx.spec.values == "optuna" else None
         drafts, brackets = _bracketed(harness, result.drafts, k if ctx.spec.backtest.bracket else 0,
                                       ctx.spec.backtest.bracket_factor, ctx.spec.backtest.bracket_range)
@@ -422,6 +439,31 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
     if not live:
         return Command(goto="distill", update={"proposal_ids": [], "approved_ids": []})
     return Command(goto="review", update={"proposal_ids": [p.id for p in live]})
+
+
+def _stuck(ctx: CampaignContext, rnd: int) -> bool:
+    """Whether round ``rnd``'s mainline is stuck (spec ``backtest.stuck_share``; :mod:`evotrainer.agent.movement`).
+
+    Judged once per round on the round's segment and kept as a ``movement`` event, so a resumed round reads the
+    same verdict. A round with no segment of its own (nothing trained yet) is not stuck."""
+    share = ctx.spec.backtest.stuck_share
+    for e in ctx.store.events(ctx.campaign_id, kind="movement"):
+        if e.message.get("round") == rnd:
+            return bool(e.message.get("stuck"))
+    if share is None:
+        return False
+    from evotrainer.store import NotFound
+
+    try:
+        seg = ctx.store.get_policy_version(f"{ctx.campaign_id}:r{rnd:02d}:segment")
+    except NotFound:
+        return False
+    parent = ctx.store.get_policy_version(seg.parent_id) if seg.parent_id else None
+    verdict = judge(ctx.home, seg, parent, share)
+    ctx.store.log_event(ctx.campaign_id, "movement", {"round": rnd, **verdict})
+    ctx.log(f"round {rnd}: {verdict['reason']}" + ("; only changes that enlarge the update are backtested"
+                                                   if verdict["stuck"] else ""))
+    return bool(verdict["stuck"])
 
 
 def _still_improving(ctx: CampaignContext, state: CampaignState, findings: list,
@@ -951,8 +993,9 @@ def _keep_branch(ctx: CampaignContext, rnd: int, bt_id: str, best: str | None, v
                 merged["kept"] = False
             else:
                 merged["kept"] = True
-                dec = _score(ctx, [(str(complete_checkpoints(ctx.home / "jobs" / merged["run"])[merged["step"]]),
-                                    budget)], split="decision")
+                run_dir = ctx.home / "jobs" / merged["run"]
+                dec = _score(ctx, [(str(complete_checkpoints(run_dir)[merged["step"]]), budget)], split="decision",
+                             record=[(run_dir, merged["step"])])
                 merged["decision_accuracy"] = dec[0] if dec else None
         ctx.store.log_event(ctx.campaign_id, "kept_branch", {
             "round": rnd, "arm": best or "control", "chosen": merged["run"] if merged and merged["kept"]

@@ -1,0 +1,155 @@
+"""A stuck mainline (backtest.stuck_share): movement measured on recorded outcomes, and what a stuck round proposes.
+
+The scenario is countdown seed 1 of bench/RESULTS.md §7 (session 22): round 0 refuted lr 1e-6 → 3e-6 and found
+2.43e-4 inconclusive at +0.011; round 1's mainline, still at 1e-6, changed no answer, and the campaign backtested
+`scale_rewards` and `top_entropy_quantile`, which measured +0.000 exactly. A stuck round must re-test the learning
+rate instead, and a moving round (or one without a training signal) proposes as before.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from evotrainer.agent.lessons import SEED_LIBRARY
+from evotrainer.agent.movement import enlarges_update, judge, segment_movement
+from evotrainer.config.harness import HarnessSpec
+from evotrainer.domain import BacktestStats, Decision, Finding, Hypothesis, PolicyVersion, Proposal
+from evotrainer.evaluation import eval_steps, write_outcomes
+
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+BASE = [i % 10 < 3 for i in range(500)]  # 30 % right
+
+
+def _flip(outcomes: list[bool], k: int) -> list[bool]:
+    return [(not o) if j < k else o for j, o in enumerate(outcomes)]
+
+
+def _run(home: Path, name: str, evals: dict[int, list[bool]], zero_std: float | None = None,
+         steps: range | None = None) -> Path:
+    run = home / "jobs" / name
+    run.mkdir(parents=True)
+    for step, outcomes in evals.items():
+        write_outcomes(run, step, outcomes)
+    if zero_std is not None:
+        (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "frac_reward_zero_std": zero_std}) + "\n"
+                                                   for s in steps))
+    return run
+
+
+def _pv(id_: str, run: str, step: int, parent: str | None = None, h: str = "h") -> PolicyVersion:
+    return PolicyVersion(id=id_, campaign_id="c", parent_id=parent, harness_version=h, checkpoint=f"/ck/{id_}",
+                         run_name=run, mlflow_run_id=None, eval_accuracy=0.3, step=step, created=NOW)
+
+
+def test_what_enlarges_the_update():
+    assert enlarges_update("optim.learning_rate", 1e-6, 2.43e-4)
+    assert not enlarges_update("optim.learning_rate", 3e-4, 1.5e-4)  # lower-lr shrinks it
+    assert enlarges_update("grpo.num_iterations", 1, 2) and enlarges_update("optim.warmup_steps", 10, 0)
+    assert not enlarges_update("grpo.scale_rewards", "group", "none")
+    assert not enlarges_update("grpo.top_entropy_quantile", 1.0, 0.2)
+    assert not enlarges_update("grpo.num_iterations", True, 2)  # a bool is no number here
+
+
+def test_movement_compares_the_segment_end_with_its_parent_or_its_own_first_evaluation(tmp_path):
+    # round 0: the segment evaluates its start (step 0) and its end (step 20)
+    _run(tmp_path, "seg0", {0: BASE, 20: _flip(BASE, 2)})
+    first = _pv("c:r00:segment", "seg0", 20)
+    assert eval_steps(tmp_path / "jobs" / "seg0") == [0, 20]
+    assert segment_movement(tmp_path, first, None) == {"moved": 0.004, "changed": 2, "n": 500, "steps": 20}
+    # a later segment forks from a kept (merged) branch, whose decision scoring was recorded at its step
+    _run(tmp_path, "merged", {50: BASE})
+    _run(tmp_path, "seg1", {70: _flip(BASE, 60)})
+    parent = _pv("c:r00:control", "merged", 50)
+    assert segment_movement(tmp_path, _pv("c:r01:segment", "seg1", 70), parent)["moved"] == 0.12
+    # a parent with no recorded outcomes (a run from before they were written): no verdict, not a guess
+    assert segment_movement(tmp_path, _pv("c:r01:segment", "seg1", 70), _pv("old", "none", 50)) is None
+    assert judge(tmp_path, _pv("c:r01:segment", "seg1", 70), _pv("old", "none", 50), 0.01)["stuck"] is False
+
+
+def test_stuck_needs_a_training_signal(tmp_path):
+    _run(tmp_path, "seg", {0: BASE, 20: _flip(BASE, 1)}, zero_std=0.5, steps=range(1, 21))
+    v = judge(tmp_path, _pv("c:r00:segment", "seg", 20), None, 0.01)
+    assert v["stuck"] and v["signal"] == 0.5 and "1 of 500 decision-split answers (0.2%)" in v["reason"]
+    _run(tmp_path, "dead", {0: BASE, 20: BASE}, zero_std=0.97, steps=range(1, 21))
+    v = judge(tmp_path, _pv("c:r00:segment", "dead", 20), None, 0.01)
+    assert not v["stuck"] and "the signal is missing, not the step size" in v["reason"]
+    _run(tmp_path, "moving", {0: BASE, 20: _flip(BASE, 90)}, zero_std=0.5, steps=range(1, 21))
+    assert judge(tmp_path, _pv("c:r00:segment", "moving", 20), None, 0.01)["reason"].startswith("the mainline moves")
+
+
+@pytest.fixture
+def round_one(tmp_path):
+    """A campaign at round 1 after countdown seed 1's round 0, with the round-1 segment's outcomes left to the test."""
+    from evotrainer.agent.brains.heuristic import HeuristicBrain
+    from evotrainer.agent.state import CampaignContext
+    from evotrainer.config.campaign import CampaignSpec
+    from evotrainer.store import Store
+
+    h = HarnessSpec().with_knob("optim.learning_rate", 1e-6)
+    spec = CampaignSpec(name="c", task="countdown", seed=1, screen=False,
+                        budget={"total_steps": 880, "healthy_explore_share": None},
+                        backtest={"branch_steps": 30, "seeds": 3, "max_proposals": 2, "min_effect": 0.0})
+    store = Store.for_home(tmp_path)
+    store.create_campaign("c", "c", spec.model_dump(mode="json"), h.version)
+    store.add_harness_version(h.version, None, h.model_dump(mode="json"), [])
+    library = tmp_path / "lib"
+    shutil.copytree(SEED_LIBRARY, library)
+    ctx = CampaignContext(campaign_id="c", spec=spec, home=Path(tmp_path), store=store, brain=HeuristicBrain(),
+                          pool=None, tracker=None, library=library)
+    hyp = Hypothesis(symptom="plateau", cause="the recipe is stuck", change="a change", expected_effect="accuracy up")
+    for pid, new, outcome, effect in (("c:r00:p0", 3e-6, "reject", -0.002), ("c:r00:p1", 2.43e-4, "inconclusive", 0.011)):
+        store.add_proposal(Proposal(id=pid, campaign_id="c", round=0, knob="optim.learning_rate", old=1e-6, new=new,
+                                    hypothesis=hyp, rationale="", cited_skills=[], brain="heuristic",
+                                    status="pending_review", harness_version=h.version, created=NOW))
+        store.add_decision(Decision(proposal_id=pid, outcome=outcome, at=NOW, reasons=["x"], stats=BacktestStats(
+            n_pairs=3, effect=effect, ci_low=effect - 0.04, ci_high=effect + 0.04, confidence=0.8, method="t",
+            control_mean=0.28, treatment_mean=0.28 + effect)))
+    store.add_policy_version(_pv("c:r00:control", "merged", 50, h=h.version))
+    _run(tmp_path, "merged", {50: BASE})
+    store.add_policy_version(_pv("c:r01:segment", "seg1", 70, parent="c:r00:control", h=h.version))
+    store.add_findings("c", 1, "seg1", [Finding(symptom="plateau", diagnostic="plateau", version="1", severity="info",
+                                                confidence=0.8, explanation="flat")])
+
+    def propose_round_one(changed: int, zero_std: float = 0.5):
+        from evotrainer.agent.nodes import propose
+
+        _run(tmp_path, "seg1", {70: _flip(BASE, changed)}, zero_std=zero_std, steps=range(51, 71))
+        state = {"campaign_id": "c", "round": 1, "mainline": "c:r01:segment", "harness_version": h.version,
+                 "segment_run": "seg1"}
+        propose(state, SimpleNamespace(context=ctx))
+        return [(p.knob, p.new) for p in store.list_proposals("c", round=1)], store
+
+    return propose_round_one
+
+
+def test_a_stuck_round_retests_the_learning_rate_instead_of_changes_that_cannot_act(round_one, tmp_path):
+    proposals, store = round_one(changed=0)
+    assert proposals == [("optim.learning_rate", 2.43e-4)]  # the re-test; the refuted ×3 raise stays refuted
+    (m,) = [e.message for e in store.events("c", kind="movement")]
+    assert m["stuck"] and m["moved"] == 0.0 and m["steps"] == 20 and m["round"] == 1
+    # what `campaign status --json` prints validates against its shape
+    from evotrainer.reports import campaign_summary
+    from evotrainer.shapes import Movement
+
+    store.set_campaign("c", mainline_version="c:r01:segment")
+    doc = campaign_summary(tmp_path, "c", store=store, read=lambda _p: __import__("pandas").DataFrame())
+    assert Movement.model_validate(doc["movements"][0]).stuck
+
+
+def test_a_moving_round_proposes_from_the_whole_library(round_one):
+    proposals, store = round_one(changed=60)
+    knobs = {k for k, _ in proposals}
+    assert knobs - {"optim.learning_rate"}, proposals  # reward, scaling and data changes are back in play
+    assert not store.events("c", kind="movement")[0].message["stuck"]
+
+
+def test_a_round_without_a_training_signal_is_not_stuck(round_one):
+    proposals, store = round_one(changed=0, zero_std=0.98)
+    assert not store.events("c", kind="movement")[0].message["stuck"]
+    assert {k for k, _ in proposals} - {"optim.learning_rate"}, proposals
