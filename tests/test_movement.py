@@ -83,6 +83,18 @@ def test_stuck_needs_a_training_signal(tmp_path):
     assert judge(tmp_path, _pv("c:r00:segment", "moving", 20), None, 0.01)["reason"].startswith("the mainline moves")
 
 
+def test_the_threshold_is_pro_rata_to_the_segment_length(tmp_path):
+    # countdown seed 1 at lr 1e-6: a segment lengthened to 80 steps by freed backtest steps changed 5 of 500 answers,
+    # a flat 1 % would have called it moving; seed 0 at 2.43e-4 changed 110 over 140 steps
+    _run(tmp_path, "parent", {50: BASE})
+    _run(tmp_path, "long", {130: _flip(BASE, 5)}, zero_std=0.34, steps=range(51, 131))
+    v = judge(tmp_path, _pv("s", "long", 130), _pv("p", "parent", 50), 0.01)
+    assert v["stuck"] and v["threshold"] == 0.04 and "under 4.0% (backtest.stuck_share 0.01 per 20 steps)" in v["reason"]
+    _run(tmp_path, "moving", {190: _flip(BASE, 110)}, zero_std=0.34, steps=range(51, 191))
+    v = judge(tmp_path, _pv("s", "moving", 190), _pv("p", "parent", 50), 0.01)
+    assert not v["stuck"] and v["moved"] == 0.22 and v["threshold"] == 0.07
+
+
 @pytest.fixture
 def round_one(tmp_path):
     """A campaign at round 1 after countdown seed 1's round 0, with the round-1 segment's outcomes left to the test."""

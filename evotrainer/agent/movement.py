@@ -15,9 +15,13 @@ kept branch's look, or a merged branch's decision scoring) and the segment's own
 campaign's first segment, which evaluates its start, that first evaluation. Measured over 20 steps (session 21):
 0-0.8 % from the flawed starts (lr 1e-6, arith and countdown), 17-29 % from the tuned ones whatever their net gain.
 
-**Stuck** (spec ``backtest.stuck_share``): movement below that share while the segment had a training signal — at
-least :data:`MIN_SIGNAL` of its groups with a reward spread (1 − ``frac_reward_zero_std``). Without a spread
-there is no gradient to enlarge, and the remedies are those for dead groups, which stay allowed.
+**Stuck** (spec ``backtest.stuck_share``): movement below that share per :data:`PER_STEPS` steps trained (pro rata:
+a segment of 80 steps must change four times as many answers) while the segment had a training signal — at least
+:data:`MIN_SIGNAL` of its groups with a reward spread (1 − ``frac_reward_zero_std``). Without a spread there is no
+gradient to enlarge, and the remedies are those for dead groups, which stay allowed. Why pro rata: a segment
+lengthened by the steps a backtest freed accumulates the drift of a tiny learning rate — at 1e-6 countdown changed
+5 of 500 answers over 80 steps and 6 over 200, at or above a flat 1 % — while a moving policy changed 15-22 % over
+110-140 steps.
 
 **What enlarges the update** (:data:`STEP_SIZE_KNOBS`): a higher learning rate, more optimiser iterations per
 generated batch, a shorter warm-up (whose ramp scales the rate down at the start).
@@ -33,6 +37,7 @@ from evotrainer.domain import PolicyVersion
 STEP_SIZE_KNOBS: dict[str, int] = {"optim.learning_rate": +1, "grpo.num_iterations": +1, "optim.warmup_steps": -1}
 # share of a segment's groups that must have a reward spread for "no movement" to mean "too small a step"
 MIN_SIGNAL = 0.1
+PER_STEPS = 20  # backtest.stuck_share is the share of answers that must change per this many steps trained
 
 
 def enlarges_update(knob: str, old: Any, new: Any) -> bool:
@@ -87,16 +92,19 @@ def judge(home, segment: PolicyVersion, parent: PolicyVersion | None, stuck_shar
     if mv is None:
         return {"stuck": False, "moved": None, "reason": "no per-problem outcomes at the segment's start and end"}
     signal = segment_signal(home, segment, segment.step - mv["steps"])
-    msg: dict[str, Any] = {**mv, "signal": None if signal is None else round(signal, 4), "threshold": stuck_share}
+    threshold = stuck_share * mv["steps"] / PER_STEPS
+    msg: dict[str, Any] = {**mv, "signal": None if signal is None else round(signal, 4),
+                           "threshold": round(threshold, 6)}
     moved = (f"{mv['changed']} of {mv['n']} decision-split answers ({mv['moved']:.1%}) changed over its "
              f"{mv['steps']} steps")
-    if mv["moved"] >= stuck_share:
+    if mv["moved"] >= threshold:
         msg.update(stuck=False, reason=f"the mainline moves: {moved}")
     elif signal is not None and signal < MIN_SIGNAL:
         msg.update(stuck=False, reason=f"the mainline does not move ({moved}), but only {signal:.0%} of its groups "
                                        "had a reward spread: the signal is missing, not the step size")
     else:
-        msg.update(stuck=True, reason=f"the mainline is stuck: {moved}, under backtest.stuck_share {stuck_share:g}"
+        msg.update(stuck=True, reason=f"the mainline is stuck: {moved}, under {threshold:.1%} (backtest.stuck_share "
+                                      f"{stuck_share:g} per {PER_STEPS} steps)"
                                       + ("" if signal is None else f", while {signal:.0%} of its groups had a reward "
                                                                    "spread"))
     return msg
