@@ -312,3 +312,24 @@ def test_settings_are_documented_and_strict():
         LLMSettings(base_url="x", model="m", max_retries=6)
     with pytest.raises(ValueError):
         LLMSettings(base_url="x", model="m", api_kye_env="X")
+
+
+def test_a_stuck_round_offers_only_the_knobs_that_enlarge_the_update(ctx):
+    """A stuck round (agent/movement.py) tells the LLM why, lists and types only those knobs, and drops a draft of
+    any other knob with the reason, so the retry says what to do instead."""
+    from evotrainer.agent.movement import STEP_SIZE_KNOBS, STUCK_WHY
+
+    stuck = ctx.model_copy(update={"only_knobs": list(STEP_SIZE_KNOBS), "only_why": STUCK_WHY})
+    for prompt in ("full", "compact"):
+        text = render_prompt(stuck, LLMSettings(base_url="http://127.0.0.1:9/v1", model="m", prompt=prompt))
+        assert "the policy is stuck" in text and "- optim.learning_rate = " in text
+        assert "- grpo.epsilon_high = " not in text and "- grpo.beta = " not in text
+    assert "the policy is stuck" not in render_prompt(ctx, LLMSettings(base_url="http://127.0.0.1:9/v1", model="m"))
+    lr = proposal("optim.learning_rate", 1e-3, "plateau", cited_skills=[])
+    with ScriptedLLM([reply(proposal(), lr)]) as llm:
+        res = brain(llm)[0].propose(stuck)
+    assert [(d.knob, d.value) for d in res.drafts] == [("optim.learning_rate", 1e-3)], "\n".join(res.notes)
+    assert any("grpo.epsilon_high is not offered this round (only optim.learning_rate" in n for n in res.notes)
+    schema = llm.requests[0]["response_format"]["json_schema"]["schema"]
+    offered = {sh["properties"]["knob"]["enum"][0] for sh in schema["properties"]["proposals"]["items"]["anyOf"]}
+    assert offered == set(STEP_SIZE_KNOBS)

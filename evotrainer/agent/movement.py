@@ -37,6 +37,10 @@ from evotrainer.domain import PolicyVersion
 STEP_SIZE_KNOBS: dict[str, int] = {"optim.learning_rate": +1, "grpo.num_iterations": +1, "optim.warmup_steps": -1}
 # share of a segment's groups that must have a reward spread for "no movement" to mean "too small a step"
 MIN_SIGNAL = 0.1
+# what a brain is told in a stuck round (the LLM prompt's line above its knob list)
+STUCK_WHY = ("the policy is stuck (its greedy answers barely changed over the last segment although its groups had a "
+             "reward spread): only a change that enlarges the update can show an effect; raise optim.learning_rate or "
+             "grpo.num_iterations, or shorten optim.warmup_steps")
 PER_STEPS = 20  # backtest.stuck_share is the share of answers that must change per this many steps trained
 
 

@@ -19,7 +19,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from evotrainer.agent.brains.base import BrainContext, RefutedChange
-from evotrainer.agent.movement import enlarges_update, judge
+from evotrainer.agent.movement import STEP_SIZE_KNOBS, STUCK_WHY, enlarges_update, judge
 from evotrainer.agent.state import CampaignContext, CampaignState
 from evotrainer.backtest import decide, regression_margin
 from evotrainer.config.eval import EvalSpec
@@ -379,7 +379,9 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
         bctx = BrainContext(harness=harness, findings=findings, candidates=candidates, mistakes=mistakes,
                             refuted=_refuted(ctx) + known, max_proposals=k + (2 if ctx.spec.screen else 0),
                             min_effect=ctx.spec.backtest.min_effect,
-                            task=ctx.spec.task, seed=ctx.spec.seed, round=rnd)
+                            task=ctx.spec.task, seed=ctx.spec.seed, round=rnd,
+                            only_knobs=list(STEP_SIZE_KNOBS) if stuck else None,
+                            only_why=STUCK_WHY if stuck else "")
         result = ctx.brain.propose(bctx)
         if stuck:  # a brain may draft outside its candidates (an LLM does): the same rule, re-tests first
             movers = [d for d in result.drafts if enlarges_update(d.knob, knobs.get(d.knob), d.value)]

@@ -50,6 +50,10 @@ class BrainContext(BaseModel):
     seed: int = 0
     round: int = 0
     metrics: dict[str, float] = Field(default_factory=dict, description="Latest segment's key metrics.")
+    only_knobs: list[str] | None = Field(
+        None, description="When set, the only knobs a proposal may change, and why (``only_why``): a stuck round offers "
+                          "those that enlarge the update (evotrainer/agent/movement.py).")
+    only_why: str = Field("", description="Why only ``only_knobs`` are offered, in words (trusted: our own numbers).")
 
 
 class BrainResult(BaseModel):

@@ -118,17 +118,17 @@ def _choices(path: str) -> list[Any]:
     return list(get_args(ann)) if get_origin(ann) is Literal else []
 
 
-def _knob_rows(harness: HarnessSpec) -> list[dict[str, Any]]:
+def _knob_rows(harness: HarnessSpec, only: list[str] | None = None) -> list[dict[str, Any]]:
     current, signs = harness.knobs(), {"gt": ">", "ge": "≥", "lt": "<", "le": "≤"}
     return [{**d, "current": current[d["knob"]], "choices": _choices(d["knob"]),
              "bounds": ", ".join(f"{signs[a]} {v}" for a, v in d["bounds"].items() if a in signs)}
             for d in knob_docs() if d["knob"] in current and not d["knob"].startswith(LOCKED)
-            and d["knob"] not in harness.inert_knobs()]
+            and d["knob"] not in harness.inert_knobs() and (only is None or d["knob"] in only)]
 
 
 def compact_knobs(ctx: BrainContext) -> list[dict[str, Any]]:
     """The knobs a compact prompt offers: the top candidates' own, then ``COMPACT_KNOBS``, at most 6."""
-    rows = {r["knob"]: r for r in _knob_rows(ctx.harness)}
+    rows = {r["knob"]: r for r in _knob_rows(ctx.harness, ctx.only_knobs)}
     order = [c.knob for c in ctx.candidates[: MAX_COMPACT["candidates"]]] + list(COMPACT_KNOBS)
     out: list[dict[str, Any]] = []
     for k in order:
@@ -172,7 +172,7 @@ def _value_schema(knob: str, harness: HarnessSpec) -> dict[str, Any]:
 def proposal_schema(ctx: BrainContext, settings: LLMSettings) -> dict[str, Any]:
     """The JSON schema of a reply: ``{"proposals": [...]}``, one object shape per offered knob (its name as an enum,
     its value's type), symptoms from the vocabulary, candidate ids as cited skills, short strings."""
-    rows = compact_knobs(ctx) if settings.prompt == "compact" else _knob_rows(ctx.harness)
+    rows = compact_knobs(ctx) if settings.prompt == "compact" else _knob_rows(ctx.harness, ctx.only_knobs)
     n_cand = MAX_COMPACT["candidates"] if settings.prompt == "compact" else MAX_CANDIDATES
     ids = [c.id for c in ctx.candidates[:n_cand]]
     text = lambda n: {"type": "string", "minLength": 3, "maxLength": n}
@@ -207,11 +207,13 @@ def render_prompt(ctx: BrainContext, settings: LLMSettings) -> str:
         return template_env(settings.max_example_chars).get_template("propose_compact.j2").render(
             task=ctx.task, knobs=compact_knobs(ctx), findings=shown, candidates=ctx.candidates[: MAX_COMPACT["candidates"]],
             refuted=ctx.refuted, max_proposals=ctx.max_proposals, symptoms=prompt_symptoms(ctx, settings),
-            metrics={k: v for k, v in ctx.metrics.items() if k in ("reward", "eval/greedy_accuracy", "entropy")})
+            metrics={k: v for k, v in ctx.metrics.items() if k in ("reward", "eval/greedy_accuracy", "entropy")},
+            only_why=ctx.only_why if ctx.only_knobs is not None else "")
     shown = findings[: settings.max_findings]
     marker = hashlib.sha256(json.dumps([f.model_dump(mode="json") for f in shown]).encode()).hexdigest()[:12]
     return template_env(settings.max_example_chars).get_template("propose.j2").render(
-        task=ctx.task, round=ctx.round, metrics=ctx.metrics, knobs=_knob_rows(ctx.harness), findings=shown,
+        task=ctx.task, round=ctx.round, metrics=ctx.metrics, knobs=_knob_rows(ctx.harness, ctx.only_knobs),
+        only_why=ctx.only_why if ctx.only_knobs is not None else "", findings=shown,
         omitted=len(findings) - len(shown), max_examples=MAX_EXAMPLES, candidates=ctx.candidates[:MAX_CANDIDATES],
         mistakes=ctx.mistakes,
         refuted=ctx.refuted, max_proposals=ctx.max_proposals, symptoms=sorted(SYMPTOMS), marker=marker,
@@ -261,6 +263,8 @@ def check_draft(ctx: BrainContext, item: Any) -> ProposalDraft:
     current = ctx.harness.knobs()
     if d.knob not in current or d.knob.startswith(LOCKED):
         raise ValueError(f"unknown knob {_clip(d.knob)!r}: use a knob from the list")
+    if ctx.only_knobs is not None and d.knob not in ctx.only_knobs:
+        raise ValueError(f"{d.knob} is not offered this round (only {', '.join(ctx.only_knobs)}): {ctx.only_why}")
     inert = ctx.harness.inert_knobs()
     if d.knob in inert:
         raise ValueError(f"{d.knob} changes nothing in this harness: {inert[d.knob]}")
