@@ -46,6 +46,19 @@ effect can be expected to reach); a change whose projected upper end is still be
 change that leaves the run exactly as it was (an interval of zero width at zero) still stops at the first
 look, and a change whose effect is there at once is promoted early all the same.
 
+**Stuck rounds: non-inferiority** (``noninferior``, spec ``backtest.stuck_margin``). When the round's mainline is
+stuck (``evotrainer/agent/movement.py``: its update is too small to change its answers), the control arm's future is
+known: it gains nothing, however long it trains. A change that enlarges the update is then worth adopting when it
+makes the policy move (``moves``: its branches changed at least the stuck threshold's share of answers) and the
+final look's interval rules out a loss larger than the margin (lower bound above −margin) with a positive point
+estimate, every gate passed. That is a non-inferiority test at the look's level: a change truly worse by the margin
+or more is adopted with probability at most α/2 (simulated in ``tests/test_movement.py``), and a change that does
+nothing is no worse than the stuck control. Why: a learning rate raised from TRL's 1e-6 to 2.43e-4 gained
++0.011 and +0.019 on countdown in 30 branch steps (intervals −0.033..+0.054 and −0.007..+0.046), too little to
+prove superiority, and a re-test from the still-stuck mainline measured +0.000 at its second look; the campaign
+then kept the 1e-6 mainline that learns nothing (bench/RESULTS.md §7, session 23). Superiority still decides
+first, and only at the final look (planned, or the one the budget made the last) is the margin consulted.
+
 The outcomes:
 
 - **failed**: fewer than two complete pairs (a branch crashed or produced NaN);
@@ -55,6 +68,7 @@ The outcomes:
   reach, stays flat or drops). A high score reached by an exploit must never be promoted, and the record
   says it was blocked, not merely unhelpful; a trip stops the proposal at the look it shows up;
 - **promote**: the look's efficacy interval lies above ``min_effect`` and every treatment branch passed the gate;
+  or, in a stuck round at the final look, the non-inferiority rule above (``stats.rule``);
 - **reject** (refuted): the mean effect is ≤ 0 or the interval lies entirely below the futility threshold
   (at the last look), or the futility rule fires (earlier);
 - **inconclusive**: anything else at the last look (the interval straddles ``min_effect``).
@@ -110,7 +124,8 @@ def effect_interval(diffs_by_seed: list[list[float]], confidence: float) -> tupl
 def decide(proposal_id: str, control: list[BranchResult], treatment: list[BranchResult], min_effect: float,
            confidence: float, *, look: int = 1, looks: int = 1, step: int | None = None,
            outcomes: dict[tuple[str, int], list[int]] | None = None, undecided: str | None = None,
-           futility_effect: float | None = None, project_futility: bool = True, last: bool = False) -> Decision | None:
+           futility_effect: float | None = None, project_futility: bool = True, last: bool = False,
+           noninferior: float | None = None, moves: bool = False) -> Decision | None:
     """Apply the decision rule to one proposal's branches (matched by seed) at look ``look`` of ``looks``.
 
     ``outcomes`` maps (``"control"`` or the proposal id, seed) to each branch's per-problem correctness at this
@@ -121,6 +136,9 @@ def decide(proposal_id: str, control: list[BranchResult], treatment: list[Branch
     ``last``: the backtest ends at this look for a reason that is not this proposal's data (the budget ran out
     for its next look). The look is then the final analysis, and it spends all the error the looks before it
     left unspent (see "Unplanned last look" in the module docstring).
+
+    ``noninferior``: the margin of a stuck round's non-inferiority rule for this proposal (None: superiority only);
+    ``moves``: whether its treatment branches moved the policy (see "Stuck rounds" in the module docstring).
     """
     now = datetime.now(timezone.utc)
     planned_final = look >= looks
@@ -184,6 +202,12 @@ def decide(proposal_id: str, control: list[BranchResult], treatment: list[Branch
                        + (" (stopped early)" if not final else
                           " (the backtest's last look: it spent the error earlier looks left)" if last and not
                           planned_final else ""))
+    elif (final and noninferior is not None and moves and st.effect > 0 and st.ci_low > -noninferior
+          and all(treat[s].gate_passed for s in seeds)):
+        outcome = "promote"
+        st = st.model_copy(update={"rule": "non_inferiority"})
+        reasons.append(f"non-inferior in a stuck round: the control's answers do not move, the treatment's do, and "
+                       f"the interval rules out a loss beyond {noninferior:.3f} (backtest.stuck_margin)")
     elif not planned_final:  # an unplanned last look is judged for futility as an interim one (projected)
         grow = looks / look if project_futility else 1.0  # steps at the last look / steps now (see the docstring)
         upper = effect + half_futility

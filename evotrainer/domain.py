@@ -123,6 +123,10 @@ class BacktestStats(_Model):
     step: int | None = Field(None, description="Branch steps trained at that look.")
     se: float | None = Field(None, description="Standard error of the effect.")
     df: float | None = Field(None, description="Degrees of freedom of the t interval.")
+    rule: Literal["superiority", "non_inferiority"] = Field(
+        "superiority", description="What a promotion needed: the interval above min_effect (superiority), or, in a "
+                                   "stuck round, above −backtest.stuck_margin with the treatment moving the policy "
+                                   "(non_inferiority; evotrainer/backtest.py).")
 
 
 class Decision(_Model):

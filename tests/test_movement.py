@@ -137,6 +137,7 @@ def round_one(tmp_path):
         propose(state, SimpleNamespace(context=ctx))
         return [(p.knob, p.new) for p in store.list_proposals("c", round=1)], store
 
+    propose_round_one.ctx = ctx
     return propose_round_one
 
 
@@ -165,3 +166,117 @@ def test_a_round_without_a_training_signal_is_not_stuck(round_one):
     proposals, store = round_one(changed=0, zero_std=0.98)
     assert not store.events("c", kind="movement")[0].message["stuck"]
     assert {k for k, _ in proposals} - {"optim.learning_rate"}, proposals
+
+
+# ------------------------------------------------------------------------------------- non-inferiority (stuck rounds)
+def _tables(rng, effect: float, looks: int = 3):
+    from tests.test_campaign_units import _simulate
+
+    return _simulate(rng, 3, 500, looks, effect=effect, correlated=True)
+
+
+def _sequential_noninferior(tables, margin: float, looks: int = 3):
+    from tests.test_campaign_units import _look_branches
+
+    from evotrainer.backtest import decide
+
+    for j, (c, t) in enumerate(tables, start=1):
+        outcomes = {**{("control", s): list(c[s]) for s in range(3)}, **{("p", s): list(t[s]) for s in range(3)}}
+        d = decide("p", _look_branches(list(c.mean(axis=1)), "control"),
+                   _look_branches(list(t.mean(axis=1)), "treatment", "p"), 0.0, 0.8, look=j, looks=looks,
+                   outcomes=outcomes, futility_effect=0.01, noninferior=margin, moves=True)
+        if d is not None:
+            return d
+    raise AssertionError("the last look must decide")
+
+
+def test_non_inferiority_adopts_a_change_worse_by_the_margin_at_most_at_the_configured_level():
+    """A change truly 2 points worse (the margin) must be adopted in a stuck round at most α/2 of the time, the
+    one-sided error of the final look; a change a point better is adopted far more often than superiority alone
+    promotes it (at 3 seeds and 500 problems: about half the time against a quarter)."""
+    import numpy as np
+
+    rng = np.random.default_rng(11)
+    sims, margin, level = 400, 0.02, (1 - 0.8) / 2
+    rate: dict[tuple[float, float | None], float] = {}
+    for effect in (-margin, 0.01):
+        runs = [_tables(rng, effect) for _ in range(sims)]
+        for m in (margin, None):
+            rate[(effect, m)] = sum(_sequential_noninferior(t, m).outcome == "promote" for t in runs) / sims
+    slack = 2.5 * (level * (1 - level) / sims) ** 0.5
+    assert rate[(-margin, margin)] <= level + slack, rate
+    assert rate[(0.01, margin)] >= rate[(0.01, None)] + 0.15, rate
+
+
+def test_non_inferiority_only_at_the_final_look_for_a_treatment_that_moves_and_passes_the_gate():
+    from tests.test_campaign_units import _look_branches
+
+    from evotrainer.backtest import decide
+
+    base = [1 if i % 10 < 3 else 0 for i in range(500)]
+    wrong = [i for i, o in enumerate(base) if not o]
+    right = [i for i, o in enumerate(base) if o]
+
+    def treated(up: int, down: int) -> list[int]:
+        out = list(base)
+        for i in wrong[:up]:
+            out[i] = 1
+        for i in right[:down]:
+            out[i] = 0
+        return out
+
+    t = [treated(25, 20), treated(22, 20), treated(28, 20)]  # +0.010 on average, seeds +0.004..+0.016
+    outcomes = {**{("control", s): base for s in range(3)}, **{("p", s): t[s] for s in range(3)}}
+    ctrl = _look_branches([sum(base) / 500] * 3, "control")
+    treat = _look_branches([sum(x) / 500 for x in t], "treatment", "p")
+    kw = dict(look=3, looks=3, outcomes=outcomes, futility_effect=0.01)
+    plain = decide("p", ctrl, treat, 0.0, 0.8, **kw)
+    assert plain.outcome == "inconclusive" and plain.stats.ci_low < 0 < plain.stats.ci_low + 0.02
+    d = decide("p", ctrl, treat, 0.0, 0.8, **kw, noninferior=0.02, moves=True)
+    assert d.outcome == "promote" and d.stats.rule == "non_inferiority" and "non-inferior in a stuck round" in d.reasons[-1]
+    assert decide("p", ctrl, treat, 0.0, 0.8, **kw, noninferior=0.02, moves=False).outcome == "inconclusive"
+    assert decide("p", ctrl, treat, 0.0, 0.8, **kw, noninferior=0.002, moves=True).outcome == "inconclusive"
+    assert decide("p", ctrl, treat, 0.0, 0.8, **{**kw, "look": 2}, noninferior=0.02, moves=True) is None  # not yet
+    gated = [b.model_copy(update={"gate_passed": s != 1, "gate_reasons": [] if s != 1 else ["echo warning"]})
+             for s, b in enumerate(treat)]
+    assert decide("p", ctrl, gated, 0.0, 0.8, **kw, noninferior=0.02, moves=True).outcome == "blocked"
+
+
+def test_the_stuck_rounds_learning_rate_retest_is_adopted_on_non_inferiority(round_one, tmp_path):
+    """The node's side: the round's movement verdict, the proposal's direction and the branches' movement from
+    the parent's recorded answers decide whether the margin applies (nodes._decide_look)."""
+    from evotrainer.agent.nodes import _decide_look
+    from evotrainer.domain import BranchResult
+
+    round_one(changed=0)
+    ctx = round_one.ctx
+    (p,) = ctx.store.list_proposals("c", round=1)
+    parent = ctx.store.get_policy_version("c:r01:segment")
+    wrong = [i for i, o in enumerate(BASE) if not o]
+    right = [i for i, o in enumerate(BASE) if o]
+
+    def branch(role, seed, up=0, down=0):
+        out = list(BASE)
+        for i in wrong[:up]:
+            out[i] = True
+        for i in right[:down]:
+            out[i] = False
+        name = f"{role}{seed}"
+        _run(tmp_path, name, {100: out})
+        look = {"status": "finished", "eval_accuracy": sum(out) / 500, "train_reward": 0.1, "step": 100,
+                "gate_passed": True if role == "treatment" else None, "gate_reasons": []}
+        return BranchResult(backtest_id="bt", proposal_id=p.id if role == "treatment" else None, role=role, seed=seed,
+                            run_name=name, status="finished", eval_accuracy=look["eval_accuracy"], step=100,
+                            gate_passed=look["gate_passed"], looks=[look] * 3)
+
+    ctrl = [branch("control", s) for s in range(3)]
+    moving = [branch("treatment", s, up, 20) for s, up in enumerate((25, 22, 28))]
+    d = _decide_look(ctx, p.id, ctrl + moving, 3, parent)
+    assert d.outcome == "promote" and d.stats.rule == "non_inferiority", d.reasons
+    # a positive, non-inferior effect from a treatment that barely moved (4-5 answers in 30 steps, under 1.5 %)
+    still = [branch("treatment", 10 + s, up, down) for s, (up, down) in enumerate(((4, 1), (1, 3), (3, 1)))]
+    still = [b.model_copy(update={"seed": s}) for s, b in enumerate(still)]
+    d = _decide_look(ctx, p.id, ctrl + still, 3, parent)
+    assert d.outcome == "inconclusive" and d.stats.effect > 0 and d.stats.ci_low > -0.02
+    ctx.spec = ctx.spec.model_copy(update={"backtest": ctx.spec.backtest.model_copy(update={"stuck_margin": None})})
+    assert _decide_look(ctx, p.id, ctrl + moving, 3, parent).outcome == "inconclusive"  # superiority only

@@ -52,6 +52,18 @@ def enlarges_update(knob: str, old: Any, new: Any) -> bool:
     return (new - old) * sign > 0
 
 
+def threshold(stuck_share: float, steps: int) -> float:
+    """The share of answers that ``steps`` steps must change for a policy to count as moving."""
+    return stuck_share * steps / PER_STEPS
+
+
+def changed_share(start: list[int], end: list[int]) -> float:
+    """Share of problems whose outcome differs between two evaluations of the same split."""
+    if not start or len(start) != len(end):
+        raise ValueError(f"outcomes of {len(start)} and {len(end)} problems cannot be compared")
+    return sum(a != b for a, b in zip(start, end)) / len(end)
+
+
 def _outcomes_at(home, run_name: str | None, step: int | None) -> list[int] | None:
     from evotrainer.evaluation import read_outcomes
 
@@ -74,7 +86,7 @@ def segment_movement(home, segment: PolicyVersion, parent: PolicyVersion | None)
     if not end or not start or len(end) != len(start) or start_step is None:
         return None
     changed = sum(a != b for a, b in zip(start, end))
-    return {"moved": round(changed / len(end), 6), "changed": changed, "n": len(end),
+    return {"moved": round(changed_share(start, end), 6), "changed": changed, "n": len(end),
             "steps": segment.step - start_step}
 
 
@@ -96,18 +108,17 @@ def judge(home, segment: PolicyVersion, parent: PolicyVersion | None, stuck_shar
     if mv is None:
         return {"stuck": False, "moved": None, "reason": "no per-problem outcomes at the segment's start and end"}
     signal = segment_signal(home, segment, segment.step - mv["steps"])
-    threshold = stuck_share * mv["steps"] / PER_STEPS
-    msg: dict[str, Any] = {**mv, "signal": None if signal is None else round(signal, 4),
-                           "threshold": round(threshold, 6)}
+    limit = threshold(stuck_share, mv["steps"])
+    msg: dict[str, Any] = {**mv, "signal": None if signal is None else round(signal, 4), "threshold": round(limit, 6)}
     moved = (f"{mv['changed']} of {mv['n']} decision-split answers ({mv['moved']:.1%}) changed over its "
              f"{mv['steps']} steps")
-    if mv["moved"] >= threshold:
+    if mv["moved"] >= limit:
         msg.update(stuck=False, reason=f"the mainline moves: {moved}")
     elif signal is not None and signal < MIN_SIGNAL:
         msg.update(stuck=False, reason=f"the mainline does not move ({moved}), but only {signal:.0%} of its groups "
                                        "had a reward spread: the signal is missing, not the step size")
     else:
-        msg.update(stuck=True, reason=f"the mainline is stuck: {moved}, under {threshold:.1%} (backtest.stuck_share "
+        msg.update(stuck=True, reason=f"the mainline is stuck: {moved}, under {limit:.1%} (backtest.stuck_share "
                                       f"{stuck_share:g} per {PER_STEPS} steps)"
                                       + ("" if signal is None else f", while {signal:.0%} of its groups had a reward "
                                                                    "spread"))

@@ -763,10 +763,12 @@ def _at_look(b: BranchResult, look: int) -> BranchResult:
         "gate_reasons": list(entry.get("gate_reasons") or []), "step": entry["step"]})
 
 
-def _decide_look(ctx: CampaignContext, pid: str, branches: list[BranchResult], look: int,
+def _decide_look(ctx: CampaignContext, pid: str, branches: list[BranchResult], look: int, parent: PolicyVersion,
                  undecided: str | None = None, last: bool = False) -> Decision | None:
     """The decision rule for ``pid`` at ``look`` (None: undecided there), pairing branches per problem; ``last``:
-    the budget ended the backtest at this look (``decide``'s unplanned last look)."""
+    the budget ended the backtest at this look (``decide``'s unplanned last look). ``parent``: the version the
+    branches forked from; in a stuck round a change that enlarges the update may be promoted on non-inferiority
+    when its branches moved away from the parent's answers (:func:`_noninferiority`)."""
     from evotrainer.evaluation import read_outcomes
 
     b = ctx.spec.backtest
@@ -780,9 +782,30 @@ def _decide_look(ctx: CampaignContext, pid: str, branches: list[BranchResult], l
                 outcomes[("control" if x.role == "control" else pid, x.seed)] = o
     step = next((x.step for x in treat if x.step is not None), None)
     rel = None if step is None else b.branch_steps * look // b.looks
+    margin, moves = _noninferiority(ctx, pid, parent, [o for (arm, _), o in outcomes.items() if arm == pid], rel)
     return decide(pid, control, treat, b.min_effect, b.confidence, look=look, looks=b.looks, step=rel,
                   outcomes=outcomes or None, undecided=undecided, futility_effect=b.futility_effect,
-                  project_futility=b.project_futility, last=last)
+                  project_futility=b.project_futility, last=last, noninferior=margin, moves=moves)
+
+
+def _noninferiority(ctx: CampaignContext, pid: str, parent: PolicyVersion, treated: list[list[int]],
+                    steps: int | None) -> tuple[float | None, bool]:
+    """(margin, moves) of the stuck-round rule for ``pid`` (:mod:`evotrainer.backtest`, "Stuck rounds"): the margin
+    is ``backtest.stuck_margin`` when the proposal's round was judged stuck and the proposal enlarges the update
+    (else None: superiority only); ``moves`` is whether its treatment branches changed, on average over seeds, at
+    least the stuck threshold's share of the parent's answers over ``steps``."""
+    from evotrainer.agent.movement import changed_share, threshold
+    from evotrainer.evaluation import read_outcomes
+
+    b = ctx.spec.backtest
+    p = ctx.store.get_proposal(pid)
+    if b.stuck_margin is None or b.stuck_share is None or not enlarges_update(p.knob, p.old, p.new) \
+            or not _stuck(ctx, p.round):
+        return None, False
+    start = read_outcomes(ctx.home / "jobs" / parent.run_name, parent.step) if parent.run_name else None
+    shares = [changed_share(start, o) for o in treated if start and len(o) == len(start)]
+    moves = bool(shares) and steps is not None and sum(shares) / len(shares) >= threshold(b.stuck_share, steps)
+    return b.stuck_margin, moves
 
 
 def backtest(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[Literal["decide", "distill"]]:
@@ -873,7 +896,7 @@ def backtest(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command
                 gate_passed=entry["gate_passed"], gate_reasons=entry["gate_reasons"], steps=res["steps"],
                 step=res["step"], looks=[*(prev.looks if prev else []), entry])
         listed = list(branches.values())
-        decided = {pid: d for pid in open_ if (d := _decide_look(ctx, pid, listed, look)) is not None}
+        decided = {pid: d for pid in open_ if (d := _decide_look(ctx, pid, listed, look, parent)) is not None}
         open_ = [pid for pid in open_ if pid not in decided]
         if decided:
             ctx.log(f"look {look}/{b.looks} (step {every * look}): "
@@ -893,6 +916,7 @@ def decide_node(state: CampaignState, runtime: Runtime[CampaignContext]) -> Comm
     bt_id = state["backtest_id"]
     planned = ctx.store.get_backtest(bt_id)
     branches = ctx.store.list_branches(bt_id)
+    parent = ctx.store.get_policy_version(state["mainline"])  # the backtest forked from it; distill moves it on
     decisions = []
     stopped = [e.message for e in ctx.store.events(ctx.campaign_id, kind="backtest_stopped")
                if e.message.get("round") == planned.round]
@@ -904,7 +928,7 @@ def decide_node(state: CampaignState, runtime: Runtime[CampaignContext]) -> Comm
         last = max([len(x.looks) for x in branches if x.proposal_id == pid] or [1])
         # open when the budget ended the backtest: this look is its final analysis
         budget_last = bool(stopped) and pid in (stopped[0].get("open") or []) and last < ctx.spec.backtest.looks
-        d = _decide_look(ctx, pid, branches, last, undecided="inconclusive", last=budget_last)
+        d = _decide_look(ctx, pid, branches, last, parent, undecided="inconclusive", last=budget_last)
         if d.outcome == "inconclusive" and last < ctx.spec.backtest.looks:
             why = (f"the backtest stopped here: {stopped[0]['reason']}" if stopped else
                    "the backtest stopped here because another proposal was promoted; re-test it on the new mainline")

@@ -152,6 +152,14 @@ class BacktestSpec(_S):
                     "first; evotrainer/agent/movement.py. Measured: 0-0.8 % of answers changed in 20 steps from "
                     "TRL's default 1e-6 (1.0-1.2 % in 80-200), 17-29 % in 20 from tuned recipes. null = never judge "
                     "a round stuck.")
+    stuck_margin: float | None = Field(
+        0.02, ge=0.0, le=0.5,
+        description="In a stuck round, a change that enlarges the update is promoted at its final look when its "
+                    "branches move the policy (at least stuck_share of answers per 20 steps) and the interval rules "
+                    "out a loss beyond this margin (lower bound above −margin, point estimate positive, every gate "
+                    "passed): a non-inferiority test, since the stuck control gains nothing however long it trains "
+                    "(evotrainer/backtest.py). 0.02 is 10 of 500 decision problems, far below what a working learning "
+                    "rate gains over a campaign. null = superiority only.")
 
     @model_validator(mode="after")
     def _looks(self) -> BacktestSpec:
