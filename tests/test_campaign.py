@@ -83,6 +83,9 @@ def test_auto_campaign_runs_end_to_end_within_budget(tmp_path):
     assert spent <= 12
     assert spent == sum(e.steps for e in store.ledger(cid))
     assert len(store.policy_lineage(cid)) >= 2
+    # round 0's segment evaluated its own start: how far it moved the policy is on record (agent/movement.py)
+    (mv,) = [e.message for e in store.events(cid, kind="movement") if e.message["round"] == 0]
+    assert mv["moved"] is not None and 0 <= mv["changed"] <= mv["n"] and mv["steps"] > 0
     # MLflow: branches are nested under the campaign's run and tagged.
     from mlflow.tracking import MlflowClient
 
@@ -306,6 +309,11 @@ def test_kill_9_mid_segment_then_kill_only_the_owner_mid_branch_then_resume_with
     pv = next(v for v in store.policy_lineage(camp.id) if v.run_name == kept["chosen"])
     assert pv.checkpoint.endswith(f"checkpoint-{best['step']}") and pv.selection_accuracy == chosen["selection_accuracy"]
     assert len([d for d in jobs.iterdir() if d.name.endswith("__merged")]) == 1  # made once, across the kill
+    if merged["kept"]:  # its decision scoring is its own record: the next segment's movement starts from it
+        from evotrainer.evaluation import read_outcomes
+
+        dec = read_outcomes(jobs / merged["run"], merged["step"])
+        assert dec is not None and sum(dec) / len(dec) == pytest.approx(pv.eval_accuracy)
     said = " ".join(cli.invoke(app, ["campaign", "status", camp.id, "--home", str(home)]).stdout.split())
     assert ("the average of the 2 " in said) == merged["kept"] and ("below every seed" in said) != merged["kept"]
     led = store.ledger(camp.id)
