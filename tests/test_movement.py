@@ -280,3 +280,11 @@ def test_the_stuck_rounds_learning_rate_retest_is_adopted_on_non_inferiority(rou
     assert d.outcome == "inconclusive" and d.stats.effect > 0 and d.stats.ci_low > -0.02
     ctx.spec = ctx.spec.model_copy(update={"backtest": ctx.spec.backtest.model_copy(update={"stuck_margin": None})})
     assert _decide_look(ctx, p.id, ctrl + moving, 3, parent).outcome == "inconclusive"  # superiority only
+
+
+def test_a_split_too_small_to_tell_is_never_judged_stuck(tmp_path):
+    # 16 problems over 2 steps: the threshold is 0.03 answers; no change is what a learning policy shows there too
+    small = [i % 2 == 0 for i in range(16)]
+    _run(tmp_path, "tiny", {0: small, 2: small}, zero_std=0.5, steps=range(1, 3))
+    v = judge(tmp_path, _pv("c:r00:segment", "tiny", 2), None, 0.01)
+    assert not v["stuck"] and "too few problems or steps to tell" in v["reason"]

@@ -15,7 +15,8 @@ kept branch's look, or a merged branch's decision scoring) and the segment's own
 campaign's first segment, which evaluates its start, that first evaluation. Measured over 20 steps (session 21):
 0-0.8 % from the flawed starts (lr 1e-6, arith and countdown), 17-29 % from the tuned ones whatever their net gain.
 
-**Stuck** (spec ``backtest.stuck_share``): movement below that share per :data:`PER_STEPS` steps trained (pro rata:
+**Stuck** (spec ``backtest.stuck_share``; judged only when the threshold amounts to at least :data:`MIN_ANSWERS`
+answers of the split): movement below that share per :data:`PER_STEPS` steps trained (pro rata:
 a segment of 80 steps must change four times as many answers) while the segment had a training signal — at least
 :data:`MIN_SIGNAL` of its groups with a reward spread (1 − ``frac_reward_zero_std``). Without a spread there is no
 gradient to enlarge, and the remedies are those for dead groups, which stay allowed. Why pro rata: a segment
@@ -41,7 +42,10 @@ MIN_SIGNAL = 0.1
 STUCK_WHY = ("the policy is stuck (its greedy answers barely changed over the last segment although its groups had a "
              "reward spread): only a change that enlarges the update can show an effect; raise optim.learning_rate or "
              "grpo.num_iterations, or shorten optim.warmup_steps")
-PER_STEPS = 20  # backtest.stuck_share is the share of answers that must change per this many steps trained
+PER_STEPS = 20
+# fewest answers the threshold may amount to: below it a split of n problems cannot tell a stuck policy from a
+# slow one (0 changes of 16 problems in 2 steps is what a learning policy shows too)
+MIN_ANSWERS = 3  # backtest.stuck_share is the share of answers that must change per this many steps trained
 
 
 def enlarges_update(knob: str, old: Any, new: Any) -> bool:
@@ -114,6 +118,9 @@ def judge(home, segment: PolicyVersion, parent: PolicyVersion | None, stuck_shar
              f"{mv['steps']} steps")
     if mv["moved"] >= limit:
         msg.update(stuck=False, reason=f"the mainline moves: {moved}")
+    elif limit * mv["n"] < MIN_ANSWERS:
+        msg.update(stuck=False, reason=f"too few problems or steps to tell: {moved}, and the threshold "
+                                       f"({limit:.1%}) is {limit * mv['n']:.1f} answers, under {MIN_ANSWERS}")
     elif signal is not None and signal < MIN_SIGNAL:
         msg.update(stuck=False, reason=f"the mainline does not move ({moved}), but only {signal:.0%} of its groups "
                                        "had a reward spread: the signal is missing, not the step size")
