@@ -52,8 +52,11 @@ known: it gains nothing, however long it trains. A change that enlarges the upda
 makes the policy move (``moves``: its branches changed at least the stuck threshold's share of answers) and the
 final look's interval rules out a loss larger than the margin (lower bound above −margin) with a positive point
 estimate, every gate passed. That is a non-inferiority test at the look's level: a change truly worse by the margin
-or more is adopted with probability at most α/2 (simulated in ``tests/test_movement.py``), and a change that does
-nothing is no worse than the stuck control. Why: a learning rate raised from TRL's 1e-6 to 2.43e-4 gained
+or more is adopted with probability at most α/2 (simulated in ``tests/test_movement.py``) — per proposal: a round
+that backtests k such changes (a bracket arm beside the first) may adopt a harmful one with probability up to k·α/2 —
+and a change that does nothing is no worse than the stuck control. The premise is checked on the backtest itself
+(``moves``, :func:`evotrainer.agent.movement.noninferiority`): the control's answers must not have moved from the
+fork point, and the treatment's must. Why: a learning rate raised from TRL's 1e-6 to 2.43e-4 gained
 +0.011 and +0.019 on countdown in 30 branch steps (intervals −0.033..+0.054 and −0.007..+0.046), too little to
 prove superiority, and a re-test from the still-stuck mainline measured +0.000 at its second look; the campaign
 then kept the 1e-6 mainline that learns nothing (bench/RESULTS.md §7, session 23). Superiority still decides

@@ -317,7 +317,8 @@ def test_settings_are_documented_and_strict():
 def test_a_stuck_round_offers_only_the_knobs_that_enlarge_the_update(ctx):
     """A stuck round (agent/movement.py) tells the LLM why, lists and types only those knobs, and drops a draft of
     any other knob with the reason, so the retry says what to do instead."""
-    from evotrainer.agent.movement import STEP_SIZE_KNOBS, STUCK_WHY
+    from evotrainer.agent.movement import STUCK_WHY
+    from evotrainer.config.harness import STEP_SIZE_KNOBS
 
     stuck = ctx.model_copy(update={"only_knobs": list(STEP_SIZE_KNOBS), "only_why": STUCK_WHY})
     for prompt in ("full", "compact"):
@@ -330,6 +331,15 @@ def test_a_stuck_round_offers_only_the_knobs_that_enlarge_the_update(ctx):
         res = brain(llm)[0].propose(stuck)
     assert [(d.knob, d.value) for d in res.drafts] == [("optim.learning_rate", 1e-3)], "\n".join(res.notes)
     assert any("grpo.epsilon_high is not offered this round (only optim.learning_rate" in n for n in res.notes)
+    schema = llm.requests[0]["response_format"]["json_schema"]["schema"]
+    offered = {sh["properties"]["knob"]["enum"][0] for sh in schema["properties"]["proposals"]["items"]["anyOf"]}
+    assert offered == set(STEP_SIZE_KNOBS)
+    # the compact prompt offers the same knobs; a draft that makes the update smaller is refused, with the reason
+    down = proposal("optim.learning_rate", 1e-4, "plateau", cited_skills=[])
+    with ScriptedLLM([reply(down), reply(lr)]) as llm:
+        res = brain(llm, prompt="compact")[0].propose(stuck)
+    assert [(d.knob, d.value) for d in res.drafts] == [("optim.learning_rate", 1e-3)]
+    assert "optim.learning_rate 0.0003 → 0.0001 makes the update smaller" in last_user(llm.requests[1])
     schema = llm.requests[0]["response_format"]["json_schema"]["schema"]
     offered = {sh["properties"]["knob"]["enum"][0] for sh in schema["properties"]["proposals"]["items"]["anyOf"]}
     assert offered == set(STEP_SIZE_KNOBS)

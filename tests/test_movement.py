@@ -17,8 +17,8 @@ from types import SimpleNamespace
 import pytest
 
 from evotrainer.agent.lessons import SEED_LIBRARY
-from evotrainer.agent.movement import enlarges_update, judge, segment_movement
-from evotrainer.config.harness import HarnessSpec
+from evotrainer.agent.movement import judge, segment_movement
+from evotrainer.config.harness import HarnessSpec, enlarges_update
 from evotrainer.domain import BacktestStats, Decision, Finding, Hypothesis, PolicyVersion, Proposal
 from evotrainer.evaluation import eval_steps, write_outcomes
 
@@ -50,7 +50,8 @@ def _pv(id_: str, run: str, step: int, parent: str | None = None, h: str = "h") 
 def test_what_enlarges_the_update():
     assert enlarges_update("optim.learning_rate", 1e-6, 2.43e-4)
     assert not enlarges_update("optim.learning_rate", 3e-4, 1.5e-4)  # lower-lr shrinks it
-    assert enlarges_update("grpo.num_iterations", 1, 2) and enlarges_update("optim.warmup_steps", 10, 0)
+    assert enlarges_update("grpo.num_iterations", 1, 2)
+    assert not enlarges_update("optim.warmup_steps", 10, 0)  # a fork does not repeat its warm-up
     assert not enlarges_update("grpo.scale_rewards", "group", "none")
     assert not enlarges_update("grpo.top_entropy_quantile", 1.0, 0.2)
     assert not enlarges_update("grpo.num_iterations", True, 2)  # a bool is no number here
@@ -255,11 +256,11 @@ def test_the_stuck_rounds_learning_rate_retest_is_adopted_on_non_inferiority(rou
     wrong = [i for i, o in enumerate(BASE) if not o]
     right = [i for i, o in enumerate(BASE) if o]
 
-    def branch(role, seed, up=0, down=0):
+    def branch(role, seed, up=0, down=0, tail=False):
         out = list(BASE)
-        for i in wrong[:up]:
+        for i in (wrong[::-1] if tail else wrong)[:up]:
             out[i] = True
-        for i in right[:down]:
+        for i in (right[::-1] if tail else right)[:down]:
             out[i] = False
         name = f"{role}{seed}"
         _run(tmp_path, name, {100: out})
@@ -273,6 +274,10 @@ def test_the_stuck_rounds_learning_rate_retest_is_adopted_on_non_inferiority(rou
     moving = [branch("treatment", s, up, 20) for s, up in enumerate((25, 22, 28))]
     d = _decide_look(ctx, p.id, ctrl + moving, 3, parent)
     assert d.outcome == "promote" and d.stats.rule == "non_inferiority", d.reasons
+    # the premise fails when the control itself moves away from the fork point (8 % of its answers in 30 steps)
+    drifting = [branch("control", 20 + s, 20, 20, tail=True) for s in range(3)]
+    drifting = [b.model_copy(update={"seed": s}) for s, b in enumerate(drifting)]
+    assert _decide_look(ctx, p.id, drifting + moving, 3, parent).outcome == "inconclusive"
     # a positive, non-inferior effect from a treatment that barely moved (4-5 answers in 30 steps, under 1.5 %)
     still = [branch("treatment", 10 + s, up, down) for s, (up, down) in enumerate(((4, 1), (1, 3), (3, 1)))]
     still = [b.model_copy(update={"seed": s}) for s, b in enumerate(still)]
@@ -288,3 +293,11 @@ def test_a_split_too_small_to_tell_is_never_judged_stuck(tmp_path):
     _run(tmp_path, "tiny", {0: small, 2: small}, zero_std=0.5, steps=range(1, 3))
     v = judge(tmp_path, _pv("c:r00:segment", "tiny", 2), None, 0.01)
     assert not v["stuck"] and "too few problems or steps to tell" in v["reason"]
+
+
+def test_stuck_margin_without_stuck_share_is_refused_with_what_to_set():
+    from evotrainer.config.campaign import BacktestSpec
+
+    with pytest.raises(ValueError, match="set stuck_share"):
+        BacktestSpec(stuck_share=None, stuck_margin=0.03)
+    assert BacktestSpec(stuck_share=None).stuck_margin == 0.02  # the default alone is inert, not an error

@@ -24,36 +24,44 @@ lengthened by the steps a backtest freed accumulates the drift of a tiny learnin
 5 of 500 answers over 80 steps and 6 over 200, at or above a flat 1 % — while a moving policy changed 15-22 % over
 110-140 steps.
 
-**What enlarges the update** (:data:`STEP_SIZE_KNOBS`): a higher learning rate, more optimiser iterations per
-generated batch, a shorter warm-up (whose ramp scales the rate down at the start).
+When ``frac_reward_zero_std`` was not recorded (a run from elsewhere), the movement alone decides.
+
+**What enlarges the update** (``config.harness.STEP_SIZE_KNOBS``): a higher learning rate, more optimiser iterations per
+generated batch. (Not a shorter warm-up: a fork does not repeat its lineage's warm-up, so every branch and later
+segment would train exactly as before.)
+
+**Non-inferiority** (spec ``backtest.stuck_margin``; the rule is in :mod:`evotrainer.backtest`): in a stuck round a
+change that enlarges the update may be promoted when it is shown not worse by more than the margin, because the
+control cannot gain. :func:`noninferiority` checks that premise on the backtest's own branches: the control's
+answers must not move from the fork point (the round's segment may have been stuck for a reason the control
+outgrows) and the treatment's must.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from evotrainer.config.harness import STEP_SIZE_KNOBS, enlarges_update
 from evotrainer.domain import PolicyVersion
+from evotrainer.evaluation import eval_steps, read_outcomes
+from evotrainer.evidence import read_metrics
+from evotrainer.store import NotFound
 
-# knob → the direction in which it enlarges the update a step makes (+1: a larger value, −1: a smaller one)
-STEP_SIZE_KNOBS: dict[str, int] = {"optim.learning_rate": +1, "grpo.num_iterations": +1, "optim.warmup_steps": -1}
+if TYPE_CHECKING:
+    from evotrainer.agent.state import CampaignContext
+
 # share of a segment's groups that must have a reward spread for "no movement" to mean "too small a step"
 MIN_SIGNAL = 0.1
-# what a brain is told in a stuck round (the LLM prompt's line above its knob list)
-STUCK_WHY = ("the policy is stuck (its greedy answers barely changed over the last segment although its groups had a "
-             "reward spread): only a change that enlarges the update can show an effect; raise optim.learning_rate or "
-             "grpo.num_iterations, or shorten optim.warmup_steps")
+# backtest.stuck_share is the share of answers that must change per this many steps trained
 PER_STEPS = 20
 # fewest answers the threshold may amount to: below it a split of n problems cannot tell a stuck policy from a
 # slow one (0 changes of 16 problems in 2 steps is what a learning policy shows too)
-MIN_ANSWERS = 3  # backtest.stuck_share is the share of answers that must change per this many steps trained
-
-
-def enlarges_update(knob: str, old: Any, new: Any) -> bool:
-    """Whether ``knob: old → new`` makes the policy's update larger (see :data:`STEP_SIZE_KNOBS`)."""
-    sign = STEP_SIZE_KNOBS.get(knob)
-    if sign is None or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (old, new)):
-        return False
-    return (new - old) * sign > 0
+MIN_ANSWERS = 3
+# what a brain is told in a stuck round (the LLM prompt's line above its knob list)
+STUCK_WHY = ("the policy is stuck (its greedy answers barely changed over the last segment although its groups had a "
+             "reward spread): only a change that enlarges the update can show an effect; raise optim.learning_rate or "
+             "grpo.num_iterations")
 
 
 def threshold(stuck_share: float, steps: int) -> float:
@@ -68,19 +76,15 @@ def changed_share(start: list[int], end: list[int]) -> float:
     return sum(a != b for a, b in zip(start, end)) / len(end)
 
 
-def _outcomes_at(home, run_name: str | None, step: int | None) -> list[int] | None:
-    from evotrainer.evaluation import read_outcomes
-
+def _outcomes_at(home: Path, run_name: str | None, step: int | None) -> list[int] | None:
     if not run_name or step is None:
         return None
     return read_outcomes(home / "jobs" / run_name, step)
 
 
-def segment_movement(home, segment: PolicyVersion, parent: PolicyVersion | None) -> dict[str, Any] | None:
+def segment_movement(home: Path, segment: PolicyVersion, parent: PolicyVersion | None) -> dict[str, Any] | None:
     """{"moved", "steps", "changed", "n"} over ``segment``'s training, or None when its start or end has no
     recorded per-problem outcomes (a run from before they were written, or a failed evaluation)."""
-    from evotrainer.evaluation import eval_steps
-
     end = _outcomes_at(home, segment.run_name, segment.step)
     if parent is not None:
         start, start_step = _outcomes_at(home, parent.run_name, parent.step), parent.step
@@ -94,11 +98,9 @@ def segment_movement(home, segment: PolicyVersion, parent: PolicyVersion | None)
             "steps": segment.step - start_step}
 
 
-def segment_signal(home, segment: PolicyVersion, start_step: int) -> float | None:
+def segment_signal(home: Path, segment: PolicyVersion, start_step: int) -> float | None:
     """Share of the segment's groups with a reward spread (mean of 1 − ``frac_reward_zero_std`` over its steps
     after ``start_step``), or None when the metric was not recorded."""
-    from evotrainer.evidence import read_metrics
-
     m = read_metrics(home / "jobs" / segment.run_name)
     if "frac_reward_zero_std" not in m:
         return None
@@ -130,3 +132,52 @@ def judge(home, segment: PolicyVersion, parent: PolicyVersion | None, stuck_shar
                                       + ("" if signal is None else f", while {signal:.0%} of its groups had a reward "
                                                                    "spread"))
     return msg
+
+
+def round_stuck(ctx: CampaignContext, rnd: int) -> bool:
+    """Whether round ``rnd``'s mainline is stuck (spec ``backtest.stuck_share``), judged once on the round's segment
+    and kept as a ``movement`` event, so a resumed round reads the same verdict. A round with no segment of its own
+    (nothing trained yet) is not stuck."""
+    for e in ctx.store.events(ctx.campaign_id, kind="movement"):
+        if e.message.get("round") == rnd:
+            return bool(e.message.get("stuck"))
+    share = ctx.spec.backtest.stuck_share
+    if share is None:
+        return False
+    try:
+        seg = ctx.store.get_policy_version(f"{ctx.campaign_id}:r{rnd:02d}:segment")
+    except NotFound:
+        return False
+    parent = ctx.store.get_policy_version(seg.parent_id) if seg.parent_id else None
+    verdict = judge(ctx.home, seg, parent, share)
+    ctx.store.log_event(ctx.campaign_id, "movement", {"round": rnd, **verdict})
+    ctx.log(f"round {rnd}: {verdict['reason']}" + ("; only changes that enlarge the update are backtested"
+                                                   if verdict["stuck"] else ""))
+    return bool(verdict["stuck"])
+
+
+def noninferiority(ctx: CampaignContext, pid: str, parent: PolicyVersion, arms: dict[str, list[list[int]]],
+                   steps: int | None) -> tuple[float | None, bool]:
+    """(margin, moves) of the stuck-round rule for proposal ``pid`` (:mod:`evotrainer.backtest`, "Stuck rounds").
+
+    The margin is ``backtest.stuck_margin`` when the proposal's round was judged stuck and the proposal enlarges the
+    update, else None (superiority only). ``moves`` holds when, over ``steps`` branch steps from ``parent``'s recorded
+    answers, the treatment's branches (``arms["treatment"]``, outcomes per seed) changed at least the stuck threshold's
+    share on average and the control's (``arms["control"]``) changed less: the premise that the control cannot gain
+    is checked on the backtest itself."""
+    b = ctx.spec.backtest
+    p = ctx.store.get_proposal(pid)
+    if b.stuck_margin is None or b.stuck_share is None or not enlarges_update(p.knob, p.old, p.new) \
+            or not round_stuck(ctx, p.round):
+        return None, False
+    start = _outcomes_at(ctx.home, parent.run_name, parent.step)
+
+    def mean_moved(role: str) -> float | None:
+        shares = [changed_share(start, o) for o in arms.get(role, []) if start and len(o) == len(start)]
+        return sum(shares) / len(shares) if shares else None
+
+    if steps is None:
+        return b.stuck_margin, False
+    limit = threshold(b.stuck_share, steps)
+    treated, control = mean_moved("treatment"), mean_moved("control")
+    return b.stuck_margin, treated is not None and control is not None and treated >= limit > control

@@ -19,11 +19,11 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from evotrainer.agent.brains.base import BrainContext, RefutedChange
-from evotrainer.agent.movement import STEP_SIZE_KNOBS, STUCK_WHY, enlarges_update, judge
+from evotrainer.agent.movement import STUCK_WHY, noninferiority, round_stuck
 from evotrainer.agent.state import CampaignContext, CampaignState
 from evotrainer.backtest import decide, regression_margin
 from evotrainer.config.eval import EvalSpec
-from evotrainer.config.harness import HarnessSpec, diff, locked_knob
+from evotrainer.config.harness import STEP_SIZE_KNOBS, HarnessSpec, diff, enlarges_update, locked_knob
 from evotrainer.domain import BranchResult, Decision, PolicyVersion, Proposal, Review
 from evotrainer.evidence import read_metrics
 from evotrainer.jobs.runner import complete_checkpoints
@@ -372,7 +372,7 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
                                                    context=context)
         candidates = _retests(ctx, harness) + candidates
         knobs = harness.knobs()
-        stuck = _stuck(ctx, rnd)
+        stuck = round_stuck(ctx, rnd)
         if stuck:  # only what enlarges the update can act on a policy that does not move (agent/movement.py)
             candidates = [c for c in candidates if enlarges_update(c.knob, knobs.get(c.knob), c.value)]
         k = ctx.spec.backtest.max_proposals
@@ -441,31 +441,6 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
     if not live:
         return Command(goto="distill", update={"proposal_ids": [], "approved_ids": []})
     return Command(goto="review", update={"proposal_ids": [p.id for p in live]})
-
-
-def _stuck(ctx: CampaignContext, rnd: int) -> bool:
-    """Whether round ``rnd``'s mainline is stuck (spec ``backtest.stuck_share``; :mod:`evotrainer.agent.movement`).
-
-    Judged once per round on the round's segment and kept as a ``movement`` event, so a resumed round reads the
-    same verdict. A round with no segment of its own (nothing trained yet) is not stuck."""
-    share = ctx.spec.backtest.stuck_share
-    for e in ctx.store.events(ctx.campaign_id, kind="movement"):
-        if e.message.get("round") == rnd:
-            return bool(e.message.get("stuck"))
-    if share is None:
-        return False
-    from evotrainer.store import NotFound
-
-    try:
-        seg = ctx.store.get_policy_version(f"{ctx.campaign_id}:r{rnd:02d}:segment")
-    except NotFound:
-        return False
-    parent = ctx.store.get_policy_version(seg.parent_id) if seg.parent_id else None
-    verdict = judge(ctx.home, seg, parent, share)
-    ctx.store.log_event(ctx.campaign_id, "movement", {"round": rnd, **verdict})
-    ctx.log(f"round {rnd}: {verdict['reason']}" + ("; only changes that enlarge the update are backtested"
-                                                   if verdict["stuck"] else ""))
-    return bool(verdict["stuck"])
 
 
 def _still_improving(ctx: CampaignContext, state: CampaignState, findings: list,
@@ -768,7 +743,8 @@ def _decide_look(ctx: CampaignContext, pid: str, branches: list[BranchResult], l
     """The decision rule for ``pid`` at ``look`` (None: undecided there), pairing branches per problem; ``last``:
     the budget ended the backtest at this look (``decide``'s unplanned last look). ``parent``: the version the
     branches forked from; in a stuck round a change that enlarges the update may be promoted on non-inferiority
-    when its branches moved away from the parent's answers (:func:`_noninferiority`)."""
+    when its branches moved away from the parent's answers and the control's did not
+    (:func:`evotrainer.agent.movement.noninferiority`)."""
     from evotrainer.evaluation import read_outcomes
 
     b = ctx.spec.backtest
@@ -782,30 +758,12 @@ def _decide_look(ctx: CampaignContext, pid: str, branches: list[BranchResult], l
                 outcomes[("control" if x.role == "control" else pid, x.seed)] = o
     step = next((x.step for x in treat if x.step is not None), None)
     rel = None if step is None else b.branch_steps * look // b.looks
-    margin, moves = _noninferiority(ctx, pid, parent, [o for (arm, _), o in outcomes.items() if arm == pid], rel)
+    arms = {"control": [o for (arm, _), o in outcomes.items() if arm == "control"],
+            "treatment": [o for (arm, _), o in outcomes.items() if arm == pid]}
+    margin, moves = noninferiority(ctx, pid, parent, arms, rel)
     return decide(pid, control, treat, b.min_effect, b.confidence, look=look, looks=b.looks, step=rel,
                   outcomes=outcomes or None, undecided=undecided, futility_effect=b.futility_effect,
                   project_futility=b.project_futility, last=last, noninferior=margin, moves=moves)
-
-
-def _noninferiority(ctx: CampaignContext, pid: str, parent: PolicyVersion, treated: list[list[int]],
-                    steps: int | None) -> tuple[float | None, bool]:
-    """(margin, moves) of the stuck-round rule for ``pid`` (:mod:`evotrainer.backtest`, "Stuck rounds"): the margin
-    is ``backtest.stuck_margin`` when the proposal's round was judged stuck and the proposal enlarges the update
-    (else None: superiority only); ``moves`` is whether its treatment branches changed, on average over seeds, at
-    least the stuck threshold's share of the parent's answers over ``steps``."""
-    from evotrainer.agent.movement import changed_share, threshold
-    from evotrainer.evaluation import read_outcomes
-
-    b = ctx.spec.backtest
-    p = ctx.store.get_proposal(pid)
-    if b.stuck_margin is None or b.stuck_share is None or not enlarges_update(p.knob, p.old, p.new) \
-            or not _stuck(ctx, p.round):
-        return None, False
-    start = read_outcomes(ctx.home / "jobs" / parent.run_name, parent.step) if parent.run_name else None
-    shares = [changed_share(start, o) for o in treated if start and len(o) == len(start)]
-    moves = bool(shares) and steps is not None and sum(shares) / len(shares) >= threshold(b.stuck_share, steps)
-    return b.stuck_margin, moves
 
 
 def backtest(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[Literal["decide", "distill"]]:
@@ -935,7 +893,8 @@ def decide_node(state: CampaignState, runtime: Runtime[CampaignContext]) -> Comm
             d = d.model_copy(update={"reasons": [*d.reasons, why]})
         decisions.append(d)
     promoted = [d for d in decisions if d.outcome == "promote"]
-    best = max(promoted, key=lambda d: d.stats.effect).proposal_id if promoted else None
+    # a change shown better outranks one shown only not worse (a stuck round's non-inferiority), then the effect
+    best = max(promoted, key=lambda d: (d.stats.rule == "superiority", d.stats.effect)).proposal_id if promoted else None
     for d in decisions:
         if d.outcome == "promote" and d.proposal_id != best:
             d = d.model_copy(update={"outcome": "inconclusive", "reasons": [

@@ -148,7 +148,7 @@ class BacktestSpec(_S):
                     "had a reward spread, is stuck: its update "
                     "is too small to act on, and a reward, scaling or data change cannot show an effect (at lr 1e-6 "
                     "such backtests measured +0.000 exactly). It backtests only changes that enlarge the update (a "
-                    "higher learning rate, more iterations per batch, a shorter warm-up), re-tests of such changes "
+                    "higher learning rate, more iterations per batch), re-tests of such changes "
                     "first; evotrainer/agent/movement.py. Measured: 0-0.8 % of answers changed in 20 steps from "
                     "TRL's default 1e-6 (1.0-1.2 % in 80-200), 17-29 % in 20 from tuned recipes. null = never judge "
                     "a round stuck.")
@@ -157,7 +157,8 @@ class BacktestSpec(_S):
         description="In a stuck round, a change that enlarges the update is promoted at its final look when its "
                     "branches move the policy (at least stuck_share of answers per 20 steps) and the interval rules "
                     "out a loss beyond this margin (lower bound above −margin, point estimate positive, every gate "
-                    "passed): a non-inferiority test, since the stuck control gains nothing however long it trains "
+                    "passed) and the control's branches did not move: a non-inferiority test, since the stuck "
+                    "control gains nothing however long it trains "
                     "(evotrainer/backtest.py). 0.02 is 10 of 500 decision problems, far below what a working learning "
                     "rate gains over a campaign. null = superiority only.")
 
@@ -172,6 +173,9 @@ class BacktestSpec(_S):
         if self.futility_effect is not None and self.futility_effect < self.min_effect:
             raise ValueError(f"futility_effect={self.futility_effect} is below min_effect={self.min_effect}: a change "
                              "could then be promoted and refuted at once; set futility_effect >= min_effect or null")
+        if self.stuck_share is None and "stuck_margin" in self.model_fields_set and self.stuck_margin is not None:
+            raise ValueError("backtest.stuck_margin applies only to stuck rounds, and stuck_share is null (no round is "
+                             "ever judged stuck): set stuck_share (e.g. 0.01) or drop stuck_margin")
         if self.looks is None:
             self.looks = next(k for k in (3, 2, 1) if self.branch_steps % k == 0)
         if self.branch_steps % self.looks:

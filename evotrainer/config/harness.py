@@ -318,6 +318,18 @@ def locked_knob(path: str) -> bool:
 # Knobs whose useful values span decades: searched and moved on a log scale (agent/values.py), bracketed
 # (config/campaign.py `backtest.bracket`).
 SCALE_KNOBS = frozenset({"optim.learning_rate", "grpo.beta", "grpo.entropy_coef", "optim.weight_decay"})
+# Knob → the direction in which it enlarges the update a training step makes (+1: a larger value): what can act on a
+# policy too stuck to move (evotrainer/agent/movement.py). Not optim.warmup_steps: a fork does not repeat its
+# lineage's warm-up, so a shorter one changes nothing in a branch.
+STEP_SIZE_KNOBS: dict[str, int] = {"optim.learning_rate": +1, "grpo.num_iterations": +1}
+
+
+def enlarges_update(knob: str, old: Any, new: Any) -> bool:
+    """Whether ``knob: old → new`` makes the policy's update larger (see :data:`STEP_SIZE_KNOBS`)."""
+    sign = STEP_SIZE_KNOBS.get(knob)
+    if sign is None or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (old, new)):
+        return False
+    return (new - old) * sign > 0
 
 
 class HarnessSpec(_Section):

@@ -43,7 +43,7 @@ from openai import APIConnectionError, APIStatusError, APITimeoutError, OpenAI, 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evotrainer.agent.brains.base import Brain, BrainContext, BrainResult
-from evotrainer.config.harness import LOCKED_KNOB_PREFIXES, HarnessSpec, knob_docs
+from evotrainer.config.harness import LOCKED_KNOB_PREFIXES, STEP_SIZE_KNOBS, HarnessSpec, enlarges_update, knob_docs
 from evotrainer.domain import SEVERITY_RANK, ProposalDraft
 from evotrainer.errors import ConfigError
 from evotrainer.symptoms import SYMPTOMS
@@ -129,7 +129,7 @@ def _knob_rows(harness: HarnessSpec, only: list[str] | None = None) -> list[dict
 def compact_knobs(ctx: BrainContext) -> list[dict[str, Any]]:
     """The knobs a compact prompt offers: the top candidates' own, then ``COMPACT_KNOBS``, at most 6."""
     rows = {r["knob"]: r for r in _knob_rows(ctx.harness, ctx.only_knobs)}
-    order = [c.knob for c in ctx.candidates[: MAX_COMPACT["candidates"]]] + list(COMPACT_KNOBS)
+    order = [*(ctx.only_knobs or []), *(c.knob for c in ctx.candidates[: MAX_COMPACT["candidates"]]), *COMPACT_KNOBS]
     out: list[dict[str, Any]] = []
     for k in order:
         if k in rows and all(r["knob"] != k for r in out):
@@ -276,6 +276,8 @@ def check_draft(ctx: BrainContext, item: Any) -> ProposalDraft:
         raise ValueError(f"{d.knob}={_clip(json.dumps(d.value), 40)} is invalid: {_clip(str(err), 300)}") from None
     if new == current[d.knob]:
         raise ValueError(f"{d.knob} is already {new!r}: not a change")
+    if ctx.only_knobs is not None and d.knob in STEP_SIZE_KNOBS and not enlarges_update(d.knob, current[d.knob], new):
+        raise ValueError(f"{d.knob} {current[d.knob]!r} → {new!r} makes the update smaller: {ctx.only_why}")
     if d.hypothesis.symptom not in SYMPTOMS:
         raise ValueError(f"unknown symptom {_clip(d.hypothesis.symptom)!r}: use one from the vocabulary")
     present = _present(ctx)
