@@ -154,6 +154,13 @@ def test_a_stuck_round_retests_the_learning_rate_instead_of_changes_that_cannot_
     store.set_campaign("c", mainline_version="c:r01:segment")
     doc = campaign_summary(tmp_path, "c", store=store, read=lambda _p: __import__("pandas").DataFrame())
     assert Movement.model_validate(doc["movements"][0]).stuck
+    from typer.testing import CliRunner
+
+    from evotrainer.cli import app
+
+    out = CliRunner().invoke(app, ["campaign", "status", "c", "--home", str(tmp_path)])
+    said = " ".join(out.stdout.split())
+    assert out.exit_code == 0 and "stuck round 1: the mainline is stuck: 0 of 500 decision-split answers" in said
 
 
 def test_a_moving_round_proposes_from_the_whole_library(round_one):
