@@ -281,6 +281,12 @@ def test_the_stuck_rounds_learning_rate_retest_is_adopted_on_non_inferiority(rou
     moving = [branch("treatment", s, up, 20) for s, up in enumerate((25, 22, 28))]
     d = _decide_look(ctx, p.id, ctrl + moving, 3, parent)
     assert d.outcome == "promote" and d.stats.rule == "non_inferiority", d.reasons
+    # a timid raise that moves the policy, but not as a learning one does (4 % of answers in 30 steps, under 7.5 %):
+    # agentic's ×3 from 1e-6 looked like this, beside a ×243 arm that moved 8-14 % (bench/RESULTS.md §7, session 23)
+    timid = [branch("treatment", 30 + s, up, 8, tail=True) for s, up in enumerate((12, 10, 14))]
+    timid = [b.model_copy(update={"seed": s}) for s, b in enumerate(timid)]
+    d = _decide_look(ctx, p.id, ctrl + timid, 3, parent)
+    assert d.outcome == "inconclusive" and d.stats.effect > 0 and d.stats.ci_low > -0.02, d.reasons
     # the premise fails when the control itself moves away from the fork point (8 % of its answers in 30 steps)
     drifting = [branch("control", 20 + s, 20, 20, tail=True) for s in range(3)]
     drifting = [b.model_copy(update={"seed": s}) for s, b in enumerate(drifting)]

@@ -34,7 +34,8 @@ segment would train exactly as before.)
 change that enlarges the update may be promoted when it is shown not worse by more than the margin, because the
 control cannot gain. :func:`noninferiority` checks that premise on the backtest's own branches: the control's
 answers must not move from the fork point (the round's segment may have been stuck for a reason the control
-outgrows) and the treatment's must.
+outgrows), and the treatment's must move as a learning policy's do (:data:`LEARNING_SHARE`), so that a timid raise
+that leaves the policy barely moving is not adopted in place of a working rate.
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ PER_STEPS = 20
 # fewest answers the threshold may amount to: below it a split of n problems cannot tell a stuck policy from a
 # slow one (0 changes of 16 problems in 2 steps is what a learning policy shows too)
 MIN_ANSWERS = 3
+# share of answers per 20 steps a treatment must change to count as learning, for a stuck round's non-inferiority: a
+# working learning rate changed 8-21 % in 20-30 branch steps (agentic, countdown) and tuned recipes 17-29 % in 20,
+# while a ×3 raise from 1e-6 changed 2.8 % on agentic (its control 0.9 %) and was adopted as "moving" under the
+# stuck threshold alone, leaving a learning rate 100× too small (bench/RESULTS.md §7, session 23)
+LEARNING_SHARE = 0.05
 # what a brain is told in a stuck round (the LLM prompt's line above its knob list)
 STUCK_WHY = ("the policy is stuck (its greedy answers barely changed over the last segment although its groups had a "
              "reward spread): only a change that enlarges the update can show an effect; raise optim.learning_rate or "
@@ -162,9 +168,10 @@ def noninferiority(ctx: CampaignContext, pid: str, parent: PolicyVersion, arms: 
 
     The margin is ``backtest.stuck_margin`` when the proposal's round was judged stuck and the proposal enlarges the
     update, else None (superiority only). ``moves`` holds when, over ``steps`` branch steps from ``parent``'s recorded
-    answers, the treatment's branches (``arms["treatment"]``, outcomes per seed) changed at least the stuck threshold's
-    share on average and the control's (``arms["control"]``) changed less: the premise that the control cannot gain
-    is checked on the backtest itself."""
+    answers, the treatment's branches (``arms["treatment"]``, outcomes per seed) changed on average at least
+    :data:`LEARNING_SHARE` per 20 steps — as a policy that learns does, not merely above the stuck threshold — and the
+    control's (``arms["control"]``) under the stuck threshold: the premise that the control cannot gain is checked on
+    the backtest itself."""
     b = ctx.spec.backtest
     p = ctx.store.get_proposal(pid)
     if b.stuck_margin is None or b.stuck_share is None or not enlarges_update(p.knob, p.old, p.new) \
@@ -178,6 +185,6 @@ def noninferiority(ctx: CampaignContext, pid: str, parent: PolicyVersion, arms: 
 
     if steps is None:
         return b.stuck_margin, False
-    limit = threshold(b.stuck_share, steps)
     treated, control = mean_moved("treatment"), mean_moved("control")
-    return b.stuck_margin, treated is not None and control is not None and treated >= limit > control
+    return b.stuck_margin, (treated is not None and control is not None and treated >= threshold(LEARNING_SHARE, steps)
+                            and control < threshold(b.stuck_share, steps))

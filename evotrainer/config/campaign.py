@@ -155,7 +155,7 @@ class BacktestSpec(_S):
     stuck_margin: float | None = Field(
         0.02, ge=0.0, le=0.5,
         description="In a stuck round, a change that enlarges the update is promoted at its final look when its "
-                    "branches move the policy (at least stuck_share of answers per 20 steps) and the interval rules "
+                    "branches move the policy as a learning one does (at least 5 % of answers per 20 steps) and the interval rules "
                     "out a loss beyond this margin (lower bound above −margin, point estimate positive, every gate "
                     "passed) and the control's branches did not move: a non-inferiority test, since the stuck "
                     "control gains nothing however long it trains "
