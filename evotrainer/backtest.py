@@ -49,8 +49,8 @@ look, and a change whose effect is there at once is promoted early all the same.
 **Stuck rounds: non-inferiority** (``noninferior``, spec ``backtest.stuck_margin``). When the round's mainline is
 stuck (``evotrainer/agent/movement.py``: its update is too small to change its answers), the control arm's future is
 known: it gains nothing, however long it trains. A change that enlarges the update is then worth adopting when it
-makes the policy move as a learning policy does (``moves``: its branches changed at least 5 % of the answers per
-20 steps, the control's under the stuck threshold) and the
+makes the policy move (``moves``: its branches changed at least ``backtest.stuck_share`` of the answers, the
+control's fewer) and the
 final look's interval rules out a loss larger than the margin (lower bound above −margin) with a positive point
 estimate, every gate passed. That is a non-inferiority test at the look's level: a change truly worse by the margin
 or more is adopted with probability at most α/2 (simulated in ``tests/test_movement.py``) — per proposal: a round

@@ -275,8 +275,7 @@ class Movement(_Doc):
     steps: int | None = Field(None, description="Steps between the two evaluations compared.")
     signal: float | None = Field(None, description="Share of the segment's groups with a reward spread "
                                                    "(1 − frac_reward_zero_std); None when not recorded.")
-    threshold: float | None = Field(None, description="The share below which it was stuck: backtest.stuck_share per "
-                                                      "20 steps, pro rata to `steps`.")
+    threshold: float | None = Field(None, description="The share below which it was stuck: backtest.stuck_share.")
 
 
 class CampaignSummary(_Doc):

@@ -84,16 +84,16 @@ def test_stuck_needs_a_training_signal(tmp_path):
     assert judge(tmp_path, _pv("c:r00:segment", "moving", 20), None, 0.01)["reason"].startswith("the mainline moves")
 
 
-def test_the_threshold_is_pro_rata_to_the_segment_length(tmp_path):
-    # countdown seed 1 at lr 1e-6: a segment lengthened to 80 steps by freed backtest steps changed 5 of 500 answers,
-    # a flat 1 % would have called it moving; seed 0 at 2.43e-4 changed 110 over 140 steps
+def test_the_share_is_flat_whatever_the_segment_length(tmp_path):
+    """Movement saturates instead of growing with steps: countdown at lr 1e-6 changed 5 of 500 answers over a segment
+    of 80 steps (a flat 1 % read that as moving), agentic 9 of 500 in 20 (1 % per 20 steps pro rata read that as
+    moving); a working rate changed 110 over 140 steps (bench/RESULTS.md §7, session 23)."""
     _run(tmp_path, "parent", {50: BASE})
-    _run(tmp_path, "long", {130: _flip(BASE, 5)}, zero_std=0.34, steps=range(51, 131))
-    v = judge(tmp_path, _pv("s", "long", 130), _pv("p", "parent", 50), 0.01)
-    assert v["stuck"] and v["threshold"] == 0.04 and "under 4.0% (backtest.stuck_share 0.01 per 20 steps)" in v["reason"]
-    _run(tmp_path, "moving", {190: _flip(BASE, 110)}, zero_std=0.34, steps=range(51, 191))
-    v = judge(tmp_path, _pv("s", "moving", 190), _pv("p", "parent", 50), 0.01)
-    assert not v["stuck"] and v["moved"] == 0.22 and v["threshold"] == 0.07
+    for name, end, flips, stuck in (("long", 130, 5, True), ("agentic", 70, 9, True), ("moving", 190, 110, False)):
+        _run(tmp_path, name, {end: _flip(BASE, flips)}, zero_std=0.34, steps=range(51, end + 1))
+        v = judge(tmp_path, _pv("s", name, end), _pv("p", "parent", 50), 0.05)
+        assert v["stuck"] is stuck and v["threshold"] == 0.05, (name, v)
+    assert "under backtest.stuck_share 5%" in judge(tmp_path, _pv("s", "long", 130), _pv("p", "parent", 50), 0.05)["reason"]
 
 
 @pytest.fixture
@@ -281,8 +281,8 @@ def test_the_stuck_rounds_learning_rate_retest_is_adopted_on_non_inferiority(rou
     moving = [branch("treatment", s, up, 20) for s, up in enumerate((25, 22, 28))]
     d = _decide_look(ctx, p.id, ctrl + moving, 3, parent)
     assert d.outcome == "promote" and d.stats.rule == "non_inferiority", d.reasons
-    # a timid raise that moves the policy, but not as a learning one does (4 % of answers in 30 steps, under 7.5 %):
-    # agentic's ×3 from 1e-6 looked like this, beside a ×243 arm that moved 8-14 % (bench/RESULTS.md §7, session 23)
+    # a timid raise that moves the policy, but not as a learning one does (4 % of answers, under 5 %): agentic's ×3
+    # from 1e-6 looked like this (2.8 %), beside a ×243 arm that moved 8-14 % (bench/RESULTS.md §7, session 23)
     timid = [branch("treatment", 30 + s, up, 8, tail=True) for s, up in enumerate((12, 10, 14))]
     timid = [b.model_copy(update={"seed": s}) for s, b in enumerate(timid)]
     d = _decide_look(ctx, p.id, ctrl + timid, 3, parent)
@@ -301,11 +301,11 @@ def test_the_stuck_rounds_learning_rate_retest_is_adopted_on_non_inferiority(rou
 
 
 def test_a_split_too_small_to_tell_is_never_judged_stuck(tmp_path):
-    # 16 problems over 2 steps: the threshold is 0.03 answers; no change is what a learning policy shows there too
+    # 16 problems: 1 % of them is 0.16 answers; no change in 2 steps is what a learning policy shows there too
     small = [i % 2 == 0 for i in range(16)]
     _run(tmp_path, "tiny", {0: small, 2: small}, zero_std=0.5, steps=range(1, 3))
     v = judge(tmp_path, _pv("c:r00:segment", "tiny", 2), None, 0.01)
-    assert not v["stuck"] and "too few problems or steps to tell" in v["reason"]
+    assert not v["stuck"] and "too few problems to tell" in v["reason"]
 
 
 def test_stuck_margin_without_stuck_share_is_refused_with_what_to_set():

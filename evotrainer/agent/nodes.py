@@ -760,7 +760,7 @@ def _decide_look(ctx: CampaignContext, pid: str, branches: list[BranchResult], l
     rel = None if step is None else b.branch_steps * look // b.looks
     arms = {"control": [o for (arm, _), o in outcomes.items() if arm == "control"],
             "treatment": [o for (arm, _), o in outcomes.items() if arm == pid]}
-    margin, moves = noninferiority(ctx, pid, parent, arms, rel)
+    margin, moves = noninferiority(ctx, pid, parent, arms)
     return decide(pid, control, treat, b.min_effect, b.confidence, look=look, looks=b.looks, step=rel,
                   outcomes=outcomes or None, undecided=undecided, futility_effect=b.futility_effect,
                   project_futility=b.project_futility, last=last, noninferior=margin, moves=moves)
