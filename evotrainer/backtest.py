@@ -52,7 +52,8 @@ known: it gains nothing, however long it trains. A change that enlarges the upda
 makes the policy move (``moves``: its branches changed at least ``backtest.stuck_share`` of the answers, the
 control's fewer) and the
 final look's interval rules out a loss larger than the margin (lower bound above −margin) with a positive point
-estimate, every gate passed. That is a non-inferiority test at the look's level: a change truly worse by the margin
+estimate, every gate passed and every treatment branch finished (a raise that diverged on one seed is not judged
+on the pairs the others left). That is a non-inferiority test at the look's level: a change truly worse by the margin
 or more is adopted with probability at most α/2 (simulated in ``tests/test_movement.py``) — per proposal: a round
 that backtests k such changes (a bracket arm beside the first) may adopt a harmful one with probability up to k·α/2 —
 and a change that does nothing is no worse than the stuck control. The premise is checked on the backtest itself
@@ -207,7 +208,8 @@ def decide(proposal_id: str, control: list[BranchResult], treatment: list[Branch
                           " (the backtest's last look: it spent the error earlier looks left)" if last and not
                           planned_final else ""))
     elif (final and noninferior is not None and moves and st.effect > 0 and st.ci_low > -noninferior
-          and all(treat[s].gate_passed for s in seeds)):
+          and all(treat[s].gate_passed for s in seeds) and len(treat) == len(treatment)):
+        # every treatment branch must have finished: the weaker rule cannot stand on the pairs a diverged raise left
         outcome = "promote"
         st = st.model_copy(update={"rule": "non_inferiority"})
         reasons.append(f"non-inferior in a stuck round: the control's answers do not move, the treatment's do, and "

@@ -50,11 +50,11 @@ def _pv(id_: str, run: str, step: int, parent: str | None = None, h: str = "h") 
 def test_what_enlarges_the_update():
     assert enlarges_update("optim.learning_rate", 1e-6, 2.43e-4)
     assert not enlarges_update("optim.learning_rate", 3e-4, 1.5e-4)  # lower-lr shrinks it
-    assert enlarges_update("grpo.num_iterations", 1, 2)
+    assert not enlarges_update("grpo.num_iterations", 1, 2)  # same lr per optimiser step: no larger update
     assert not enlarges_update("optim.warmup_steps", 10, 0)  # a fork does not repeat its warm-up
     assert not enlarges_update("grpo.scale_rewards", "group", "none")
     assert not enlarges_update("grpo.top_entropy_quantile", 1.0, 0.2)
-    assert not enlarges_update("grpo.num_iterations", True, 2)  # a bool is no number here
+    assert not enlarges_update("optim.learning_rate", True, 2)  # a bool is no number here
 
 
 def test_movement_compares_the_segment_end_with_its_parent_or_its_own_first_evaluation(tmp_path):
@@ -248,6 +248,12 @@ def test_non_inferiority_only_at_the_final_look_for_a_treatment_that_moves_and_p
     gated = [b.model_copy(update={"gate_passed": s != 1, "gate_reasons": [] if s != 1 else ["echo warning"]})
              for s, b in enumerate(treat)]
     assert decide("p", ctrl, gated, 0.0, 0.8, **kw, noninferior=0.02, moves=True).outcome == "blocked"
+    # a raise that diverged on a fourth seed is not judged on the three pairs the others left
+    diverged = [*treat, treat[0].model_copy(update={"seed": 3, "status": "failed", "eval_accuracy": None,
+                                                    "error": "loss is NaN"})]
+    ctrl4 = [*ctrl, ctrl[0].model_copy(update={"seed": 3})]
+    d = decide("p", ctrl4, diverged, 0.0, 0.8, **kw, noninferior=0.02, moves=True)
+    assert d.outcome == "inconclusive" and d.stats.n_pairs == 3 and "loss is NaN" in " ".join(d.reasons)
 
 
 def test_the_stuck_rounds_learning_rate_retest_is_adopted_on_non_inferiority(round_one, tmp_path):
@@ -314,3 +320,19 @@ def test_stuck_margin_without_stuck_share_is_refused_with_what_to_set():
     with pytest.raises(ValueError, match="set stuck_share"):
         BacktestSpec(stuck_share=None, stuck_margin=0.03)
     assert BacktestSpec(stuck_share=None).stuck_margin == 0.02  # the default alone is inert, not an error
+
+
+def test_a_campaign_without_stuck_rounds_reloads_from_its_stored_spec(tmp_path):
+    # the store keeps spec.model_dump(mode="json"), every default written out; spec_of re-validates it on resume
+    import yaml
+
+    from evotrainer.config.campaign import load_campaign_spec, spec_of
+
+    doc = yaml.safe_load((Path(__file__).parents[1] / "campaigns" / "arith-demo.yaml").read_text())
+    doc.setdefault("backtest", {})["stuck_share"] = None
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    spec = load_campaign_spec(path)
+    stored = {**spec.model_dump(mode="json"), "source_dir": str(tmp_path)}
+    again = spec_of(SimpleNamespace(spec=stored))
+    assert again.backtest.stuck_share is None and again.backtest.stuck_margin == spec.backtest.stuck_margin

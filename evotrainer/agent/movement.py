@@ -60,8 +60,7 @@ MIN_SIGNAL = 0.1
 MIN_ANSWERS = 3
 # what a brain is told in a stuck round (the LLM prompt's line above its knob list)
 STUCK_WHY = ("the policy is stuck (its greedy answers barely changed over the last segment although its groups had a "
-             "reward spread): only a change that enlarges the update can show an effect; raise optim.learning_rate or "
-             "grpo.num_iterations")
+             "reward spread): only a change that enlarges the update can show an effect; raise optim.learning_rate")
 
 
 def changed_share(start: list[int], end: list[int]) -> float:
@@ -122,7 +121,7 @@ def judge(home, segment: PolicyVersion, parent: PolicyVersion | None, stuck_shar
         msg.update(stuck=False, reason=f"the mainline does not move ({moved}), but only {signal:.0%} of its groups "
                                        "had a reward spread: the signal is missing, not the step size")
     else:
-        msg.update(stuck=True, reason=f"the mainline is stuck: {moved}, under backtest.stuck_share {limit:.0%}"
+        msg.update(stuck=True, reason=f"the mainline is stuck: {moved}, under backtest.stuck_share {limit * 100:g}%"
                                       + ("" if signal is None else f", while {signal:.0%} of its groups had a reward "
                                                                    "spread"))
     return msg

@@ -586,7 +586,7 @@ def _print_status(home: Path, cid: str, as_json: bool) -> None:
     for m in doc["movements"]:
         if m["stuck"]:
             out_console.print(f"  [bold]stuck[/] round {m['round']}: {m['reason']}; only changes that enlarge the "
-                              "update were backtested", highlight=False)
+                              "update may be backtested", highlight=False)
     for r in doc["rollbacks"]:
         if r["auto"]:
             out_console.print(f"  [bold]rolled back[/] round {r['round']}: {r['from']} ({r['from_accuracy']:.3f}) fell "

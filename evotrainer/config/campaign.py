@@ -147,8 +147,8 @@ class BacktestSpec(_S):
                     "its latest segment (whatever its length: movement saturates rather than grows), while at least "
                     "10 % of its groups had a reward spread, is stuck: its update is too small to act on, and a "
                     "reward, scaling or data change cannot show an effect (at lr 1e-6 such backtests measured +0.000 "
-                    "exactly). It backtests only changes that enlarge the update (a higher learning rate, more "
-                    "iterations per batch), re-tests of such changes first; evotrainer/agent/movement.py. Measured: "
+                    "exactly). It backtests only changes that enlarge the update (a higher learning rate), "
+                    "re-tests of such changes first; evotrainer/agent/movement.py. Measured: "
                     "TRL's default 1e-6 changed 0-1.8 % of answers in 20-200 steps (arith, countdown, agentic), "
                     "working learning rates 8-29 % in 20-30. Judged only when the share is at least 3 answers of the "
                     "split. null = never judge a round stuck.")
@@ -173,7 +173,9 @@ class BacktestSpec(_S):
         if self.futility_effect is not None and self.futility_effect < self.min_effect:
             raise ValueError(f"futility_effect={self.futility_effect} is below min_effect={self.min_effect}: a change "
                              "could then be promoted and refuted at once; set futility_effect >= min_effect or null")
-        if self.stuck_share is None and "stuck_margin" in self.model_fields_set and self.stuck_margin is not None:
+        # a margin other than the default, beside a null stuck_share, was meant to do something; the default itself is
+        # accepted (a stored spec is re-validated with every default written out, as if the user had set it)
+        if self.stuck_share is None and self.stuck_margin not in (None, type(self).model_fields["stuck_margin"].default):
             raise ValueError("backtest.stuck_margin applies only to stuck rounds, and stuck_share is null (no round is "
                              "ever judged stuck): set stuck_share (e.g. 0.05) or drop stuck_margin")
         if self.looks is None:

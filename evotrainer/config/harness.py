@@ -320,8 +320,9 @@ def locked_knob(path: str) -> bool:
 SCALE_KNOBS = frozenset({"optim.learning_rate", "grpo.beta", "grpo.entropy_coef", "optim.weight_decay"})
 # Knob → the direction in which it enlarges the update a training step makes (+1: a larger value): what can act on a
 # policy too stuck to move (evotrainer/agent/movement.py). Not optim.warmup_steps: a fork does not repeat its
-# lineage's warm-up, so a shorter one changes nothing in a branch.
-STEP_SIZE_KNOBS: dict[str, int] = {"optim.learning_rate": +1, "grpo.num_iterations": +1}
+# lineage's warm-up, so a shorter one changes nothing in a branch. Not grpo.num_iterations: the budget counts optimiser
+# steps, and more iterations per batch reuse rollouts at the same learning rate, each step's update no larger.
+STEP_SIZE_KNOBS: dict[str, int] = {"optim.learning_rate": +1}
 
 
 def enlarges_update(knob: str, old: Any, new: Any) -> bool:
