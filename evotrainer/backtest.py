@@ -50,17 +50,16 @@ look, and a change whose effect is there at once is promoted early all the same.
 stuck (``evotrainer/agent/movement.py``: its update is too small to change its answers), the control arm's future is
 known: it gains nothing, however long it trains. A change that enlarges the update is then worth adopting when it
 makes the policy move (``moves``: its branches changed at least ``backtest.stuck_share`` of the answers, the
-control's fewer) and the
-final look's interval rules out a loss larger than the margin (lower bound above −margin) with a positive point
-estimate, every gate passed and every treatment branch finished (a raise that diverged on one seed is not judged
-on the pairs the others left). That is a non-inferiority test at the look's level: a change truly worse by the margin
-or more is adopted with probability at most α/2 (simulated in ``tests/test_movement.py``) — per proposal: a round
-that backtests k such changes (a bracket arm beside the first) may adopt a harmful one with probability up to k·α/2 —
-and a change that does nothing is no worse than the stuck control. The premise is checked on the backtest itself
-(``moves``, :func:`evotrainer.agent.movement.noninferiority`): the control's answers must not have moved from the
-fork point, and the treatment's must. Why: a learning rate raised from TRL's 1e-6 to 2.43e-4 gained
-+0.011 and +0.019 on countdown in 30 branch steps (intervals −0.033..+0.054 and −0.007..+0.046), too little to
-prove superiority, and a re-test from the still-stuck mainline measured +0.000 at its second look; the campaign
+control's fewer) and the final look's interval rules out a loss larger than the margin (lower bound above −margin)
+with a positive point estimate, every gate passed and every treatment branch finished (a raise that diverged on
+one seed is not judged on the pairs the others left). That is a non-inferiority test at the look's level: a change
+truly worse by the margin or more is adopted with probability at most α/2 (simulated in ``tests/test_movement.py``)
+— per proposal: a round that backtests k such changes (a bracket arm beside the first) may adopt a harmful one
+with probability up to k·α/2 — and a change that does nothing is no worse than the stuck control. The premise is
+checked on the backtest itself (``moves``, :func:`evotrainer.agent.movement.noninferiority`): the control's answers
+must not have moved from the fork point, and the treatment's must. Why: a learning rate raised from TRL's 1e-6 to
+2.43e-4 gained +0.011 and +0.019 on countdown in 30 branch steps (intervals −0.033..+0.054 and −0.007..+0.046),
+too little to prove superiority, and a re-test from the still-stuck mainline measured +0.000 at its second look; the campaign
 then kept the 1e-6 mainline that learns nothing (bench/RESULTS.md §7, session 23). Superiority still decides
 first, and only at the final look (planned, or the one the budget made the last) is the margin consulted.
 

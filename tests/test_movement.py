@@ -184,9 +184,8 @@ def _tables(rng, effect: float, looks: int = 3):
 
 
 def _sequential_noninferior(tables, margin: float, looks: int = 3):
-    from tests.test_campaign_units import _look_branches
-
     from evotrainer.backtest import decide
+    from tests.test_campaign_units import _look_branches
 
     for j, (c, t) in enumerate(tables, start=1):
         outcomes = {**{("control", s): list(c[s]) for s in range(3)}, **{("p", s): list(t[s]) for s in range(3)}}
@@ -217,9 +216,8 @@ def test_non_inferiority_adopts_a_change_worse_by_the_margin_at_most_at_the_conf
 
 
 def test_non_inferiority_only_at_the_final_look_for_a_treatment_that_moves_and_passes_the_gate():
-    from tests.test_campaign_units import _look_branches
-
     from evotrainer.backtest import decide
+    from tests.test_campaign_units import _look_branches
 
     base = [1 if i % 10 < 3 else 0 for i in range(500)]
     wrong = [i for i, o in enumerate(base) if not o]

@@ -108,20 +108,22 @@ def judge(home, segment: PolicyVersion, parent: PolicyVersion | None, stuck_shar
     if mv is None:
         return {"stuck": False, "moved": None, "reason": "no per-problem outcomes at the segment's start and end"}
     signal = segment_signal(home, segment, segment.step - mv["steps"])
-    limit = stuck_share
-    msg: dict[str, Any] = {**mv, "signal": None if signal is None else round(signal, 4), "threshold": round(limit, 6)}
+    msg: dict[str, Any] = {**mv, "signal": None if signal is None else round(signal, 4),
+                           "threshold": round(stuck_share, 6)}
     moved = (f"{mv['changed']} of {mv['n']} decision-split answers ({mv['moved']:.1%}) changed over its "
              f"{mv['steps']} steps")
-    if mv["moved"] >= limit:
+    if mv["moved"] >= stuck_share:
         msg.update(stuck=False, reason=f"the mainline moves: {moved}")
-    elif limit * mv["n"] < MIN_ANSWERS:
+    elif stuck_share * mv["n"] < MIN_ANSWERS:
         msg.update(stuck=False, reason=f"too few problems to tell: {moved}, and backtest.stuck_share "
-                                       f"({limit:.1%}) is {limit * mv['n']:.1f} answers, under {MIN_ANSWERS}")
+                                       f"({stuck_share:.1%}) is {stuck_share * mv['n']:.1f} answers, under "
+                                       f"{MIN_ANSWERS}")
     elif signal is not None and signal < MIN_SIGNAL:
         msg.update(stuck=False, reason=f"the mainline does not move ({moved}), but only {signal:.0%} of its groups "
                                        "had a reward spread: the signal is missing, not the step size")
     else:
-        msg.update(stuck=True, reason=f"the mainline is stuck: {moved}, under backtest.stuck_share {limit * 100:g}%"
+        msg.update(stuck=True, reason=f"the mainline is stuck: {moved}, under backtest.stuck_share "
+                                      f"{stuck_share * 100:g}%"
                                       + ("" if signal is None else f", while {signal:.0%} of its groups had a reward "
                                                                    "spread"))
     return msg

@@ -43,7 +43,13 @@ from openai import APIConnectionError, APIStatusError, APITimeoutError, OpenAI, 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evotrainer.agent.brains.base import Brain, BrainContext, BrainResult
-from evotrainer.config.harness import LOCKED_KNOB_PREFIXES, STEP_SIZE_KNOBS, HarnessSpec, enlarges_update, knob_docs
+from evotrainer.config.harness import (
+    LOCKED_KNOB_PREFIXES,
+    STEP_SIZE_KNOBS,
+    HarnessSpec,
+    enlarges_update,
+    knob_docs,
+)
 from evotrainer.domain import SEVERITY_RANK, ProposalDraft
 from evotrainer.errors import ConfigError
 from evotrainer.symptoms import SYMPTOMS
