@@ -83,15 +83,15 @@ def test_a_scale_knob_proposal_gets_a_bracket_arm_further_out_and_others_move_do
     lr = next(d for d in drafts if d.knob == "optim.learning_rate")
     others = [d for d in drafts if d is not lr]
     out, brackets = _bracketed(h, [lr, *others], 2)
-    assert brackets == {1} and [d.knob for d in out[:2]] == ["optim.learning_rate"] * 2
+    assert brackets == {1: "bracket"} and [d.knob for d in out[:2]] == ["optim.learning_rate"] * 2
     assert out[0].value == pytest.approx(3e-6) and out[1].value == pytest.approx(2.43e-4)  # ×3 and ×243
     assert out[2:] == others and "bracket" in out[1].rationale and "0.000243" in out[1].hypothesis.change
     # backtest.bracket_factor sets how far the bracket goes: 4 makes ×3 into ×81
     assert _bracketed(h, [lr, *others], 2, 4.0)[0][1].value == pytest.approx(8.1e-5)
-    assert _bracketed(h, [lr, *others], 1) == ([lr, *others], set())  # one slot: no room for a bracket
+    assert _bracketed(h, [lr, *others], 1) == ([lr, *others], {})  # one slot: no room for a bracket
     # a scale knob the round would backtest takes the first slot with its bracket; one it would not reach does not
-    assert others[0].knob not in LOG_KNOBS and _bracketed(h, [others[0], lr, *others[1:]], 2) == (out, {1})
-    assert _bracketed(h, [*others[:2], lr], 2) == ([*others[:2], lr], set())
+    assert others[0].knob not in LOG_KNOBS and _bracketed(h, [others[0], lr, *others[1:]], 2) == (out, {1: "bracket"})
+    assert _bracketed(h, [*others[:2], lr], 2) == ([*others[:2], lr], {})
     # not a scale knob, a move the bound leaves no room to extend, a lowered rate (bracketed downwards)
     assert bracket_value(h, "grpo.temperature", 1.0, 1.2) is None
     assert bracket_value(h, "optim.learning_rate", 0.1, 0.01) == pytest.approx(1e-6)
@@ -102,13 +102,22 @@ def test_a_scale_knob_proposal_gets_a_bracket_arm_further_out_and_others_move_do
     lr_t = next(d for d in HeuristicBrain().propose(_ctx([_finding("plateau", "info")], harness=tuned,
                                                          max_proposals=4)).drafts if d.knob == lr.knob)
     assert lr_t.value > 3e-4 and bracket_value(tuned, lr.knob, 3e-4, lr_t.value) == pytest.approx(0.0729)
-    assert _bracketed(tuned, [lr_t, *others], 2) == ([lr_t, *others], set())
-    assert _bracketed(tuned, [lr_t, *others], 2, bands={})[1] == {1}  # no band: bracketed within the bounds
+    assert _bracketed(tuned, [lr_t, *others], 2) == ([lr_t, *others], {})
+    assert _bracketed(tuned, [lr_t, *others], 2, bands={})[1] == {1: "bracket"}  # no band: bracketed within the bounds
     slow = h.with_knob("optim.learning_rate", 1e-5)
     lr_s = lr.model_copy(update={"value": 3e-5})
     out_s, _ = _bracketed(slow, [lr_s, *others], 2)
     assert out_s[1].value == pytest.approx(1e-3) and "1e-3" not in out_s[1].hypothesis.change
     assert "0.001" in out_s[1].hypothesis.change and "4.19×" in out_s[1].hypothesis.change  # the clipped move
+    # a stuck round: the first arm moves to the geometric middle of the draft and the bracket (×27 beside ×243),
+    # both values fixed; a clipped bracket's middle is taken from the clipped value
+    out_st, fixed = _bracketed(h, [lr, *others], 2, stuck=True)
+    assert [d.value for d in out_st[:2]] == [pytest.approx(2.7e-5), pytest.approx(2.43e-4)]
+    assert fixed == {0: "interim", 1: "bracket"} and out_st[2:] == others
+    assert "interim" in out_st[0].rationale and "2.7e-05" in out_st[0].hypothesis.change
+    assert _bracketed(slow, [lr_s, *others], 2, stuck=True)[0][0].value == pytest.approx(1.73e-4)  # √(3e-5 · 1e-3)
+    assert _bracketed(h, [lr, *others], 1, stuck=True) == ([lr, *others], {})  # no bracket, no interim
+    assert _bracketed(tuned, [lr_t, *others], 2, stuck=True) == ([lr_t, *others], {})
     spec = load_campaign_spec(REPO / "campaigns" / "arith-demo.yaml")
     assert spec.backtest.bracket and spec.backtest.project_futility
     assert spec.backtest.bracket_range["optim.learning_rate"] == (1e-7, 1e-3)
@@ -688,7 +697,7 @@ def test_an_inconclusive_gain_is_offered_once_more_while_its_knob_is_where_it_wa
     # the heuristic brain may draft it, and then it is backtested as it was: no bracket beside it
     drafts = HeuristicBrain().propose(_ctx([_finding("plateau", "info")], harness=h, candidates=[c],
                                            max_proposals=2)).drafts
-    assert drafts[0].value == 2.7e-5 and _bracketed(h, drafts, 2) == (drafts, set())
+    assert drafts[0].value == 2.7e-5 and _bracketed(h, drafts, 2) == (drafts, {})
     # the refuted ×3 raise wrote a mistake note that marks every larger raise; the re-test's own gain outweighs it
     import shutil
 

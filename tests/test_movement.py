@@ -99,6 +99,11 @@ def test_the_share_is_flat_whatever_the_segment_length(tmp_path):
 @pytest.fixture
 def round_one(tmp_path):
     """A campaign at round 1 after countdown seed 1's round 0, with the round-1 segment's outcomes left to the test."""
+    return _round_one(tmp_path)
+
+
+def _round_one(tmp_path, history: bool = True):
+    """The ``round_one`` fixture; ``history`` False: round 0 decided nothing (no re-test, no Optuna history)."""
     from evotrainer.agent.brains.heuristic import HeuristicBrain
     from evotrainer.agent.state import CampaignContext
     from evotrainer.config.campaign import CampaignSpec
@@ -116,7 +121,8 @@ def round_one(tmp_path):
     ctx = CampaignContext(campaign_id="c", spec=spec, home=Path(tmp_path), store=store, brain=HeuristicBrain(),
                           pool=None, tracker=None, library=library)
     hyp = Hypothesis(symptom="plateau", cause="the recipe is stuck", change="a change", expected_effect="accuracy up")
-    for pid, new, outcome, effect in (("c:r00:p0", 3e-6, "reject", -0.002), ("c:r00:p1", 2.43e-4, "inconclusive", 0.011)):
+    for pid, new, outcome, effect in (("c:r00:p0", 3e-6, "reject", -0.002),
+                                      ("c:r00:p1", 2.43e-4, "inconclusive", 0.011))[:2 if history else 0]:
         store.add_proposal(Proposal(id=pid, campaign_id="c", round=0, knob="optim.learning_rate", old=1e-6, new=new,
                                     hypothesis=hyp, rationale="", cited_skills=[], brain="heuristic",
                                     status="pending_review", harness_version=h.version, created=NOW))
@@ -161,6 +167,15 @@ def test_a_stuck_round_retests_the_learning_rate_instead_of_changes_that_cannot_
     out = CliRunner().invoke(app, ["campaign", "status", "c", "--home", str(tmp_path)])
     said = " ".join(out.stdout.split())
     assert out.exit_code == 0 and "stuck round 1: the mainline is stuck: 0 of 500 decision-split answers" in said
+
+
+def test_a_stuck_round_with_nothing_to_retest_backtests_the_interim_and_the_bracket(tmp_path):
+    """A ×3 raise of a step that changes nothing moves nothing: the first arm is the middle of ×3 and ×243."""
+    proposals, store = _round_one(tmp_path, history=False)(changed=0)
+    assert proposals == [("optim.learning_rate", 2.7e-5), ("optim.learning_rate", 2.43e-4)]
+    first, second = store.list_proposals("c", round=1)
+    assert "stuck round's interim arm" in first.rationale and "the geometric middle" in first.hypothesis.change
+    assert "bracket" in second.rationale
 
 
 def test_a_moving_round_proposes_from_the_whole_library(round_one):

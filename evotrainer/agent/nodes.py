@@ -394,7 +394,7 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
                                                        "tokens": result.tokens})
         values = ValueOptimizer(ctx.home, ctx.campaign_id, ctx.spec.seed) if ctx.spec.values == "optuna" else None
         drafts, brackets = _bracketed(harness, result.drafts, k if ctx.spec.backtest.bracket else 0,
-                                      ctx.spec.backtest.bracket_factor, ctx.spec.backtest.bracket_range)
+                                      ctx.spec.backtest.bracket_factor, ctx.spec.backtest.bracket_range, stuck=stuck)
         kept = 0
         for i, d in enumerate(drafts):
             if kept >= k:
@@ -405,7 +405,7 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
                 _check_draft(ctx, harness, d.knob, value, d.hypothesis.symptom, context, retest=_is_retest(d))
                 if values is not None:
                     values.sync(harness, d.knob, _knob_history(ctx, d.knob))
-                    fixed = "bracket" if i in brackets else ("retest" if _is_retest(d) else None)
+                    fixed = brackets.get(i) or ("retest" if _is_retest(d) else None)
                     choice = values.suggest(pid, harness, d.knob, value, rnd, fixed=fixed)
                     if choice.value != value:
                         try:
@@ -594,8 +594,10 @@ def _retests(ctx: CampaignContext, harness: HarnessSpec) -> list:
 
 
 def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None = None,
-               bands: dict[str, tuple[float, float]] | None = None) -> tuple[list, set[int]]:
-    """The brain's drafts with a bracket arm (spec ``backtest.bracket``), and the bracket's index.
+               bands: dict[str, tuple[float, float]] | None = None,
+               stuck: bool = False) -> tuple[list, dict[int, str]]:
+    """The brain's drafts with a bracket arm (spec ``backtest.bracket``), and where the fixed values came from:
+    ``{index: "bracket" | "interim"}`` (:class:`~evotrainer.agent.values.ValueChoice`'s sources).
 
     When one of the drafts the round would backtest (the first ``k``) moves a scale knob, that draft takes the
     first slot and the same knob moved ``factor`` (``backtest.bracket_factor``) times as far in log scale the
@@ -606,13 +608,20 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None 
     study. ``k`` < 2 (or 0: bracketing off) leaves the drafts as they are. ``bands`` (``backtest.bracket_range``,
     the spec's default when None) keeps the bracket inside each knob's usual band: from a value already there
     (a tuned learning rate) there is no bracket, and the round's next draft takes the slot.
+
+    **In a stuck round** (``stuck``: agent/movement.py) the first arm moves to the *interim* value, the geometric
+    middle of the draft's value and the bracket's (×27 beside ×243 for a learning rate). Why: the round is stuck
+    because the current step changes nothing, and a ×3 raise of it moved the policy in no measured branch
+    (0.4-2.8 % of answers, bench/RESULTS.md §7 sessions 21-23), so that arm could only ever be inconclusive, while
+    the right rate may lie between the two ends: on agentic ×3 moved nothing and ×243 collapsed on one seed of
+    three at once and on another over 200 steps, and the campaign never tried the decades between.
     """
     from evotrainer.agent.values import BRACKET_FACTOR, bracket_value, move_of
     from evotrainer.config.campaign import BRACKET_RANGE
 
     factor = BRACKET_FACTOR if factor is None else factor
     if k < 2 or not drafts:
-        return list(drafts), set()
+        return list(drafts), {}
     knobs = harness.knobs()
     first, value = next(((d, v) for d in drafts[:k] if not _is_retest(d)
                          and (v := bracket_value(harness, d.knob, knobs.get(d.knob), d.value, factor,
@@ -620,10 +629,10 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None 
                          is not None),
                         (None, None))
     if first is None:
-        return list(drafts), set()
+        return list(drafts), {}
     current = knobs.get(first.knob)
     if any(d.knob == first.knob and d.value == value for d in drafts):
-        return list(drafts), set()
+        return list(drafts), {}
     factor = move_of(first.knob, current, value) / move_of(first.knob, current, first.value)  # < factor if clipped
     change = f"{first.knob}: {current!r} → {value!r}, a bracket of {first.value!r} ({factor:.3g}× the move in log scale)"
     bracket = first.model_copy(update={
@@ -631,7 +640,18 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None 
         "rationale": (f"bracket of the first proposal ({first.knob} → {first.value!r}): the same knob moved {factor:.3g} "
                       f"times as far in log scale, backtested beside it against the same control; "
                       f"{first.rationale}")[:2000]})
-    return [first, bracket, *[d for d in drafts if d is not first]], {1}
+    rest = [d for d in drafts if d is not first]
+    middle = float(f"{math.sqrt(first.value * value):.3g}") if stuck else None
+    if middle is None or middle in (current, value) or any(d.knob == first.knob and d.value == middle for d in rest):
+        return [first, bracket, *rest], {1: "bracket"}
+    change = (f"{first.knob}: {current!r} → {middle!r}, the geometric middle of {first.value!r} and the bracket "
+              f"{value!r} (the mainline is stuck)")
+    interim = first.model_copy(update={
+        "value": middle, "hypothesis": first.hypothesis.model_copy(update={"change": change[:300]}),
+        "rationale": (f"interim arm of a stuck round: the draft's {first.knob} → {first.value!r} moved to the geometric "
+                      f"middle of it and the bracket {value!r}, since the current step changes no answer and a small "
+                      f"raise of it moved none in any measured branch; {first.rationale}")[:2000]})
+    return [interim, bracket, *rest], {0: "interim", 1: "bracket"}
 
 
 def _screen(ctx: CampaignContext, state: CampaignState, harness: HarnessSpec, knob: str, value: Any):
