@@ -637,8 +637,8 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None 
     change = f"{first.knob}: {current!r} → {value!r}, a bracket of {first.value!r} ({factor:.3g}× the move in log scale)"
     bracket = first.model_copy(update={
         "value": value, "hypothesis": first.hypothesis.model_copy(update={"change": change[:300]}),
-        "rationale": (f"bracket of the first proposal ({first.knob} → {first.value!r}): the same knob moved {factor:.3g} "
-                      f"times as far in log scale, backtested beside it against the same control; "
+        "rationale": (f"bracket of the brain's draft ({first.knob} → {first.value!r}): the same knob moved {factor:.3g} "
+                      f"times as far in log scale, backtested beside the round's first arm against the same control; "
                       f"{first.rationale}")[:2000]})
     rest = [d for d in drafts if d is not first]
     middle = float(f"{math.sqrt(first.value * value):.3g}") if stuck else None
