@@ -121,8 +121,8 @@ def _round_one(tmp_path, history: bool = True):
     ctx = CampaignContext(campaign_id="c", spec=spec, home=Path(tmp_path), store=store, brain=HeuristicBrain(),
                           pool=None, tracker=None, library=library)
     hyp = Hypothesis(symptom="plateau", cause="the recipe is stuck", change="a change", expected_effect="accuracy up")
-    for pid, new, outcome, effect in (("c:r00:p0", 3e-6, "reject", -0.002),
-                                      ("c:r00:p1", 2.43e-4, "inconclusive", 0.011))[:2 if history else 0]:
+    round_zero = (("c:r00:p0", 3e-6, "reject", -0.002), ("c:r00:p1", 2.43e-4, "inconclusive", 0.011))
+    for pid, new, outcome, effect in round_zero if history else ():
         store.add_proposal(Proposal(id=pid, campaign_id="c", round=0, knob="optim.learning_rate", old=1e-6, new=new,
                                     hypothesis=hyp, rationale="", cited_skills=[], brain="heuristic",
                                     status="pending_review", harness_version=h.version, created=NOW))

@@ -634,23 +634,24 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None 
     if any(d.knob == first.knob and d.value == value for d in drafts):
         return list(drafts), {}
     factor = move_of(first.knob, current, value) / move_of(first.knob, current, first.value)  # < factor if clipped
-    change = f"{first.knob}: {current!r} → {value!r}, a bracket of {first.value!r} ({factor:.3g}× the move in log scale)"
-    bracket = first.model_copy(update={
-        "value": value, "hypothesis": first.hypothesis.model_copy(update={"change": change[:300]}),
-        "rationale": (f"bracket of the brain's draft ({first.knob} → {first.value!r}): the same knob moved {factor:.3g} "
-                      f"times as far in log scale, backtested beside the round's first arm against the same control; "
-                      f"{first.rationale}")[:2000]})
+
+    def arm(v: float, change: str, why: str):  # the draft moved to ``v``, saying how and why
+        return first.model_copy(update={
+            "value": v, "hypothesis": first.hypothesis.model_copy(update={"change": f"{first.knob}: {current!r} → "
+                                                                                   f"{v!r}, {change}"[:300]}),
+            "rationale": f"{why}; {first.rationale}"[:2000]})
+
+    bracket = arm(value, f"a bracket of {first.value!r} ({factor:.3g}× the move in log scale)",
+                  f"bracket of the brain's draft ({first.knob} → {first.value!r}): the same knob moved {factor:.3g} "
+                  "times as far in log scale, backtested beside the round's first arm against the same control")
     rest = [d for d in drafts if d is not first]
     middle = float(f"{math.sqrt(first.value * value):.3g}") if stuck else None
     if middle is None or middle in (current, value) or any(d.knob == first.knob and d.value == middle for d in rest):
         return [first, bracket, *rest], {1: "bracket"}
-    change = (f"{first.knob}: {current!r} → {middle!r}, the geometric middle of {first.value!r} and the bracket "
-              f"{value!r} (the mainline is stuck)")
-    interim = first.model_copy(update={
-        "value": middle, "hypothesis": first.hypothesis.model_copy(update={"change": change[:300]}),
-        "rationale": (f"interim arm of a stuck round: the draft's {first.knob} → {first.value!r} moved to the geometric "
-                      f"middle of it and the bracket {value!r}, since the current step changes no answer and a small "
-                      f"raise of it moved none in any measured branch; {first.rationale}")[:2000]})
+    interim = arm(middle, f"the geometric middle of {first.value!r} and the bracket {value!r} (the mainline is stuck)",
+                  f"interim arm of a stuck round: the draft's {first.knob} → {first.value!r} moved to the geometric "
+                  f"middle of it and the bracket {value!r}, since the current step changes no answer and a small "
+                  "raise of it moved none in any measured branch")
     return [interim, bracket, *rest], {0: "interim", 1: "bracket"}
 
 
