@@ -344,6 +344,30 @@ def test_a_paused_job_resumes_to_the_same_run_as_one_that_never_paused(first_run
     assert sorted(m.step for m in hist) == [3, 4, 5, 6, 7, 8]
 
 
+def test_a_checkpoint_its_job_never_acknowledged_is_trained_again_and_not_resumed_past_the_look(first_run,
+                                                                                                 shared_home):
+    """Found by the Ray campaign test in CI: a branch killed after the Trainer wrote its look's checkpoint and before
+    the callback acknowledged it was resumed from that checkpoint with the same ``stop_at`` and trained one step past
+    its look; the backtest ended at that look, so the step was never ledgered. Such a checkpoint is torn: the look's
+    step is trained again from the last acknowledged checkpoint, up to the look and no further."""
+    _, h = first_run
+    res = run_job(_spec(h, 6, name="unacked", seed=7, save_every=1, eval_every=1), shared_home, fork="first@2",
+                  stop_at=3)
+    run_dir = Path(res.run_dir)
+    assert res.status == "paused" and sorted(complete_checkpoints(run_dir)) == [2, 3]
+    before = _comparable(run_dir)
+    meta = json.loads((run_dir / "meta.json").read_text())
+    # as the kill left it: checkpoint-3 complete on disk, neither acknowledged nor recorded as the pause
+    died = {k: v for k, v in meta.items() if k not in ("paused_at", "last_checkpoint_step")}
+    (run_dir / "meta.json").write_text(json.dumps({**died, "status": "running", "steps_done": 2}))
+    again = run_job(_spec(h, 6), shared_home, resume="unacked", stop_at=3)
+    assert again.status == "paused" and again.steps_done == 3 and again.train_seconds > 0
+    assert sorted(complete_checkpoints(run_dir)) == [2, 3]  # no checkpoint-4: nothing trained past the look
+    assert [r["step"] for r in _comparable(run_dir) if "loss" in r] == [3]
+    assert _comparable(run_dir) == before  # the same step again, from the same state
+    assert json.loads((run_dir / "meta.json").read_text())["paused_at"] == 3
+
+
 def test_a_job_told_to_exit_is_recorded_interrupted_and_resumes_to_its_target(first_run, shared_home):
     """A Ray worker whose campaign owner died is ended with SystemExit. That is a stop, not a failure: a failed
     branch is a final result, an interrupted one is resumed (found by the Ray campaign test)."""

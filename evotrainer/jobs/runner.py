@@ -508,12 +508,14 @@ def run_job(
             return _record_pause(run_dir, meta, tracker, stop_at, t_start)
         finally:
             lock.release()
-    ckpts = complete_checkpoints(run_dir)
+    ckpts = _acknowledged_checkpoints(run_dir, meta)
     resume_ckpt = ckpts[max(ckpts)] if ckpts else None
     start_step = max(ckpts) if ckpts else meta["start_step"]
     from evotrainer.evidence import truncate_after
 
-    truncate_after(run_dir, start_step)
+    # from the job's own start, its at-start evaluation runs again as in a fresh start (it draws from the RNG the
+    # steps after it draw from): the row an earlier session wrote there goes, so the run is the same step for step
+    truncate_after(run_dir, start_step - 1 if start_step == int(meta["start_step"]) else start_step)
     for d in (run_dir / "trainer").glob(f"{CKPT}*") if (run_dir / "trainer").is_dir() else []:
         if d.is_dir() and d not in ckpts.values():
             shutil.rmtree(d, ignore_errors=True)  # torn checkpoint from a killed process
@@ -546,6 +548,21 @@ def run_job(
 def _last_metrics(mdf: Any) -> dict[str, float]:
     """Each metric's last recorded value (a job's result)."""
     return {c: float(mdf[c].dropna().iloc[-1]) for c in mdf.columns if c != "step" and mdf[c].notna().any()}
+
+
+def _acknowledged_checkpoints(run_dir: Path, meta: dict[str, Any]) -> dict[int, Path]:
+    """The complete checkpoints a resume may start from: those at or before the last one the job's callback
+    acknowledged (``last_checkpoint_step``, written once that step's rollouts are flushed), its pause or its start.
+
+    Why: the Trainer writes a checkpoint before it calls ``on_save``, so a process killed in between leaves one
+    that is complete on disk while its step's rollouts may not be, and that no pause was recorded at. Resumed
+    from it with the same ``stop_at``, a backtest branch trained one step past its look, and when the backtest
+    ended at that look the step was never ledgered (found by the Ray campaign test in CI). Such a checkpoint is
+    torn like any other: the step is trained again from the acknowledged one (the same step, from the same
+    state and RNG)."""
+    ack = max(int(meta.get("last_checkpoint_step") or 0), int(meta.get("paused_at") or 0),
+              int(meta.get("start_step") or 0))
+    return {s: d for s, d in complete_checkpoints(run_dir).items() if s <= ack}
 
 
 def _died_at(run_dir: Path, meta: dict[str, Any]) -> int | None:

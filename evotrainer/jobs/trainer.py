@@ -130,27 +130,12 @@ class EvidenceCallback(TrainerCallback):
         # A fork or resume restores the TrainerState of the checkpoint it starts from, save and logging intervals
         # included: a fork of a job that saved every 20 steps would save every 20, not every save_every.
         state.compute_steps(args, state.max_steps)
-        # only at the job's own start (also when a kill came before that evaluation was written), never at a
-        # resumed or paused step: an extra evaluation there would draw from the RNG and change the run
-        if self.eval_every and self.eval_at_start and state.global_step == self.first_step \
-                and state.global_step not in self._eval_steps_done():
+        # only at the job's own start (also a session resumed from it: the runner dropped the row an earlier one
+        # wrote there), never at a resumed or paused step: an evaluation there would draw from the RNG and change
+        # the run
+        if self.eval_every and self.eval_at_start and state.global_step == self.first_step:
             self._run_eval(state.global_step)
         self._t = time.perf_counter()
-
-    def _eval_steps_done(self) -> set[int]:
-        done = set()
-        mfile = self.run_dir / "metrics.jsonl"
-        if mfile.exists():
-            import json
-
-            for ln in mfile.read_text().splitlines():
-                try:
-                    row = json.loads(ln)
-                except json.JSONDecodeError:
-                    continue
-                if "eval/greedy_accuracy" in row:
-                    done.add(int(row["step"]))
-        return done
 
     def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
         """Drop a non-finite gradient before the optimiser sees it.
