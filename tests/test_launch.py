@@ -143,4 +143,5 @@ def test_a_campaign_on_ray_runs_a_looks_arms_side_by_side_and_resumes_after_its_
     for run in {e.run_name for e in led}:  # every step trained once, whichever process trained it
         m = read_metrics(jobs / run)
         steps = list(m.loc[m["loss"].notna(), "step"])
-        assert sum(e.steps for e in led if e.run_name == run) == len(steps) == len(set(steps)), run
+        assert sum(e.steps for e in led if e.run_name == run) == len(steps) == len(set(steps)), \
+            (run, steps, [(e.key, e.steps) for e in led if e.run_name == run])
