@@ -259,15 +259,27 @@ def run_optuna(task: str, harness: Path, seed: int, a: Any, home: Path) -> dict[
         run = f"optuna-{name}-t{trial.number}"
         job = JobSpec(task=task, harness=h, steps=steps, seed=seed, save_every=every, name=run,
                       policy=_policy(a), eval=EvalSpec(every=every, n=a.eval_n, k=1))
-        last, pruned = None, False
+        last, pruned, refused = None, False, None
         for upto in range(every, steps + 1, every):
-            res = run_job(job, home, resume=run if upto > every else None, stop_at=upto if upto < steps else None)
+            try:
+                res = run_job(job, home, resume=run if upto > every else None, stop_at=upto if upto < steps else None)
+            except ConfigError as err:
+                if upto > every:
+                    raise
+                # refused before anything is written (e.g. a completion budget beyond the policy's context, which
+                # only the job knows): a failed trial, no steps spent, as for a harness the spec refuses
+                refused = str(err)[:200]
+                break
             m = read_metrics(Path(res.run_dir))
             last = float(m.loc[m["step"] == upto, "eval/greedy_accuracy"].dropna().iloc[-1])
             trial.report(last, upto)
             if upto < steps and trial.should_prune():
                 pruned = True
                 break
+        if refused is not None:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            results.append({"trial": trial.number, "params": trial.params, "error": refused})
+            continue
         trained = int(read_metrics(Path(res.run_dir))["loss"].notna().sum())
         spent += trained
         if pruned:
