@@ -98,6 +98,15 @@ def env_tools(env) -> dict[str, Callable]:
     }
 
 
+def tool_schemas(tools: dict[str, Callable]) -> list[dict]:
+    """The JSON schemas of an environment's tools, as ``apply_chat_template`` and ``parse_response`` make them
+    from the callables (``get_json_schema``). Computed once per episode loop and passed as dicts, because
+    transformers otherwise rebuilds every tool's schema from its signature and docstring on each render and parse."""
+    from transformers.utils import get_json_schema
+
+    return [get_json_schema(f) for f in tools.values()]
+
+
 def call_tool(tools: dict[str, Callable], call: dict) -> tuple[str, Any]:
     """Run one parsed tool call as ``GRPOTrainer._tool_call_loop`` does; returns (name, observation)."""
     if call.get("type") == "function":
@@ -151,7 +160,7 @@ def prompt_messages(row: dict[str, Any], observation: str | None) -> list[dict[s
     return messages
 
 
-def prompt_ids(tokenizer, messages: list[dict], tools: list[Callable]) -> list[int]:
+def prompt_ids(tokenizer, messages: list[dict], tools: list[Callable] | list[dict]) -> list[int]:
     out = tokenizer.apply_chat_template(conversation=[messages], tools=tools or None, add_generation_prompt=True,
                                         tokenize=True, return_dict=True)
     return list(out["input_ids"][0])
@@ -313,11 +322,17 @@ def run_episodes(model, tokenizer, env_factory: Callable[[], Any], rows: list[di
     max_len = model.config.max_position_embeddings
     episodes: list[Episode] = []
     tools: list[dict[str, Callable]] = []
+    schemas: list[list[dict]] = []  # each episode's tools as JSON schemas (what transformers makes of a callable)
+    by_class: dict[type, list[dict]] = {}  # a schema depends on the method's signature, not on its instance
+    suffixes: dict[str, list[int]] = {}  # tool results -> their suffix tokens (the same text, the same tokens)
     for row in rows:
         env = env_factory()
         messages = prompt_messages(row, env.reset(**row))
         tools.append(env_tools(env))
-        episodes.append(Episode(env, prompt_ids(tokenizer, messages, list(tools[-1].values()))))
+        if type(env) not in by_class:
+            by_class[type(env)] = tool_schemas(tools[-1])
+        schemas.append(by_class[type(env)])
+        episodes.append(Episode(env, prompt_ids(tokenizer, messages, schemas[-1])))
     try:
         active = list(range(len(episodes)))
         rounds = 0
@@ -332,7 +347,7 @@ def run_episodes(model, tokenizer, env_factory: Callable[[], Any], rows: list[di
                 ids = ids[:b]
                 if not ids:
                     continue
-                msg = parse_response(tokenizer, ids, prefix=seq, tools=list(tools[i].values()))
+                msg = parse_response(tokenizer, ids, prefix=seq, tools=schemas[i])
                 ep.messages.append(msg)
                 ep.completion_ids += ids
                 ep.model_tokens += len(ids)
@@ -342,7 +357,10 @@ def run_episodes(model, tokenizer, env_factory: Callable[[], Any], rows: list[di
             for i in calling:
                 ep = episodes[i]
                 results = [tool_message(*call_tool(tools[i], c)) for c in ep.messages[-1]["tool_calls"]]
-                suffix = tool_suffix_ids(tokenizer, results)
+                key = json.dumps(results, sort_keys=True, default=str)
+                if key not in suffixes:
+                    suffixes[key] = tool_suffix_ids(tokenizer, results)
+                suffix = suffixes[key]
                 total = len(ep.completion_ids) + len(suffix)
                 if total > max_completion_length or len(ep.prompt_ids) + total >= max_len:
                     continue  # TRL drops the results and ends the episode
@@ -384,11 +402,9 @@ class Demonstrations:
     (so a demonstration may use the leak tool), checked to solve its problem, and tokenised once."""
 
     def __init__(self, task, tokenizer):
-        from transformers.utils import get_json_schema
-
         self.task, self.tokenizer = task, tokenizer
         self.env = task.environment(leak_tool=True)()
-        self.schemas = [get_json_schema(f) for f in env_tools(self.env).values()]
+        self.schemas = tool_schemas(env_tools(self.env))
         self._cache: dict[str, tuple[list[int], list[int]]] = {}
 
     def example(self, problem) -> tuple[list[int], list[int]]:

@@ -28,6 +28,7 @@ from evotrainer.episodes import (
     run_episodes,
     scripted_episode,
     sft_example,
+    tool_schemas,
     transcript,
     turn_records,
 )
@@ -153,6 +154,44 @@ def test_malformed_calls_become_clear_error_observations(task, tok):
     assert observe("lookup(key=zz)lookup(key=yy)") == ["no key zz", "no key yy"]  # two calls in one turn
     assert observe("lookup k3") == [] and observe("((((") == [] and observe("") == []  # no call: the episode ends
     assert observe(f"{LEAK_TOOL}()") == [f"{{'error': 'Tool {LEAK_TOOL} not found.'}}"]  # the trap is off
+
+
+def test_the_episode_loop_reads_tools_as_the_schemas_transformers_makes_of_them(task, tok):
+    """The loop computes each tool's schema once and passes dicts: they must be what transformers makes of the
+    callables, and TRL's parser must read a turn with them exactly as with the callables (types cast alike)."""
+    from trl.chat_template_utils import parse_response
+
+    class Typed:
+        def lookup(self, key: str) -> str:
+            """Look a key up.
+
+            Args:
+                key: the key
+            """
+            return key
+
+        def submit(self, answer: int) -> str:
+            """Submit the answer.
+
+            Args:
+                answer: the answer
+            """
+            return str(answer)
+
+    p = task.sample("train", 1, seed=5)[0]
+    prefix = tok.apply_chat_template([{"role": "user", "content": p.prompt}], add_generation_prompt=True,
+                                     tokenize=True, return_dict=False)
+    for env in (_env(task, problem=p), _env(task, leak=True, problem=p), Typed()):
+        tools = env_tools(env)
+        schemas = tool_schemas(tools)
+        assert [s["function"]["name"] for s in schemas] == list(tools)
+        for text in ("lookup(key=k3)", "submit(answer=41)", "submit(answer=x1)", "lookup(key=zz)lookup(key=7)", "((("):
+            ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+            assert (parse_response(tok, ids, prefix=prefix, tools=schemas)
+                    == parse_response(tok, ids, prefix=prefix, tools=list(tools.values())))
+    typed = parse_response(tok, tok("submit(answer=41)", add_special_tokens=False)["input_ids"] + [tok.eos_token_id],
+                           prefix=prefix, tools=tool_schemas(env_tools(Typed())))
+    assert typed["tool_calls"][0]["function"]["arguments"] == {"answer": 41}  # cast by the schema: it was read
 
 
 def test_an_untrained_policy_never_crashes_an_episode(task, tok):
