@@ -351,6 +351,62 @@ def test_a_mainline_that_falls_below_its_best_version_goes_back_to_it_once(tmp_p
         assert _keep_best(ctx, 5, store.add_policy_version(pv)).id == "c:v8"
 
 
+def test_a_first_segment_that_wrecks_the_policy_goes_back_to_the_base_policy(tmp_path):
+    """The base policy is the first ancestor: a first segment far below it returns the mainline to the base (a
+    version of no run, whose checkpoint is the base's directory and from which jobs start new), once; a decline
+    within noise, or a mainline played within another budget, keeps going."""
+    from datetime import datetime, timedelta, timezone
+    from types import SimpleNamespace
+
+    from evotrainer.agent.nodes import _fork_of, _keep_best
+    from evotrainer.config.campaign import CampaignSpec
+    from evotrainer.domain import PolicyVersion
+    from evotrainer.reports import spend
+    from evotrainer.store import Store
+
+    h = HarnessSpec()
+    spec = CampaignSpec(name="c", eval={"every": 0, "n": 500, "k": 1}, backtest={"min_effect": 0.01},
+                        budget={"total_steps": 400})
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    with Store(f"sqlite:///{tmp_path / 'state.db'}") as store:
+        store.add_harness_version(h.version, None, h.model_dump(mode="json"), [])
+        ctxs = {}
+        for cid in ("c", "d"):
+            store.create_campaign(cid, cid, {**spec.model_dump(mode="json"), "initial_harness_version": h.version}, cid)
+            store.log_event(cid, "explore_start", {"policy": "/policies/base", "accuracy": 0.25})
+            ctxs[cid] = SimpleNamespace(store=store, campaign_id=cid, spec=spec, log=lambda _m: None)
+
+        def add(cid, i, acc, parent, step, harness=h):
+            return store.add_policy_version(PolicyVersion(
+                id=f"{cid}:v{i}", campaign_id=cid, parent_id=parent, harness_version=harness.version,
+                checkpoint=f"/ck/{i}", run_name=f"run{i}", mlflow_run_id=None, eval_accuracy=None, step=step,
+                created=t0 + timedelta(minutes=i), selection_accuracy=acc))
+
+        wrecked = add("c", 1, 0.002, None, 20)
+        for _ in range(2):  # a node re-run after kill -9 goes back to the same version, with one event
+            base = _keep_best(ctxs["c"], 0, wrecked)
+            assert (base.id, base.run_name, base.step, base.checkpoint) == ("c:base", None, 0, "/policies/base")
+            assert base.selection_accuracy == 0.25 and base.parent_id is None
+        (ev,) = store.events("c", kind="regression_rollback")
+        assert (ev.message["from"], ev.message["to"]) == ("c:v1", "c:base")
+        assert _fork_of(base) is None and _fork_of(wrecked) == "run1@20"  # a job from the base starts new
+
+        # the next segment trains from the base; the base is then an ordinary ancestor, never added twice
+        v2 = add("c", 2, 0.30, "c:base", 20)
+        assert _keep_best(ctxs["c"], 1, v2).id == "c:v2"
+        assert _keep_best(ctxs["c"], 2, add("c", 3, 0.0, "c:v2", 320)).id == "c:v2"  # the best of v2 and the base
+        store.set_campaign("c", mainline_version="c:v2")
+        doc = spend(store, "c", store.get_campaign("c"), store.policy_lineage("c"), [])
+        assert doc["mainline_segments"] == 20  # the base trained nothing; v2 its 20 steps
+
+        assert _keep_best(ctxs["d"], 0, add("d", 1, 0.22, None, 20)).id == "d:v1"  # 0.03 down: noise at n 500
+        short = h.with_knob("grpo.max_completion_length", h.grpo.max_completion_length // 2)
+        store.add_harness_version(short.version, h.version, short.model_dump(mode="json"), [])
+        other = add("d", 2, 0.0, None, 20, harness=short)  # played within another budget than the base was
+        assert _keep_best(ctxs["d"], 0, other).id == "d:v2"
+        assert not store.events("d", kind="regression_rollback")
+
+
 def test_a_completion_budget_that_fills_the_policy_context_is_no_candidate(tmp_path):
     """longer-completions doubles 192 to 384; a 256-position policy cannot run that, so it is not proposed."""
     from evotrainer.agent.lessons import overflows_context

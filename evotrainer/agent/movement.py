@@ -80,9 +80,9 @@ def segment_movement(home: Path, segment: PolicyVersion, parent: PolicyVersion |
     """{"moved", "steps", "changed", "n"} over ``segment``'s training, or None when its start or end has no
     recorded per-problem outcomes (a run from before they were written, or a failed evaluation)."""
     end = _outcomes_at(home, segment.run_name, segment.step)
-    if parent is not None:
+    if parent is not None and parent.run_name:
         start, start_step = _outcomes_at(home, parent.run_name, parent.step), parent.step
-    else:  # the campaign's first segment evaluates its own start
+    else:  # the campaign's first segment, or one from the base policy (no run), evaluates its own start
         first = next((s for s in eval_steps(home / "jobs" / segment.run_name) if s < segment.step), None)
         start, start_step = _outcomes_at(home, segment.run_name, first), first
     if not end or not start or len(end) != len(start) or start_step is None:

@@ -167,22 +167,30 @@ def _keep_best(ctx: CampaignContext, rnd: int, current: PolicyVersion) -> Policy
     mainline's, since each of its changes won a backtest (``campaign rollback`` by hand restores both).
     ``current`` stays in the lineage, so the decline is on record, and the event is written once per declined
     version, so a re-run node after ``kill -9`` decides the same way without a second line.
+
+    The campaign's base policy counts as the first ancestor (:func:`_base_version`): a recipe that wrecks the
+    policy in its first segment is otherwise handed back wrecked, however far below its start it ends (agentic's
+    lr 3e-4 took one warm start from 0.250 to 0.004, bench/RESULTS.md §7 session 26).
     """
     sp = ctx.spec
     if not sp.rollback.enabled or _judged(current) is None:
         return current
     by_id = {pv.id: pv for pv in ctx.store.policy_lineage(ctx.campaign_id)}
     budget = _harness(ctx, current.harness_version).grpo.max_completion_length
-    earlier, parent = [], current.parent_id
+    earlier, parent, root = [], current.parent_id, current
     while parent is not None and parent in by_id:
         pv = by_id[parent]
         if _judged(pv) is not None and pv.checkpoint and \
                 _harness(ctx, pv.harness_version).grpo.max_completion_length == budget:
             earlier.append(pv)
-        parent = pv.parent_id
+        parent, root = pv.parent_id, pv
+    if (base := _base_version(ctx, root, budget)) is not None:
+        earlier.append(base)
     if not earlier:
         return current
     best = max(earlier, key=_judged)
+    if best is base:
+        best = ctx.store.add_policy_version(base)  # recorded once (by id): a re-run after kill -9 finds it
     margin = regression_margin(_judged(best), _judged(current), sp.eval.n, sp.rollback.confidence,
                                sp.backtest.min_effect)
     if _judged(best) - _judged(current) <= margin:
@@ -195,6 +203,40 @@ def _keep_best(ctx: CampaignContext, rnd: int, current: PolicyVersion) -> Policy
     ctx.log(f"round {rnd}: selection-split accuracy {_judged(current):.3f} is below the best version {best.id} "
             f"({_judged(best):.3f}) by more than {margin:.3f}; the mainline goes back to it")
     return best
+
+
+BASE = "base"  # id suffix of the version that stands for the campaign's base policy
+
+
+def _base_version(ctx: CampaignContext, root: PolicyVersion, budget: int) -> PolicyVersion | None:
+    """The campaign's base policy as a version the mainline may go back to (not yet stored), or None.
+
+    ``root`` is the earliest version of the mainline's line; only when it is the campaign's first segment (not the
+    base itself) does the base stand before it. The base is judged by its selection-split accuracy, scored once
+    within the start harness's budget (an ``explore_start`` event), so it counts only where the mainline plays
+    within that budget too. Its checkpoint is the base policy's directory and it belongs to no run: a segment or
+    backtest from it starts a new job from the base, as the first segment did.
+    """
+    base_id = f"{ctx.campaign_id}:{BASE}"
+    start = ctx.store.get_campaign(ctx.campaign_id).spec.get("initial_harness_version")
+    if root.id == base_id or root.parent_id is not None or not root.run_name or start is None:
+        return None
+    harness = _harness(ctx, start)
+    if harness.grpo.max_completion_length != budget:
+        return None
+    acc = _start_selection(ctx, root, harness)
+    policy = next((e.message.get("policy") for e in ctx.store.events(ctx.campaign_id, kind="explore_start")), None)
+    if acc is None or not policy:
+        return None
+    return PolicyVersion(id=base_id, campaign_id=ctx.campaign_id, parent_id=None, harness_version=start,
+                         checkpoint=str(policy), run_name=None, mlflow_run_id=None, eval_accuracy=None, step=0,
+                         created=_now(), selection_accuracy=acc)
+
+
+def _fork_of(pv: PolicyVersion | None) -> str | None:
+    """The ``fork`` a job continuing from ``pv`` names: its run at its step; None (a new job from the base policy)
+    for no version or the base's."""
+    return f"{pv.run_name}@{pv.step}" if pv is not None and pv.run_name else None
 
 
 def _score(ctx: CampaignContext, policies: list[tuple[str, int]], split: str = "selection",
@@ -247,7 +289,7 @@ def train_segment(state: CampaignState, runtime: Runtime[CampaignContext]) -> Co
         return _finish(f"budget: {_remaining(ctx)} steps left, a segment needs {ctx.spec.segment_steps}")
     elif _out_of_time(ctx):
         return _finish("wall-clock cap reached")
-    fork = f"{parent.run_name}@{parent.step}" if parent and parent.run_name else None
+    fork = _fork_of(parent)
     harness = _harness(ctx, state["harness_version"])
     res = _run(ctx, name, harness, steps, ctx.spec.seed, fork, steps,
                {"evotrainer.role": "segment", "evotrainer.round": str(rnd)})
@@ -535,7 +577,7 @@ def _start_selection(ctx: CampaignContext, pv: PolicyVersion, harness: HarnessSp
     """The base policy's selection-split accuracy (round 0's parent), scored once and kept as an event."""
     for e in ctx.store.events(ctx.campaign_id, kind="explore_start"):
         return e.message.get("accuracy")
-    meta = read_run_meta(ctx.home / "jobs" / pv.run_name)
+    meta = read_run_meta(ctx.home / "jobs" / pv.run_name) if pv.run_name else None
     if meta is None or not meta.base_policy:
         return None
     acc = _score(ctx, [(meta.base_policy, harness.grpo.max_completion_length)])
@@ -828,7 +870,7 @@ def backtest(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command
         planned = ctx.store.get_backtest(bt_id)
     harness = _harness(ctx, state["harness_version"])
     registry = Registry(harness)  # treatments are judged by the mainline's gate, not their own
-    fork = f"{parent.run_name}@{parent.step}"
+    fork = _fork_of(parent)
     arms = [(None, "control", None, harness)] + [
         (pid, "treatment", i, harness.with_knob((p := ctx.store.get_proposal(pid)).knob, p.new))
         for i, pid in enumerate(planned.proposal_ids, start=1)]
