@@ -390,6 +390,15 @@ def test_a_first_segment_that_wrecks_the_policy_goes_back_to_the_base_policy(tmp
         (ev,) = store.events("c", kind="regression_rollback")
         assert (ev.message["from"], ev.message["to"]) == ("c:v1", "c:base")
         assert _fork_of(base) is None and _fork_of(wrecked) == "run1@20"  # a job from the base starts new
+        # ... from the campaign's base policy: a branch of another seed must not warm-start a policy of its own
+        from evotrainer.agent.nodes import _request
+
+        job_ctx = SimpleNamespace(**vars(ctxs["c"]), home=tmp_path, mlflow_run_id=None)
+        branch = _request(job_ctx, "c__r00__control__s10001", h, 30, spec.seed + 10001, None, 10, {}, 10)
+        segment = _request(job_ctx, "c__r01__segment", h, 30, spec.seed, None, 10, {}, None)
+        forked = _request(job_ctx, "c__r02__control__s10001", h, 30, spec.seed + 10001, "run2@20", 10, {}, 30)
+        assert branch.job["policy"]["seed"] == spec.seed and branch.job["seed"] == spec.seed + 10001
+        assert segment.job["policy"] == forked.job["policy"] == spec.policy.model_dump(mode="json")  # as before
 
         # the next segment trains from the base; the base is then an ordinary ancestor, never added twice
         v2 = add("c", 2, 0.30, "c:base", 20)

@@ -94,9 +94,14 @@ def _request(ctx: CampaignContext, name: str, harness: HarnessSpec, steps: int, 
     if ctx.store.get_campaign(ctx.campaign_id).status == "stopped":
         raise CampaignStopped(ctx.campaign_id)
     sp = ctx.spec
+    policy = sp.policy
+    if fork is None and policy.seed is None and seed != sp.seed:
+        # a new job of another seed (a backtest branch from the base policy, after a rollback to it) trains the
+        # campaign's base, not a warm start of its own seed
+        policy = policy.model_copy(update={"seed": sp.seed})
     job = {
         "task": sp.task, "task_options": sp.task_options, "harness": harness.model_dump(mode="json"), "harness_dir": harness.source_dir,
-        "steps": steps, "seed": seed, "policy": sp.policy.model_dump(mode="json"),
+        "steps": steps, "seed": seed, "policy": policy.model_dump(mode="json"),
         "eval": EvalSpec(**{**sp.eval.model_dump(), "every": eval_every, "at_start": fork is None}).model_dump(mode="json"),
         "save_every": eval_every, "name": name,
         "tags": {"mlflow.parentRunId": ctx.mlflow_run_id or "", "evotrainer.campaign": ctx.campaign_id, **tags},
