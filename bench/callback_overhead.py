@@ -2,7 +2,7 @@
 
 A plain TRL script's trainer (the warm-started tiny arith policy as a plain HF dir, 32 prompts x 8 completions =
 256 rollouts per step, 16 tokens, exact-match reward) runs ``--steps`` steps in each arm: no callback, the callback
-with its defaults (``every=10``, ``max_overhead=0.02``: the diagnosis waits longer when it would take more than 2 % of
+with its defaults (``every=10``, ``max_overhead=0.01``: the diagnosis waits longer when it would take more than 1 % of
 training time), the same writing its Parquet files on the training thread (``background_writes=False``), and
 ``every=1`` uncapped (a diagnosis after every step: the worst case). Arms are interleaved
 (``--rounds`` rounds of all arms, each a fresh trainer from the same weights and seed) so that load from other
@@ -22,7 +22,10 @@ its partner) are dropped, and so is the first step of each off block that follow
 writer thread's last Parquet write (so the on side misses that ~2 ms of one step in ``--block``). The diagnosis runs
 only in on blocks (at a logging step at or after the next due step), so its cost falls on the on side, at about
 twice its real share of an on step (``max_overhead`` spaces it by all steps, on and off): conservative. This removes
-the ±10-20 % drift between trainers that the first design averages over rounds.
+the ±10-20 % drift between trainers that the first design averages over rounds. ``--cadence own-steps`` removes the
+doubling instead: the callback gets twice the default ``every`` and half the default ``max_overhead``, so that on the
+on steps, the only ones it sees, it diagnoses as often, and for the same share of their time, as the defaults do in a
+run whose every step it sees (what a user's script gets); the output file then ends in ``_own_cadence``.
 
 Reported per arm: the overhead of each round (its mean step time over the no-callback arm's of that round), their
 mean with a 95 % t-interval over rounds, the callback's own time per step on the training thread (``hook_ms``) and
@@ -50,6 +53,9 @@ def main() -> None:
     p.add_argument("--block", type=int, default=5, help="toggle: steps per block (at least 2)")
     p.add_argument("--writes", choices=["background", "training-thread"], default="background",
                    help="toggle: the callback's background_writes (default: on, as the callback's default)")
+    p.add_argument("--cadence", choices=["all-steps", "own-steps"], default="all-steps",
+                   help="toggle: all-steps = the defaults, spaced by every step, on and off (the diagnosis at twice "
+                        "its real share of an on step); own-steps = spaced by the on steps alone (see above)")
     a = p.parse_args()
     if a.design == "toggle" and (a.block < 2 or a.steps < 4 * a.block):
         p.error(f"--design toggle needs --block >= 2 and --steps >= 4 x --block: two warm-up blocks and a pair "
@@ -185,9 +191,14 @@ def toggle(a, trainer, Timed, TrainerCallback, stats) -> None:
     on_s: list[float] = []
     off_s: list[float] = []
     hook_ms: list[float] = []
+    import inspect
+
+    defaults = inspect.signature(Timed.__init__).parameters
+    cadence = {} if a.cadence == "all-steps" else {"every": 2 * defaults["every"].default,
+                                                     "max_overhead": defaults["max_overhead"].default / 2}
     for rnd in range(a.rounds):
         with tempfile.TemporaryDirectory() as tmp:
-            cb = Switched(background_writes=a.writes == "background")
+            cb = Switched(background_writes=a.writes == "background", **cadence)
             sw = Switch(cb, random.Random(rnd))
             trainer(tmp, [sw, cb]).train()
         d = [t1 - t0 for t0, t1 in zip(sw.marks, sw.marks[1:])]
@@ -208,8 +219,9 @@ def toggle(a, trainer, Timed, TrainerCallback, stats) -> None:
         print(json.dumps({"round": rnd, "pairs": len(pairs), "diagnosed_at": [s for s, _ in cb.diagnoses]}), flush=True)
     mean = statistics.mean(pairs)
     ci = stats.t.interval(0.95, len(pairs) - 1, loc=mean, scale=stats.sem(pairs)) if len(pairs) > 1 else (mean, mean)
-    save("callback_overhead_toggle" + ("" if a.writes == "background" else "_training_thread"), {
-        "design": "toggle", "writes": a.writes, "rollouts_per_step": 256, "steps_per_trainer": a.steps, "trainers": a.rounds,
+    save("callback_overhead_toggle" + ("" if a.writes == "background" else "_training_thread")
+         + ("" if a.cadence == "all-steps" else "_own_cadence"), {
+        "design": "toggle", "writes": a.writes, "cadence": a.cadence, "callback_kwargs": cadence, "rollouts_per_step": 256, "steps_per_trainer": a.steps, "trainers": a.rounds,
         "block": a.block, "pairs": len(pairs), "overhead_mean": round(mean, 4),
         "overhead_median": round(statistics.median(pairs), 4), "overhead_ci95": [round(float(x), 4) for x in ci],
         "on_mean_s": round(statistics.mean(on_s), 4), "off_mean_s": round(statistics.mean(off_s), 4),

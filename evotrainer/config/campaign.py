@@ -236,7 +236,8 @@ class RollbackSpec(_S):
     enabled: bool = Field(
         True, description="Move the mainline back to the campaign's best policy version when its held-out accuracy "
                           "falls below it by more than evaluation noise (a recipe that wears the policy down keeps "
-                          "its best checkpoint); false keeps every decline, for a person to roll back by hand.")
+                          "its best checkpoint; the base policy counts, so nothing worse than the start is handed "
+                          "back); false keeps every decline, for a person to roll back by hand.")
     confidence: float = Field(
         0.9, gt=0.5, lt=1.0,
         description="One-sided confidence that a drop is real: the mainline rolls back when the best version's "
