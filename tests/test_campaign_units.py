@@ -409,6 +409,7 @@ def test_a_first_segment_that_wrecks_the_policy_goes_back_to_the_base_policy(tmp
         assert doc["mainline_segments"] == 20  # the base trained nothing; v2 its 20 steps
 
         assert _keep_best(ctxs["d"], 0, add("d", 1, 0.22, None, 20)).id == "d:v1"  # 0.03 down: noise at n 500
+        assert [pv.id for pv in store.policy_lineage("d")] == ["d:v1"]  # the base is stored only when gone back to
         short = h.with_knob("grpo.max_completion_length", h.grpo.max_completion_length // 2)
         store.add_harness_version(short.version, h.version, short.model_dump(mode="json"), [])
         other = add("d", 2, 0.0, None, 20, harness=short)  # played within another budget than the base was

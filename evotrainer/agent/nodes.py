@@ -194,12 +194,12 @@ def _keep_best(ctx: CampaignContext, rnd: int, current: PolicyVersion) -> Policy
     if not earlier:
         return current
     best = max(earlier, key=_judged)
-    if best is base:
-        best = ctx.store.add_policy_version(base)  # recorded once (by id): a re-run after kill -9 finds it
     margin = regression_margin(_judged(best), _judged(current), sp.eval.n, sp.rollback.confidence,
                                sp.backtest.min_effect)
     if _judged(best) - _judged(current) <= margin:
         return current
+    if best is base:  # stored only when the mainline goes back to it, once (by id): a re-run after kill -9 finds it
+        best = ctx.store.add_policy_version(base)
     if not any(e.message.get("from") == current.id for e in ctx.store.events(ctx.campaign_id, kind="regression_rollback")):
         ctx.store.log_event(ctx.campaign_id, "regression_rollback", {
             "round": rnd, "from": current.id, "to": best.id, "from_accuracy": _judged(current),
