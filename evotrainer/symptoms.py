@@ -67,6 +67,10 @@ _ALL = (
        "the current recipe has extracted what it can from this data"),
     _s("learns_nothing", "Held-out accuracy does not improve over a long window although the reward keeps moving.",
        "the reward moves for reasons that do not transfer to the held-out problems (noise, format, or an exploit)"),
+    # not a diagnostic's: the campaign writes it when a segment's held-out accuracy fell below an earlier version's
+    # beyond noise and the mainline went back (agent/regression.py); a rollback alone would retrain the same recipe
+    _s("regression", "Held-out accuracy fell below an earlier version's by more than noise, so the mainline went back.",
+       "the recipe's updates are too large for this policy, so training undoes what it had learned"),
     _s("forgetting", "Accuracy on an earlier distribution dropped.",
        "updates overwrite what the policy knew on earlier distributions"),
     _s("overfitting", "The gap between training accuracy and held-out accuracy keeps growing.",

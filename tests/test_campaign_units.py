@@ -946,3 +946,13 @@ def test_a_healthy_round_explores_within_the_healthy_share_and_a_troubled_one_wi
         modes = [ExploreMode.model_validate(m) for m in doc["explore_modes"]]
         assert [(m.round, m.healthy, m.allowance) for m in modes] == [(0, True, 40), (1, False, 160), (2, False, 160),
                                                                       (3, True, 40)]
+
+
+def test_a_long_skill_description_is_clipped_into_the_hypothesis_and_the_move_kept():
+    """A library's descriptions are free text of any length; the hypothesis's ``change`` holds 300 characters."""
+    from evotrainer.agent.brains.heuristic import CHANGE_CHARS, _change
+
+    move = " (optim.learning_rate: 0.0003 → 0.00015)"
+    text = _change("halve the learning rate " * 20, move)
+    assert 290 < len(text) <= CHANGE_CHARS == 300 and text.endswith("…" + move)
+    assert _change("halve it", move) == "halve it" + move

@@ -320,7 +320,7 @@ def test_a_stuck_round_offers_only_the_knobs_that_enlarge_the_update(ctx):
     from evotrainer.agent.movement import STUCK_WHY
     from evotrainer.config.harness import STEP_SIZE_KNOBS
 
-    stuck = ctx.model_copy(update={"only_knobs": list(STEP_SIZE_KNOBS), "only_why": STUCK_WHY})
+    stuck = ctx.model_copy(update={"only_knobs": list(STEP_SIZE_KNOBS), "only_why": STUCK_WHY, "only_step": "larger"})
     for prompt in ("full", "compact"):
         text = render_prompt(stuck, LLMSettings(base_url="http://127.0.0.1:9/v1", model="m", prompt=prompt))
         assert "the policy is stuck" in text and "- optim.learning_rate = " in text
@@ -339,7 +339,24 @@ def test_a_stuck_round_offers_only_the_knobs_that_enlarge_the_update(ctx):
     with ScriptedLLM([reply(down), reply(lr)]) as llm:
         res = brain(llm, prompt="compact")[0].propose(stuck)
     assert [(d.knob, d.value) for d in res.drafts] == [("optim.learning_rate", 1e-3)]
-    assert "optim.learning_rate 0.0003 → 0.0001 makes the update smaller" in last_user(llm.requests[1])
+    assert "optim.learning_rate 0.0003 → 0.0001 does not make the update larger" in last_user(llm.requests[1])
     schema = llm.requests[0]["response_format"]["json_schema"]["schema"]
     offered = {sh["properties"]["knob"]["enum"][0] for sh in schema["properties"]["proposals"]["items"]["anyOf"]}
     assert offered == set(STEP_SIZE_KNOBS)
+
+
+def test_a_regressed_round_offers_only_a_smaller_update(ctx):
+    """The mirror of a stuck round (agent/regression.py): the LLM is told why, and a raise is refused with the
+    reason, so the retry lowers the learning rate instead."""
+    from evotrainer.agent.regression import REGRESSED_WHY
+    from evotrainer.config.harness import STEP_SIZE_KNOBS
+
+    fell = ctx.model_copy(update={"only_knobs": list(STEP_SIZE_KNOBS), "only_why": REGRESSED_WHY,
+                                  "only_step": "smaller"})
+    assert "the mainline regressed" in render_prompt(fell, LLMSettings(base_url="http://127.0.0.1:9/v1", model="m"))
+    up = proposal("optim.learning_rate", 9e-4, "regression", cited_skills=[])
+    down = proposal("optim.learning_rate", 1.5e-4, "regression", cited_skills=[])
+    with ScriptedLLM([reply(up), reply(down)]) as llm:
+        res = brain(llm)[0].propose(fell)
+    assert [(d.knob, d.value) for d in res.drafts] == [("optim.learning_rate", 1.5e-4)]
+    assert "optim.learning_rate 0.0003 → 0.0009 does not make the update smaller" in last_user(llm.requests[1])

@@ -20,10 +20,18 @@ from langgraph.types import Command, interrupt
 
 from evotrainer.agent.brains.base import BrainContext, RefutedChange
 from evotrainer.agent.movement import STUCK_WHY, noninferiority, round_stuck
+from evotrainer.agent.regression import REGRESSED_WHY, regressed, regression_finding
 from evotrainer.agent.state import CampaignContext, CampaignState
 from evotrainer.backtest import decide, regression_margin
 from evotrainer.config.eval import EvalSpec
-from evotrainer.config.harness import STEP_SIZE_KNOBS, HarnessSpec, diff, enlarges_update, locked_knob
+from evotrainer.config.harness import (
+    STEP_SIZE_KNOBS,
+    HarnessSpec,
+    diff,
+    enlarges_update,
+    locked_knob,
+    shrinks_update,
+)
 from evotrainer.domain import BranchResult, Decision, PolicyVersion, Proposal, Review
 from evotrainer.evidence import read_metrics
 from evotrainer.jobs.runner import complete_checkpoints
@@ -327,6 +335,8 @@ def diagnose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command
     ctx = runtime.context
     name = state["segment_run"]
     findings = Registry(_harness(ctx, state["harness_version"])).run(read_job_dir(ctx.home / "jobs" / name))
+    if (fell := regression_finding(ctx, state["round"])) is not None:  # the segment was rolled back (agent/regression.py)
+        findings = [fell, *findings]
     ctx.store.add_findings(ctx.campaign_id, state["round"], name, findings)
     ctx.log("findings: " + (", ".join(f"{f.severity} {f.symptom}" for f in findings if f.severity != "info") or "none"))
     return Command(goto="propose")
@@ -419,23 +429,29 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
                                                    context=context)
         candidates = _retests(ctx, harness) + candidates
         knobs = harness.knobs()
-        stuck = round_stuck(ctx, rnd)
-        if stuck:  # only what enlarges the update can act on a policy that does not move (agent/movement.py)
-            candidates = [c for c in candidates if enlarges_update(c.knob, knobs.get(c.knob), c.value)]
+        # only what enlarges the update can act on a policy that does not move (agent/movement.py), only what shrinks
+        # it on a recipe that undid the policy (agent/regression.py); a regressed round moved, so it is never stuck
+        fell = regressed(findings)
+        stuck = not fell and round_stuck(ctx, rnd)
+        step = "larger" if stuck else "smaller" if fell else None
+        acts = enlarges_update if stuck else shrinks_update
+        if step:
+            candidates = [c for c in candidates if acts(c.knob, knobs.get(c.knob), c.value)]
         k = ctx.spec.backtest.max_proposals
         bctx = BrainContext(harness=harness, findings=findings, candidates=candidates, mistakes=mistakes,
                             refuted=_refuted(ctx) + known, max_proposals=k + (2 if ctx.spec.screen else 0),
                             min_effect=ctx.spec.backtest.min_effect,
                             task=ctx.spec.task, seed=ctx.spec.seed, round=rnd,
-                            only_knobs=list(STEP_SIZE_KNOBS) if stuck else None,
-                            only_why=STUCK_WHY if stuck else "")
+                            only_knobs=list(STEP_SIZE_KNOBS) if step else None, only_step=step,
+                            only_why=STUCK_WHY if stuck else REGRESSED_WHY if fell else "")
         result = ctx.brain.propose(bctx)
-        if stuck:  # a brain may draft outside its candidates (an LLM does): the same rule, re-tests first
-            movers = [d for d in result.drafts if enlarges_update(d.knob, knobs.get(d.knob), d.value)]
+        if step:  # a brain may draft outside its candidates (an LLM does): the same rule, re-tests first
+            movers = [d for d in result.drafts if acts(d.knob, knobs.get(d.knob), d.value)]
             dropped = [f"{d.knob}={d.value!r}" for d in result.drafts if d not in movers]
             movers.sort(key=lambda d: not _is_retest(d))
-            notes = [*result.notes, *([f"the mainline is stuck: dropped {', '.join(dropped)} (changes that do not "
-                                       "enlarge the update cannot act on it)"] if dropped else [])]
+            why = "the mainline is stuck" if stuck else "the mainline regressed"
+            notes = [*result.notes, *([f"{why}: dropped {', '.join(dropped)} (only changes that make the update "
+                                       f"{step} can act on it)"] if dropped else [])]
             result = result.model_copy(update={"drafts": movers, "notes": notes})
         ctx.store.log_event(ctx.campaign_id, "brain", {"round": rnd, "brain": result.brain, "notes": result.notes,
                                                        "tokens": result.tokens})

@@ -333,6 +333,11 @@ def enlarges_update(knob: str, old: Any, new: Any) -> bool:
     return (new - old) * sign > 0
 
 
+def shrinks_update(knob: str, old: Any, new: Any) -> bool:
+    """Whether ``knob: old → new`` makes the policy's update smaller: the move back enlarges it."""
+    return enlarges_update(knob, new, old)
+
+
 class HarnessSpec(_Section):
     """One harness file. ``version`` is its content hash; ``diff`` lists the knobs that differ."""
 

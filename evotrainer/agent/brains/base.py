@@ -9,7 +9,7 @@ harness (``HarnessSpec.with_knob``) and drops drafts that change nothing or repe
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -52,8 +52,12 @@ class BrainContext(BaseModel):
     metrics: dict[str, float] = Field(default_factory=dict, description="Latest segment's key metrics.")
     only_knobs: list[str] | None = Field(
         None, description="When set, the only knobs a proposal may change, and why (``only_why``): a stuck round offers "
-                          "those that enlarge the update (evotrainer/agent/movement.py).")
+                          "those that enlarge the update (evotrainer/agent/movement.py), a regressed one those that "
+                          "shrink it (evotrainer/agent/regression.py).")
     only_why: str = Field("", description="Why only ``only_knobs`` are offered, in words (trusted: our own numbers).")
+    only_step: Literal["larger", "smaller"] | None = Field(
+        None, description="With ``only_knobs``, the way a step-size knob must move the update: larger in a stuck "
+                          "round (agent/movement.py), smaller in a regressed one (agent/regression.py).")
 
 
 class BrainResult(BaseModel):

@@ -112,7 +112,7 @@ class HeuristicBrain:
                 knob=c.knob, value=c.value,
                 hypothesis=Hypothesis(
                     symptom=symptom, cause=SYMPTOMS[symptom].cause,
-                    change=f"{c.description} ({c.knob}: {old!r} → {c.value!r})",
+                    change=_change(c.description, f" ({c.knob}: {old!r} → {c.value!r})"),
                     expected_effect=f"held-out accuracy up; posterior mean effect {mean:+.3f} from {len(c.effects)} "
                                     f"past backtest(s)"),
                 rationale=f"{c.id} ({c.source}); Thompson score {score:+.4f}",
@@ -123,3 +123,16 @@ class HeuristicBrain:
         if not drafts:
             notes.append("no candidate worth a backtest for the current findings: the round trains the mainline")
         return BrainResult(drafts=drafts, brain=self.name, notes=notes)
+
+
+CHANGE_CHARS = next(m.max_length for m in Hypothesis.model_fields["change"].metadata if hasattr(m, "max_length"))
+
+
+def _change(description: str, move: str) -> str:
+    """A hypothesis's ``change``: the skill's description (clipped: a library's descriptions are free text of any
+    length) followed by the move itself, within the field's limit."""
+    room = CHANGE_CHARS - len(move)
+    if room <= 1:
+        return move.strip()[:CHANGE_CHARS]
+    return (description if len(description) <= room else description[: room - 1].rstrip() + "…") + move
+

@@ -49,6 +49,7 @@ from evotrainer.config.harness import (
     HarnessSpec,
     enlarges_update,
     knob_docs,
+    shrinks_update,
 )
 from evotrainer.domain import SEVERITY_RANK, ProposalDraft
 from evotrainer.errors import ConfigError
@@ -282,8 +283,11 @@ def check_draft(ctx: BrainContext, item: Any) -> ProposalDraft:
         raise ValueError(f"{d.knob}={_clip(json.dumps(d.value), 40)} is invalid: {_clip(str(err), 300)}") from None
     if new == current[d.knob]:
         raise ValueError(f"{d.knob} is already {new!r}: not a change")
-    if ctx.only_knobs is not None and d.knob in STEP_SIZE_KNOBS and not enlarges_update(d.knob, current[d.knob], new):
-        raise ValueError(f"{d.knob} {current[d.knob]!r} → {new!r} makes the update smaller: {ctx.only_why}")
+    if ctx.only_step is not None and d.knob in STEP_SIZE_KNOBS:
+        larger = ctx.only_step == "larger"
+        if not (enlarges_update if larger else shrinks_update)(d.knob, current[d.knob], new):
+            raise ValueError(f"{d.knob} {current[d.knob]!r} → {new!r} does not make the update "
+                             f"{ctx.only_step}: {ctx.only_why}")
     if d.hypothesis.symptom not in SYMPTOMS:
         raise ValueError(f"unknown symptom {_clip(d.hypothesis.symptom)!r}: use one from the vocabulary")
     present = _present(ctx)

@@ -1,0 +1,77 @@
+"""Did the round's segment make the policy worse? The finding the campaign writes when it did, and what may act on it.
+
+Why: a rollback (``nodes._keep_best``) puts the mainline back on its best earlier version, but the harness stays,
+so the next segment and the backtest's control train the very recipe that just undid the policy. The diagnostics
+read one run's rollouts, and on a wrecked policy they name the consequence, not the cause: agentic from its tuned
+start at learning rate 3e-4 fell from 0.25 to 0.002 in 20 steps (bench/RESULTS.md §7, session 26), and the only
+finding at warning was ``too_hard`` (every group all wrong). The brain then backtested ``drop_all_wrong`` and the
+leak trap, went back to the base policy three times and retrained the same recipe into the ground each time; on
+another seed a segment that lost 8 points made it backtest a *higher* learning rate (×3: −0.32).
+
+So the held-out fall itself is evidence, and trusted: the campaign's own selection-split scores, beyond the
+rollback's noise margin. When this round's segment was rolled back, the diagnosis of the round carries a
+``regression`` finding (critical, diagnostic :data:`DIAGNOSTIC`), which triggers the seed library's ``lower-lr``
+skill, and the round backtests **only changes that make the update smaller** (``config.harness.STEP_SIZE_KNOBS``:
+a lower learning rate), whichever brain drafted them — the mirror of a stuck round (``agent/movement.py``), where
+only changes that enlarge it are. Why exclusive: the segment's other findings (``too_hard``, ``dead_groups``)
+describe the policy the rollback discarded, not the version the mainline goes on from, so their remedies answer a
+state the next branch will not start in; the one fact that holds for it is that this recipe's steps undid it. The
+propose node's bracket then tries the same move further out beside it (×0.5 and ×1/32 for a learning rate), so one
+backtest sees whether a halving suffices or the rate is decades off.
+
+Only a segment's own rollback counts: a kept branch that is rolled back at a round's end is the control or the
+promoted arm of a backtest, and its fall is already that backtest's evidence; if the recipe undoes the policy
+again, the next round's segment shows it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from evotrainer.domain import Finding
+
+if TYPE_CHECKING:
+    from evotrainer.agent.state import CampaignContext
+
+DIAGNOSTIC = "rollback"  # the finding's diagnostic: the campaign's own comparison of versions, not a registry entry
+VERSION = "1"
+SYMPTOM = "regression"
+
+
+def segment_id(campaign_id: str, rnd: int) -> str:
+    return f"{campaign_id}:r{rnd:02d}:segment"
+
+
+def regression_finding(ctx: CampaignContext, rnd: int) -> Finding | None:
+    """The ``regression`` finding of round ``rnd`` when its segment was rolled back (its ``regression_rollback``
+    event, written before the round is diagnosed), else None."""
+    seg = segment_id(ctx.campaign_id, rnd)
+    event = next((e.message for e in ctx.store.events(ctx.campaign_id, kind="regression_rollback")
+                  if e.message.get("from") == seg), None)
+    if event is None:
+        return None
+    fell, best, margin = float(event["from_accuracy"]), float(event["to_accuracy"]), float(event["margin"])
+    drop = best - fell
+    split = event.get("split", "selection")
+    return Finding(
+        symptom=SYMPTOM, diagnostic=DIAGNOSTIC, version=VERSION, severity="critical",
+        # beyond the margin by construction; twice the margin or more is as sure as this comparison gets
+        confidence=round(min(1.0, drop / (2 * margin)), 3) if margin > 0 else 1.0,
+        metrics={"accuracy": round(fell, 6), "best_accuracy": round(best, 6), "drop": round(drop, 6),
+                 "margin": round(margin, 6)},
+        explanation=f"This segment's {split}-split accuracy {fell:.3f} is {drop:.3f} below {event['to']} "
+                    f"({best:.3f}), beyond the rollback margin {margin:.3f}, so the mainline went back to it. "
+                    "The harness stays, so training the same recipe from there is likely to undo it again: take "
+                    "smaller steps (lower the learning rate) rather than larger ones.")
+
+
+def regressed(findings: list[Finding]) -> bool:
+    """Whether a round's findings say its segment made the policy worse (see the module docstring)."""
+    return any(f.symptom == SYMPTOM and f.diagnostic == DIAGNOSTIC for f in findings)
+
+
+# what a brain is told in a regressed round (the LLM prompt's line above its knob list)
+REGRESSED_WHY = ("the mainline regressed (its last segment's held-out accuracy fell below an earlier version's beyond "
+                 "noise, and it went back to that version; that segment's other findings describe the discarded "
+                 "policy): only a change that makes the update smaller keeps the same recipe from undoing it again; "
+                 "lower optim.learning_rate")

@@ -1,0 +1,111 @@
+"""A regressed round (agent/regression.py): a segment the campaign rolled back gets a ``regression`` finding, and the
+round backtests only a smaller update.
+
+The scenario is agentic seed 2 from its tuned start (bench/RESULTS.md §7, session 26): lr 3e-4 took the policy
+from 0.25 to 0.002 in its first 20 steps, the diagnosis named only the consequence (every group all wrong), and the
+campaign backtested a data filter and the leak trap, then retrained the same recipe into the ground. On seed 0 a
+segment that fell 8 points made it backtest a *higher* learning rate.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+from types import SimpleNamespace
+
+from evotrainer.agent.brains.base import BrainResult
+from evotrainer.agent.lessons import SEED_LIBRARY
+from evotrainer.config.harness import HarnessSpec, shrinks_update
+from evotrainer.domain import Hypothesis, PolicyVersion, ProposalDraft
+
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def _campaign(home: Path, cid: str, selection: float, brain=None):
+    """Round 0 of campaign ``cid`` after a first segment that ended at ``selection`` on the selection split (the base
+    policy scored 0.25), its rollouts all wrong; returns a function that diagnoses and proposes as the graph does."""
+    from evotrainer.agent.brains.heuristic import HeuristicBrain
+    from evotrainer.agent.nodes import _keep_best, diagnose, propose
+    from evotrainer.agent.state import CampaignContext
+    from evotrainer.config.campaign import CampaignSpec
+    from evotrainer.store import Store
+
+    h = HarnessSpec().with_knob("optim.learning_rate", 3e-4)
+    spec = CampaignSpec(name=cid, task="countdown", seed=2, screen=False, eval={"every": 0, "n": 500, "k": 1},
+                        budget={"total_steps": 400},
+                        backtest={"branch_steps": 10, "seeds": 3, "max_proposals": 2, "min_effect": 0.01})
+    store = Store.for_home(home)
+    store.create_campaign(cid, cid, {**spec.model_dump(mode="json"), "initial_harness_version": h.version}, h.version)
+    store.add_harness_version(h.version, None, h.model_dump(mode="json"), [])
+    library = home / f"lib-{cid}"
+    shutil.copytree(SEED_LIBRARY, library)
+    ctx = CampaignContext(campaign_id=cid, spec=spec, home=home, store=store, brain=brain or HeuristicBrain(),
+                          pool=None, tracker=None, library=library)
+    store.log_event(cid, "explore_start", {"policy": "/policies/base", "accuracy": 0.25})
+    run = home / "jobs" / f"{cid}__r00__segment"
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "reward": 0.0, "frac_reward_zero_std": 1.0})
+                                               + "\n" for s in range(1, 21)))
+    seg = store.add_policy_version(PolicyVersion(
+        id=f"{cid}:r00:segment", campaign_id=cid, parent_id=None, harness_version=h.version, checkpoint="/ck/seg",
+        run_name=run.name, mlflow_run_id=None, eval_accuracy=selection, step=20, created=NOW,
+        selection_accuracy=selection))
+    keep = _keep_best(ctx, 0, seg)  # what train_segment does before the round is diagnosed
+    state = {"campaign_id": cid, "round": 0, "mainline": keep.id, "harness_version": h.version,
+             "segment_run": run.name}
+    runtime = SimpleNamespace(context=ctx)
+
+    def diagnose_and_propose():
+        diagnose(state, runtime)
+        propose(state, runtime)
+        return store.list_findings(cid, round=0), [(p.knob, p.new) for p in store.list_proposals(cid, round=0)]
+
+    diagnose_and_propose.store, diagnose_and_propose.mainline = store, keep.id
+    return diagnose_and_propose
+
+
+def test_a_rolled_back_segment_is_diagnosed_as_a_regression_and_only_a_smaller_step_is_backtested(tmp_path):
+    run = _campaign(tmp_path, "c", selection=0.002)
+    assert run.mainline == "c:base"
+    findings, proposals = run()
+    first = findings[0]
+    assert (first.symptom, first.diagnostic, first.severity) == ("regression", "rollback", "critical")
+    assert first.metrics["drop"] == 0.248 and "below c:base (0.250)" in first.explanation
+    assert {"too_hard", "dead_groups"} & {f.symptom for f in findings if f.severity != "info"}  # still on record
+    # halving (the lower-lr skill) and its bracket (×1/32): no data filter for the discarded policy's dead groups
+    assert proposals == [("optim.learning_rate", 1.5e-4), ("optim.learning_rate", 9.37e-6)]
+    assert all(shrinks_update(k, 3e-4, v) for k, v in proposals)
+    # a re-run after kill -9 adds neither a second finding nor a second round of proposals
+    again, proposals_again = run()
+    assert [f.symptom for f in again].count("regression") == 1 and proposals_again == proposals
+
+
+def test_a_decline_within_noise_is_no_regression(tmp_path):
+    findings, proposals = _campaign(tmp_path, "d", selection=0.24)()
+    assert "regression" not in {f.symptom for f in findings}
+    assert proposals and ("optim.learning_rate", 1.5e-4) not in proposals
+
+
+class _Raiser:
+    """A brain (an LLM, say) that drafts a larger step and a data filter after the fall."""
+
+    name = "raiser"
+
+    def propose(self, ctx):
+        hyp = Hypothesis(symptom="too_hard", cause="groups all wrong", change="a change", expected_effect="accuracy up")
+        return BrainResult(brain=self.name, drafts=[
+            ProposalDraft(knob="optim.learning_rate", value=9e-4, hypothesis=hyp, rationale="r", cited_skills=[]),
+            ProposalDraft(knob="data.drop_all_wrong", value=True, hypothesis=hyp, rationale="r", cited_skills=[]),
+            ProposalDraft(knob="optim.learning_rate", value=1e-4, hypothesis=hyp, rationale="r", cited_skills=[])])
+
+
+def test_a_brain_that_drafts_a_larger_step_after_a_regression_is_overruled(tmp_path):
+    run = _campaign(tmp_path, "e", selection=0.002, brain=_Raiser())
+    _, proposals = run()
+    assert proposals[0] == ("optim.learning_rate", 1e-4)
+    assert all(shrinks_update(k, 3e-4, v) for k, v in proposals)
+    (ev,) = run.store.events("e", kind="brain")
+    assert any("the mainline regressed: dropped optim.learning_rate=0.0009, data.drop_all_wrong=True" in n
+               for n in ev.message["notes"])
