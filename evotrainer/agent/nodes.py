@@ -110,7 +110,11 @@ def _request(ctx: CampaignContext, name: str, harness: HarnessSpec, steps: int, 
     job = {
         "task": sp.task, "task_options": sp.task_options, "harness": harness.model_dump(mode="json"), "harness_dir": harness.source_dir,
         "steps": steps, "seed": seed, "policy": policy.model_dump(mode="json"),
-        "eval": EvalSpec(**{**sp.eval.model_dump(), "every": eval_every, "at_start": fork is None}).model_dump(mode="json"),
+        # a new job evaluates its start only when it is a segment (movement compares with it: agent/movement.py); a
+        # branch from the base policy (after a rollback to it) is judged at its looks against its paired control,
+        # like a fork, and 500 greedy episodes at step 0 of each of 9 branches would be 9 evaluations thrown away
+        "eval": EvalSpec(**{**sp.eval.model_dump(), "every": eval_every,
+                            "at_start": fork is None and tags.get("evotrainer.role") == "segment"}).model_dump(mode="json"),
         "save_every": eval_every, "name": name,
         "tags": {"mlflow.parentRunId": ctx.mlflow_run_id or "", "evotrainer.campaign": ctx.campaign_id, **tags},
     }
