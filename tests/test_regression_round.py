@@ -109,3 +109,14 @@ def test_a_brain_that_drafts_a_larger_step_after_a_regression_is_overruled(tmp_p
     (ev,) = run.store.events("e", kind="brain")
     assert any("the mainline regressed: dropped optim.learning_rate=0.0009, data.drop_all_wrong=True" in n
                for n in ev.message["notes"])
+
+
+def test_the_regression_finding_is_no_diagnostic_verdict_for_the_revision_rule(tmp_path):
+    """A fall that no diagnostic warned of is what diagnostic revision looks for (a false negative): the campaign's
+    own finding must not count as a diagnostic having warned."""
+    from evotrainer.agent.revise import flags
+
+    run = _campaign(tmp_path, "f", selection=0.002)
+    findings, _ = run()
+    assert "regression" in {f.symptom for f in findings}
+    assert "regression" not in flags(findings) and flags(findings)  # the rollout diagnostics' own warnings stay

@@ -45,6 +45,7 @@ from pydantic import BaseModel
 
 from evotrainer import atomic
 from evotrainer.agent.drafts import draft_diagnostic, with_draft
+from evotrainer.agent.regression import DIAGNOSTIC as REGRESSION_DIAGNOSTIC
 from evotrainer.config.harness import HarnessSpec, diff
 from evotrainer.diagnostics.revision import Archive, LabelledRun, RevisionResult, evaluate_revision, record
 from evotrainer.domain import SEVERITY_RANK, Finding
@@ -97,9 +98,11 @@ def upsert(archive: Archive, run: LabelledRun) -> Archive:
 
 
 def flags(findings: list[Finding]) -> list[str]:
-    """Symptoms reported at warning or above: what a diagnostic 'says' about a run."""
+    """Symptoms reported at warning or above: what a diagnostic 'says' about a run. Not the campaign's own
+    ``regression`` finding (agent/regression.py): it is no diagnostic's verdict, and a fall that no diagnostic warned
+    of is exactly the false negative :func:`label_round` looks for."""
     return sorted({f.symptom for f in findings if SEVERITY_RANK[f.severity] >= SEVERITY_RANK["warning"]
-                   and f.symptom != "diagnostic_error"})
+                   and f.symptom != "diagnostic_error" and f.diagnostic != REGRESSION_DIAGNOSTIC})
 
 
 def tripped(gate_findings: list[Finding], harness: HarnessSpec) -> dict[str, str]:
