@@ -535,6 +535,8 @@ def test_round_0_scores_the_base_policy_once_and_holds_its_backtest_only_if_the_
     it explores. (On this machine the nano policy's 2-step segment reads 0.19 against the base's 0.25: explored.)"""
     import math
 
+    from evotrainer.agent.regression import DIAGNOSTIC as REGRESSION_DIAGNOSTIC
+
     home = tmp_path / "home"
     logs: list[str] = []
     spec = _spec(tmp_path, budget={"improving_z": 0.01}, eval={"difficulty": [1, 1]})
@@ -545,7 +547,7 @@ def test_round_0_scores_the_base_policy_once_and_holds_its_backtest_only_if_the_
     # no diagnostic warns; the campaign's own `regression` finding (agent/regression.py) is there when the segment fell
     # below the base beyond noise, and then the round explores (only a smaller step) as the else branch expects
     serious = [f for f in store.list_findings(cid, round=0) if f.severity in ("warning", "critical")]
-    assert all(f.diagnostic == "rollback" for f in serious), serious
+    assert all(f.diagnostic == REGRESSION_DIAGNOSTIC for f in serious), serious
     (start,) = store.events(cid, kind="explore_start")
     assert (home / "policies") in Path(start.message["policy"]).parents and 0 <= start.message["accuracy"] <= 1
     before, after = start.message["accuracy"], store.get_policy_version(f"{cid}:r00:segment").selection_accuracy

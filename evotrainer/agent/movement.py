@@ -44,6 +44,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evotrainer.agent.state import segment_id
 from evotrainer.config.harness import enlarges_update
 from evotrainer.domain import PolicyVersion
 from evotrainer.evaluation import eval_steps, read_outcomes
@@ -140,7 +141,7 @@ def round_stuck(ctx: CampaignContext, rnd: int) -> bool:
     if share is None:
         return False
     try:
-        seg = ctx.store.get_policy_version(f"{ctx.campaign_id}:r{rnd:02d}:segment")
+        seg = ctx.store.get_policy_version(segment_id(ctx.campaign_id, rnd))
     except NotFound:
         return False
     parent = ctx.store.get_policy_version(seg.parent_id) if seg.parent_id else None

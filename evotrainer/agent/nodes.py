@@ -21,7 +21,7 @@ from langgraph.types import Command, interrupt
 from evotrainer.agent.brains.base import BrainContext, RefutedChange
 from evotrainer.agent.movement import STUCK_WHY, noninferiority, round_stuck
 from evotrainer.agent.regression import REGRESSED_WHY, regressed, regression_finding
-from evotrainer.agent.state import CampaignContext, CampaignState
+from evotrainer.agent.state import CampaignContext, CampaignState, segment_id
 from evotrainer.backtest import decide, regression_margin
 from evotrainer.config.eval import EvalSpec
 from evotrainer.config.harness import (
@@ -312,7 +312,7 @@ def train_segment(state: CampaignState, runtime: Runtime[CampaignContext]) -> Co
                {"evotrainer.role": "segment", "evotrainer.round": str(rnd)})
     if res["status"] != "finished":
         return _finish(f"segment {name} failed: {res['error']}")
-    pv = PolicyVersion(id=f"{ctx.campaign_id}:r{rnd:02d}:segment", campaign_id=ctx.campaign_id,
+    pv = PolicyVersion(id=segment_id(ctx.campaign_id, rnd), campaign_id=ctx.campaign_id,
                        parent_id=state.get("mainline"), harness_version=harness.version, checkpoint=res["checkpoint"],
                        run_name=name, mlflow_run_id=res["run_id"], eval_accuracy=res["eval_accuracy"], step=res["step"],
                        created=_now())

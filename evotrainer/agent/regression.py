@@ -26,20 +26,12 @@ again, the next round's segment shows it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from evotrainer.agent.state import CampaignContext, segment_id
 from evotrainer.domain import Finding
-
-if TYPE_CHECKING:
-    from evotrainer.agent.state import CampaignContext
 
 DIAGNOSTIC = "rollback"  # the finding's diagnostic: the campaign's own comparison of versions, not a registry entry
 VERSION = "1"
 SYMPTOM = "regression"
-
-
-def segment_id(campaign_id: str, rnd: int) -> str:
-    return f"{campaign_id}:r{rnd:02d}:segment"
 
 
 def regression_finding(ctx: CampaignContext, rnd: int) -> Finding | None:

@@ -46,6 +46,7 @@ from pydantic import BaseModel
 from evotrainer import atomic
 from evotrainer.agent.drafts import draft_diagnostic, with_draft
 from evotrainer.agent.regression import DIAGNOSTIC as REGRESSION_DIAGNOSTIC
+from evotrainer.agent.state import segment_id
 from evotrainer.config.harness import HarnessSpec, diff
 from evotrainer.diagnostics.revision import Archive, LabelledRun, RevisionResult, evaluate_revision, record
 from evotrainer.domain import SEVERITY_RANK, Finding
@@ -299,7 +300,7 @@ def label_round(ctx: Any, rnd: int, bt_id: str | None, harness: HarnessSpec, reg
     from evotrainer.store import NotFound
 
     try:
-        seg = store.get_policy_version(f"{cid}:r{rnd:02d}:segment")
+        seg = store.get_policy_version(segment_id(cid, rnd))
     except NotFound:
         seg = None
     if seg is not None and seg.run_name:

@@ -14,6 +14,11 @@ from typing import Any, Callable, TypedDict
 from evotrainer.config.campaign import CampaignSpec
 
 
+def segment_id(campaign_id: str, rnd: int) -> str:
+    """The policy version id of round ``rnd``'s mainline segment (what movement, regression and revision look up)."""
+    return f"{campaign_id}:r{rnd:02d}:segment"
+
+
 class CampaignState(TypedDict, total=False):
     campaign_id: str
     round: int
