@@ -102,8 +102,9 @@ def round_one(tmp_path):
     return _round_one(tmp_path)
 
 
-def _round_one(tmp_path, history: bool = True):
-    """The ``round_one`` fixture; ``history`` False: round 0 decided nothing (no re-test, no Optuna history)."""
+def _round_one(tmp_path, history: bool = True, without: tuple[str, ...] = ()):
+    """The ``round_one`` fixture; ``history`` False: round 0 decided nothing (no re-test, no Optuna history);
+    ``without``: skills removed from the campaign's copy of the seed library."""
     from evotrainer.agent.brains.heuristic import HeuristicBrain
     from evotrainer.agent.state import CampaignContext
     from evotrainer.config.campaign import CampaignSpec
@@ -118,6 +119,8 @@ def _round_one(tmp_path, history: bool = True):
     store.add_harness_version(h.version, None, h.model_dump(mode="json"), [])
     library = tmp_path / "lib"
     shutil.copytree(SEED_LIBRARY, library)
+    for slug in without:
+        shutil.rmtree(library / slug)
     ctx = CampaignContext(campaign_id="c", spec=spec, home=Path(tmp_path), store=store, brain=HeuristicBrain(),
                           pool=None, tracker=None, library=library)
     hyp = Hypothesis(symptom="plateau", cause="the recipe is stuck", change="a change", expected_effect="accuracy up")
@@ -176,6 +179,16 @@ def test_a_stuck_round_with_nothing_to_retest_backtests_the_interim_and_the_brac
     first, second = store.list_proposals("c", round=1)
     assert "stuck round's interim arm" in first.rationale and "the geometric middle" in first.hypothesis.change
     assert "bracket" in second.rationale
+
+
+def test_a_stuck_round_with_no_raise_in_the_library_backtests_the_built_in_one(tmp_path):
+    """A user's library without ``raise-lr``: the stuck round still raises the step (×3, moved to the interim ×27,
+    beside the ×243 bracket), drafted by the campaign, instead of backtesting nothing."""
+    proposals, store = _round_one(tmp_path, history=False, without=("raise-lr",))(changed=0)
+    assert proposals == [("optim.learning_rate", 2.7e-5), ("optim.learning_rate", 2.43e-4)]
+    assert {p.brain for p in store.list_proposals("c", round=1)} == {"built-in"}
+    (ev,) = store.events("c", kind="brain")
+    assert any("no change that makes the update larger" in n for n in ev.message["notes"])
 
 
 def test_a_moving_round_proposes_from_the_whole_library(round_one):

@@ -23,9 +23,10 @@ from evotrainer.domain import Hypothesis, PolicyVersion, ProposalDraft
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
-def _campaign(home: Path, cid: str, selection: float, brain=None):
+def _campaign(home: Path, cid: str, selection: float, brain=None, without: tuple[str, ...] = ()):
     """Round 0 of campaign ``cid`` after a first segment that ended at ``selection`` on the selection split (the base
-    policy scored 0.25), its rollouts all wrong; returns a function that diagnoses and proposes as the graph does."""
+    policy scored 0.25), its rollouts all wrong; returns a function that diagnoses and proposes as the graph does.
+    ``without``: skills removed from the campaign's copy of the seed library (a user's library that lacks them)."""
     from evotrainer.agent.brains.heuristic import HeuristicBrain
     from evotrainer.agent.nodes import _keep_best, diagnose, propose
     from evotrainer.agent.state import CampaignContext
@@ -41,6 +42,8 @@ def _campaign(home: Path, cid: str, selection: float, brain=None):
     store.add_harness_version(h.version, None, h.model_dump(mode="json"), [])
     library = home / f"lib-{cid}"
     shutil.copytree(SEED_LIBRARY, library)
+    for slug in without:
+        shutil.rmtree(library / slug)
     ctx = CampaignContext(campaign_id=cid, spec=spec, home=home, store=store, brain=brain or HeuristicBrain(),
                           pool=None, tracker=None, library=library)
     store.log_event(cid, "explore_start", {"policy": "/policies/base", "accuracy": 0.25})
@@ -120,3 +123,55 @@ def test_the_regression_finding_is_no_diagnostic_verdict_for_the_revision_rule(t
     findings, _ = run()
     assert "regression" in {f.symptom for f in findings}
     assert "regression" not in flags(findings) and flags(findings)  # the rollout diagnostics' own warnings stay
+
+
+def test_a_library_without_a_smaller_step_gets_the_built_in_one(tmp_path):
+    """A user's library that lacks ``lower-lr``: the round still backtests a halving (and its bracket), drafted by the
+    campaign itself and labelled so, instead of proposing nothing and retraining the recipe that undid the policy."""
+    run = _campaign(tmp_path, "g", selection=0.002, without=("lower-lr",))
+    _, proposals = run()
+    assert proposals == [("optim.learning_rate", 1.5e-4), ("optim.learning_rate", 9.37e-6)]
+    props = run.store.list_proposals("g", round=0)
+    assert {p.brain for p in props} == {"built-in"} and props[0].hypothesis.symptom == "regression"
+    assert props[0].cited_skills == [] and "built-in step-size draft" in props[0].rationale
+    (ev,) = run.store.events("g", kind="brain")
+    assert any("the library has no change that makes the update smaller: the built-in optim.learning_rate → 0.00015"
+               in n for n in ev.message["notes"])
+
+
+def test_the_built_in_step_also_stands_in_when_the_brain_drafts_only_what_the_rule_drops(tmp_path):
+    class _Filter(_Raiser):
+        def propose(self, ctx):
+            return super().propose(ctx).model_copy(update={"drafts": super().propose(ctx).drafts[1:2]})
+
+    run = _campaign(tmp_path, "h", selection=0.002, brain=_Filter(), without=("lower-lr",))
+    _, proposals = run()
+    assert proposals[0] == ("optim.learning_rate", 1.5e-4) and ("data.drop_all_wrong", True) not in proposals
+
+
+def test_a_brain_that_declines_the_librarys_smaller_step_is_not_overruled(tmp_path):
+    class _Silent:
+        name = "silent"
+
+        def propose(self, ctx):
+            assert [c.id for c in ctx.candidates] == ["lower-lr"]  # offered, and declined
+            return BrainResult(brain=self.name, drafts=[])
+
+    _, proposals = _campaign(tmp_path, "i", selection=0.002, brain=_Silent())()
+    assert proposals == []
+
+
+def test_the_built_in_step_skips_refuted_values_and_stops_at_the_bounds():
+    from evotrainer.agent.brains.base import RefutedChange
+    from evotrainer.agent.fallback import step_draft
+
+    h = HarnessSpec().with_knob("optim.learning_rate", 3e-4)
+    refuted = [RefutedChange(knob="optim.learning_rate", value=1.5e-4, outcome="reject")]
+    assert step_draft(h, "smaller", refuted).value == 7.5e-5
+    assert step_draft(h, "larger", refuted).value == 9e-4
+    assert step_draft(h, "larger", [*refuted, RefutedChange(knob="optim.learning_rate", value=9e-4,
+                                                            outcome="reject")]).value == 2.7e-3
+    every = [RefutedChange(knob="optim.learning_rate", value=v, outcome="reject") for v in (1.5e-4, 7.5e-5, 3.75e-5)]
+    assert step_draft(h, "smaller", every) is None
+    near_top = HarnessSpec().with_knob("optim.learning_rate", 0.05)  # the knob's bound is 0.1
+    assert step_draft(near_top, "larger", []) is None  # ×3 leaves the bounds: no draft

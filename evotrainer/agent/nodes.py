@@ -19,6 +19,8 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from evotrainer.agent.brains.base import BrainContext, RefutedChange
+from evotrainer.agent.fallback import BRAIN as BUILTIN
+from evotrainer.agent.fallback import is_builtin, step_draft
 from evotrainer.agent.movement import STUCK_WHY, noninferiority, round_stuck
 from evotrainer.agent.regression import REGRESSED_WHY, regressed, regression_finding
 from evotrainer.agent.state import CampaignContext, CampaignState, segment_id
@@ -456,6 +458,11 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
             why = "the mainline is stuck" if stuck else "the mainline regressed"
             notes = [*result.notes, *([f"{why}: dropped {', '.join(dropped)} (only changes that make the update "
                                        f"{step} can act on it)"] if dropped else [])]
+            # the library offered no such change (a brain that declined one it offered is not overruled)
+            if not movers and not candidates and (fb := step_draft(harness, step, bctx.refuted)) is not None:
+                movers = [fb]
+                notes.append(f"{why} and the library has no change that makes the update {step}: the built-in "
+                             f"{fb.knob} → {fb.value!r}")
             result = result.model_copy(update={"drafts": movers, "notes": notes})
         ctx.store.log_event(ctx.campaign_id, "brain", {"round": rnd, "brain": result.brain, "notes": result.notes,
                                                        "tokens": result.tokens})
@@ -490,7 +497,8 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
             status = "screened" if screening is not None and screening.nil else "pending_review"
             ctx.store.add_proposal(Proposal(
                 id=pid, campaign_id=ctx.campaign_id, round=rnd, knob=d.knob, old=knobs[d.knob], new=value,
-                hypothesis=d.hypothesis, rationale=rationale, cited_skills=d.cited_skills, brain=result.brain,
+                hypothesis=d.hypothesis, rationale=rationale, cited_skills=d.cited_skills,
+                brain=BUILTIN if is_builtin(d) else result.brain,
                 status=status, harness_version=harness.version, created=_now()))
             if screening is not None and screening.screenable:
                 ctx.store.log_event(ctx.campaign_id, "screening", {"round": rnd, "proposal": pid,
