@@ -9,6 +9,15 @@ describe prompts it can meet; its own seed decides which of them it draws, and i
 
 The segment dataset is a list of ``steps × prompts_per_step`` problems drawn from the (filtered, weighted)
 pool; TRL's sampler then repeats each one ``num_generations`` times.
+
+**One stream per seed** (:func:`stream_problems`). A job's problems are a window of a sequence fixed by the pool,
+the weights and the job's seed, starting where its fork point lies on the lineage's step axis — not a fresh draw
+per segment. So a job trained in pieces (a campaign's segments, each a fork of the last under the same harness and
+seed) meets the very prompts a single run of the whole length would, in the same order: a campaign that changes
+nothing trains the user's run, not a neighbouring path (on agentic at lr 3e-4 one such neighbour ended 6.6 points
+from the single run, bench/RESULTS.md §7 session 27). Two arms forked from one parent with one seed still share
+their window (common random numbers). Uniform weights walk the pool epoch by epoch, each epoch a seeded shuffle (no
+prompt twice before every prompt once); weighted ones draw with replacement, one draw per prompt slot.
 """
 
 from __future__ import annotations
@@ -79,11 +88,23 @@ def selection_weights(pool: list[Problem], harness: HarnessSpec, stats: pd.DataF
     return weights, report
 
 
-def segment_problems(pool: list[Problem], weights: list[float], n: int, seed: int) -> list[Problem]:
-    rng = random.Random(seed)
-    if all(w == 1.0 for w in weights) and n <= len(pool):
-        return rng.sample(pool, n)
-    return rng.choices(pool, weights=weights, k=n)
+def stream_problems(pool: list[Problem], weights: list[float], seed: int, start: int, n: int) -> list[Problem]:
+    """Problems ``start`` to ``start + n`` of the stream ``seed`` gives ``pool`` under ``weights`` (module
+    docstring): any window is the same slice of one sequence, whatever the windows before it."""
+    if start < 0 or n < 0:
+        raise ValueError(f"a stream window needs start >= 0 and n >= 0, not start={start}, n={n}")
+    if all(w == 1.0 for w in weights):
+        out: list[Problem] = []
+        size, at = len(pool), start
+        while len(out) < n:
+            epoch, offset = divmod(at, size)
+            order = list(range(size))
+            random.Random(f"{seed}:epoch:{epoch}").shuffle(order)
+            take = order[offset : offset + n - len(out)]
+            out.extend(pool[i] for i in take)
+            at += len(take)
+        return out
+    return random.Random(f"{seed}:weighted").choices(pool, weights=weights, k=start + n)[start:]
 
 
 ROW_COLUMNS = ("prompt", "problem_id", "answer", "difficulty", "meta")

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from evotrainer.config.harness import HarnessSpec
-from evotrainer.data import build_pool, difficulty_range, segment_problems, selection_weights, to_dataset
+from evotrainer.data import build_pool, difficulty_range, selection_weights, stream_problems, to_dataset
 from evotrainer.errors import ConfigError
 from evotrainer.evidence import prompt_pass_stats
 from evotrainer.tasks import get_task
@@ -40,7 +40,7 @@ def test_drop_rules_and_difficulty_targeting():
     assert w[1] == 0.0 and w[0] == 1.0 and rep["dropped_all_wrong"] == 1
     w, _ = selection_weights(pool, h.with_knob("data.sampling", "difficulty_targeted"), stats)
     assert w[2] == 1.0 > w[3] > w[0] and w[0] == w[1] == 0.05  # peak at pass rate 0.5
-    chosen = segment_problems(pool, [0.0] * 15 + [1.0], 10, seed=0)
+    chosen = stream_problems(pool, [0.0] * 15 + [1.0], 0, 0, 10)
     assert {p.id for p in chosen} == {ids[15]}
     ds = to_dataset(chosen)
     assert set(ds.column_names) == {"prompt", "problem_id", "answer", "difficulty", "meta"} and len(ds) == 10
@@ -52,3 +52,22 @@ def test_difficulty_range_defaults_and_bounds():
     assert difficulty_range(task, HarnessSpec().with_knob("data.difficulty", [1, 2])) == (1, 2)
     with pytest.raises(ConfigError, match="1..6"):
         difficulty_range(task, HarnessSpec().with_knob("data.difficulty", [2, 7]))
+
+
+def test_any_window_of_a_seeds_stream_is_the_same_slice_of_one_sequence():
+    """A job trained in pieces (forks under one seed) meets the prompts one longer run would, in its order."""
+    pool = build_pool(get_task("arith"), HarnessSpec().with_knob("data.pool_size", 16), seed=0)
+    for weights in ([1.0] * 16, [0.0] * 4 + [1.0] * 6 + [3.0] * 6):
+        whole = stream_problems(pool, weights, 7, 0, 50)  # three epochs and a bit of a 16-problem pool
+        pieces = stream_problems(pool, weights, 7, 0, 5) + stream_problems(pool, weights, 7, 5, 30) \
+            + stream_problems(pool, weights, 7, 35, 15)
+        assert [p.id for p in pieces] == [p.id for p in whole]
+        assert [p.id for p in stream_problems(pool, weights, 8, 0, 50)] != [p.id for p in whole]  # the seed counts
+    uniform = stream_problems(pool, [1.0] * 16, 7, 0, 48)
+    for epoch in range(3):  # every prompt once per epoch, each epoch in its own order
+        assert sorted(p.id for p in uniform[16 * epoch : 16 * (epoch + 1)]) == sorted(p.id for p in pool)
+    assert uniform[:16] != uniform[16:32]
+    weighted = stream_problems(pool, [0.0] * 4 + [1.0] * 12, 7, 3, 40)
+    assert len(weighted) == 40 and not {p.id for p in weighted} & {p.id for p in pool[:4]}
+    with pytest.raises(ValueError, match="start >= 0"):
+        stream_problems(pool, [1.0] * 16, 7, -1, 5)

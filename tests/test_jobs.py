@@ -268,6 +268,31 @@ def test_the_same_spec_and_seed_give_the_same_metrics_step_for_step(shared_home,
     assert _comparable(Path(c.run_dir)) != ma
 
 
+def test_a_fork_under_its_parents_harness_and_seed_trains_the_steps_one_longer_run_would(shared_home, tmp_path):
+    """A campaign's mainline is a chain of such forks (a segment, then the next from its end): when nothing changes
+    it must be the user's run, not a neighbouring path. The evaluations in between sample (pass@4) and must not
+    move the run either: the longer run evaluates every 2 steps, the pieces only at their ends and starts."""
+    h = tmp_path / "tiny.yaml"
+    h.write_text(TINY_HARNESS)
+    whole = run_job(_spec(h, 4, name="whole", seed=6, save_every=4, eval_every=2), shared_home)
+    first = run_job(_spec(h, 2, name="piece1", seed=6, save_every=2, eval_every=1), shared_home)
+    second = run_job(_spec(h, 2, name="piece2", seed=6, save_every=2, eval_every=2), shared_home, fork="piece1")
+    other = run_job(_spec(h, 2, name="piece2-s7", seed=7, save_every=2, eval_every=2), shared_home, fork="piece1")
+
+    def steps(run) -> list[dict]:  # the training rows (the evaluations differ in schedule on purpose), without the
+        # Trainer's epoch, a fraction of each job's own dataset length
+        return [{k: v for k, v in r.items() if k != "epoch"} for r in _comparable(Path(run.run_dir)) if "loss" in r]
+
+    assert [r["step"] for r in steps(whole)] == [1, 2, 3, 4]
+    assert steps(first) + steps(second) == steps(whole)
+    rollouts = [read_rollouts(Path(r.run_dir)).drop(columns=["run_id"]) for r in (whole, first, second)]
+    pieces = __import__("pandas").concat(rollouts[1:], ignore_index=True)
+    assert pieces.equals(rollouts[0].reset_index(drop=True))
+    # a fork of another seed draws its own prompts and samples: what makes paired backtest seeds independent
+    assert steps(other) != steps(second)
+    assert set(read_rollouts(Path(other.run_dir))["prompt_id"]) != set(rollouts[2]["prompt_id"])
+
+
 def test_a_branch_that_died_after_resuming_from_its_pause_is_read_back_at_its_earlier_looks(first_run, shared_home,
                                                                                              tmp_path):
     """Found by bench/soak.py (owner and group kills): a branch paused at look 2, resumed for look 3 and killed

@@ -10,11 +10,13 @@ lives in ``HOME/jobs/<name>/`` (``meta.json``, ``harness.yaml``, ``metrics.jsonl
   dropping metrics and rollouts recorded past that checkpoint. MLflow metrics for steps it already has
   are not logged twice. To train on past a finished job's target, fork it (same harness or another).
 - **Fork** (``fork=RUN[@STEP]``): a new job that starts from the parent's checkpoint at STEP (default: its
-  latest) with its weights and optimizer moments, optionally under another harness. The copy drops the
-  parent's RNG state (the fork's own seed governs sampling, so paired seeds mean something) and rewrites
-  the learning rate in the optimizer and scheduler state when the harness changed it. Lineage (parent
-  run, step, harness versions) is recorded in ``meta.json`` and as MLflow tags. Forks continue the
-  parent's step numbering, so a campaign's segments line up on one step axis.
+  latest) with its weights and optimizer moments, optionally under another harness. A fork of another seed
+  drops the parent's RNG state (its own seed governs sampling, so paired seeds mean something); one of the
+  parent's seed keeps it. The copy rewrites the learning rate in the optimizer and scheduler state when the
+  harness changed it. Lineage (parent run, step, harness versions) is recorded in ``meta.json`` and as MLflow
+  tags. Forks continue the parent's step numbering, so a campaign's segments line up on one step axis, and the
+  seed's data stream (``data.stream_problems``) from the fork point on: a fork under its parent's harness and
+  seed trains exactly the steps one longer run would (a campaign's healthy mainline is the user's run).
 
 A job directory is complete or absent, and has one writer (``jobs/jobdir.py``): a new job is assembled under
 a hidden name and renamed into place once its ``meta.json`` is written, and the process that trains it
@@ -28,7 +30,6 @@ is one trainer construction (see ``bench/segments.py``).
 from __future__ import annotations
 
 import gc
-import hashlib
 import json
 import shutil
 import time
@@ -175,14 +176,17 @@ def _parse_fork(home: Path, ref: str) -> tuple[Path, int, Path]:
     return parent, step, ckpts[step]
 
 
-def _prepare_fork_checkpoint(src: Path, dst: Path, harness: HarnessSpec, parent_harness: HarnessSpec) -> None:
+def _prepare_fork_checkpoint(src: Path, dst: Path, harness: HarnessSpec, parent_harness: HarnessSpec,
+                             keep_rng: bool) -> None:
+    """The parent's checkpoint as the fork's first one; ``keep_rng`` keeps the parent's RNG state (a fork with the
+    parent's seed), otherwise the fork's own seed governs sampling."""
     import torch
 
     tmp = dst.with_name(dst.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(src, tmp)
-    for f in tmp.glob("rng_state*.pth"):
-        f.unlink()  # the fork's own seed governs sampling
+    for f in [] if keep_rng else tmp.glob("rng_state*.pth"):
+        f.unlink()
     if harness.grpo.use_adaptive_entropy is False:
         (tmp / "entropy_ctrl_state.json").unlink(missing_ok=True)
     new_lr, old_lr = harness.optim.learning_rate, parent_harness.optim.learning_rate
@@ -316,7 +320,7 @@ def grpo_config(harness: HarnessSpec, output_dir: Path, max_steps: int, spec: Jo
         data_seed=spec.seed,
         dataloader_num_workers=0,
         ignore_data_skip=False,
-        shuffle_dataset=False,  # the segment's problems are drawn in a seeded random order (data.segment_problems)
+        shuffle_dataset=False,  # the segment's problems are drawn in a seeded random order (data.stream_problems)
         max_tool_calling_iterations=max_tool_calling_iterations,
         gradient_checkpointing=harness.model.gradient_checkpointing,
         **_device_args(spec.device),
@@ -475,7 +479,8 @@ def run_job(
             if fork_src is not None:
                 (run_dir / "trainer").mkdir(parents=True, exist_ok=True)
                 parent_harness = HarnessSpec.model_validate(parent_meta["harness"])
-                _prepare_fork_checkpoint(fork_src, run_dir / "trainer" / f"{CKPT}{parent_step}", harness, parent_harness)
+                _prepare_fork_checkpoint(fork_src, run_dir / "trainer" / f"{CKPT}{parent_step}", harness, parent_harness,
+                                         keep_rng=spec.seed == parent_meta["spec"]["seed"])
             _write_meta(run_dir, meta)  # last: a run with meta.json is complete enough to resume
             publish(run_dir, final_dir)  # the whole directory appears under its name at once
         except BaseException as err:
@@ -603,7 +608,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
 
     # TRL 1.16 calls transformers APIs deprecated for v6 on every step; the warnings say nothing to our users.
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers(\.|$)")
-    from evotrainer.data import build_pool, needs_pass_stats, segment_problems, selection_weights, to_dataset
+    from evotrainer.data import build_pool, needs_pass_stats, selection_weights, stream_problems, to_dataset
     from evotrainer.evaluation import evaluate, heldout_problems, write_outcomes
     from evotrainer.evidence import RolloutRecorder, prompt_pass_stats
     from evotrainer.jobs.trainer import EvidenceCallback, EvoGRPOTrainer
@@ -633,16 +638,16 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     anc = _ancestor_rollouts(home, meta) if needs_pass_stats(harness) else None
     stats = prompt_pass_stats(anc) if anc is not None else None
     w, data_report = selection_weights(pool, harness, stats)
-    # The data order depends on the seed and the fork point only, never on the (random) MLflow run id: the same
-    # spec and seed give the same run, and paired backtest arms (same parent, same seed) see the same prompts in
-    # the same order (common random numbers), so their difference measures the change rather than the data.
-    seg_seed = int(hashlib.sha256(f"{spec.seed}:{meta['start_step']}".encode()).hexdigest()[:8], 16)
-    n_needed = (target - meta["start_step"]) * harness.grpo.prompts_per_step
-    problems = segment_problems(pool, w, n_needed, seg_seed)  # already in a random order: TRL does not reshuffle
     # A fork continues its parent's step numbering, and the Trainer skips global_step batches when it resumes from
     # a checkpoint. Padding the dataset with the batches the parent consumed makes that skip land exactly on the
     # next unused batch of this job, for a fresh fork, a resume after kill -9, and a paused backtest branch alike.
     pad = meta["start_step"] * harness.grpo.prompts_per_step // harness.grpo.num_iterations
+    # The data order is the seed's stream from the fork point on (data.stream_problems), never the (random) MLflow
+    # run id: the same spec and seed give the same run, a fork under its parent's harness and seed continues the
+    # parent's prompts as one longer run would, and paired backtest arms (same parent, same seed) see the same
+    # prompts in the same order (common random numbers), so their difference measures the change, not the data.
+    n_needed = (target - meta["start_step"]) * harness.grpo.prompts_per_step
+    problems = stream_problems(pool, w, spec.seed, pad, n_needed)  # in a random order: TRL does not reshuffle
     rows = problems[:1] * pad + problems
     dataset = to_dataset(rows, conversational=env_factory is not None)
     if chat:  # the task's chat messages as the prompt; the raw prompt stays for the verifier and the evidence

@@ -16,8 +16,10 @@ schema (see :mod:`evotrainer.evidence`).
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,28 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from evotrainer.evidence import RolloutRecorder, append_metrics
+
+
+@contextmanager
+def untouched_rng():
+    """Run a block without moving the process's random streams (Python's, NumPy's, torch's on every device).
+
+    Why: a held-out evaluation samples (pass@k at temperature 1.0) from the same generators the training rollouts
+    draw from, and it runs between steps, before the checkpoint records their state. Without this, evaluating
+    more or less often changed the run that followed (a job evaluated every 2 steps trained other completions than
+    one evaluated every 4), and a segment that evaluated its end left its continuation on another path than a
+    single run of the same length.
+    """
+    import numpy as np
+    import torch
+
+    py, nps = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []):
+        try:
+            yield
+        finally:
+            random.setstate(py)
+            np.random.set_state(nps)
 
 
 class EvoGRPOTrainer(GRPOTrainer):
@@ -123,7 +147,9 @@ class EvidenceCallback(TrainerCallback):
         if self.evaluate is None:
             return
         t = time.perf_counter()
-        self._emit(step, self.evaluate(step))
+        with untouched_rng():
+            metrics = self.evaluate(step)
+        self._emit(step, metrics)
         self.eval_seconds += time.perf_counter() - t
 
     def on_train_begin(self, args, state, control, **kw):
@@ -131,8 +157,8 @@ class EvidenceCallback(TrainerCallback):
         # included: a fork of a job that saved every 20 steps would save every 20, not every save_every.
         state.compute_steps(args, state.max_steps)
         # only at the job's own start (also a session resumed from it: the runner dropped the row an earlier one
-        # wrote there), never at a resumed or paused step: an evaluation there would draw from the RNG and change
-        # the run
+        # wrote there), never at a resumed or paused step: evaluations keep the run's every-N schedule, whichever
+        # session reaches them
         if self.eval_every and self.eval_at_start and state.global_step == self.first_step:
             self._run_eval(state.global_step)
         self._t = time.perf_counter()
