@@ -125,12 +125,14 @@ def run_static(task: str, harness: Path, seed: int, a: Any, home: Path) -> dict[
     from evotrainer.config.eval import EvalSpec
     from evotrainer.config.harness import load_harness
     from evotrainer.config.job import JobSpec
+    from evotrainer.data import STREAM_VERSION
     from evotrainer.home import jobs_dir
     from evotrainer.jobs.runner import complete_checkpoints, run_job
     from evotrainer.runmeta import read_run_meta
 
     t = time.perf_counter()
-    name = f"static-{harness.stem}-s{seed}-b{a.budget}"
+    # the data stream's version in the name: a run whose prompts another version drew is another job
+    name = f"static-{harness.stem}-s{seed}-b{a.budget}" + (f"-d{STREAM_VERSION}" if STREAM_VERSION > 1 else "")
     run_dir = jobs_dir(home) / name
     meta, done = read_run_meta(run_dir), complete_checkpoints(run_dir)
     if meta is not None and meta.status == "finished" and a.budget in done:
@@ -143,7 +145,7 @@ def run_static(task: str, harness: Path, seed: int, a: Any, home: Path) -> dict[
                       home, resume=resume)
         checkpoint, steps = res.checkpoint, res.steps_done
     budget = load_harness(harness).grpo.max_completion_length
-    return {"accuracy": confirmation_accuracy(task, checkpoint, budget, a.eval_n), "steps": steps,
+    return {"accuracy": confirmation_accuracy(task, checkpoint, budget, a.eval_n), "steps": steps, "job": name,
             "wall_s": round(time.perf_counter() - t, 1), "accuracy_wide": wide_accuracy(task, checkpoint, budget, a)}
 
 

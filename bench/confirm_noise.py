@@ -36,7 +36,7 @@ def _finals(row: dict[str, Any], home: Path, stem: str) -> tuple[str, int]:
 
     if row["arm"] == "campaign":
         return final_policy(row, home)
-    run = home / "jobs" / f"static-{stem}-s{row['seed']}-b{row['budget']}"
+    run = home / "jobs" / row.get("job", f"static-{stem}-s{row['seed']}-b{row['budget']}")  # rows before "job"
     budget = load_harness(run / "harness.yaml").grpo.max_completion_length
     return str(complete_checkpoints(run)[max(complete_checkpoints(run))]), budget
 

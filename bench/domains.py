@@ -60,6 +60,7 @@ def _harness_for(task: str, home: Path, patch: dict | None, name: str) -> str:
 def _finished(home: Path, spec, harness_file: str) -> tuple[str, str] | None:
     """(name, run_dir) of a finished run in ``home`` made from the same job spec, or None."""
     from evotrainer.config.harness import load_harness
+    from evotrainer.data import STREAM_VERSION
 
     version = load_harness(harness_file).version
     want = spec.model_dump(mode="json")
@@ -68,7 +69,7 @@ def _finished(home: Path, spec, harness_file: str) -> tuple[str, str] | None:
         meta = json.loads(meta_file.read_text())
         got = meta.get("spec", {})
         if (meta.get("status") == "finished" and meta.get("harness_version") == version
-                and all(got.get(k) == want[k] for k in keys)):
+                and meta.get("data_stream", 1) == STREAM_VERSION and all(got.get(k) == want[k] for k in keys)):
             return meta["name"], str(meta_file.parent)
     return None
 

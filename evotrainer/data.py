@@ -107,6 +107,12 @@ def stream_problems(pool: list[Problem], weights: list[float], seed: int, start:
     return random.Random(f"{seed}:weighted").choices(pool, weights=weights, k=start + n)[start:]
 
 
+# The version of :func:`stream_problems`' sequence, recorded in each job's ``meta.json`` (``data_stream``): a run whose
+# prompts an earlier version drew is not the run the same spec and seed give now, so whatever reuses finished runs
+# (the benches) must not take one for the other. Runs recorded before the field existed drew a fresh sample per
+# segment (version 1).
+STREAM_VERSION = 2
+
 ROW_COLUMNS = ("prompt", "problem_id", "answer", "difficulty", "meta")
 
 

@@ -285,6 +285,9 @@ def test_a_fork_under_its_parents_harness_and_seed_trains_the_steps_one_longer_r
 
     assert [r["step"] for r in steps(whole)] == [1, 2, 3, 4]
     assert steps(first) + steps(second) == steps(whole)
+    from evotrainer.data import STREAM_VERSION  # what reusing a finished run must match (bench/campaign.py)
+
+    assert json.loads((Path(second.run_dir) / "meta.json").read_text())["data_stream"] == STREAM_VERSION == 2
     rollouts = [read_rollouts(Path(r.run_dir)).drop(columns=["run_id"]) for r in (whole, first, second)]
     pieces = __import__("pandas").concat(rollouts[1:], ignore_index=True)
     assert pieces.equals(rollouts[0].reset_index(drop=True))

@@ -456,6 +456,8 @@ def run_job(
             if spec.policy.real:
                 params["policy.source"] = spec.policy.pretrained or spec.policy.path
             run_id = tracker.create_run(name, tags, params)
+            from evotrainer.data import STREAM_VERSION as data_stream
+
             meta = {
                 "name": name,
                 "run_id": run_id,
@@ -471,6 +473,7 @@ def run_job(
                 # the data pool's seed: a fork keeps its lineage's pool (so the data rules meet the prompts its
                 # ancestors' statistics describe) and samples from it under its own seed
                 "pool_seed": _lineage_pool_seed(home, parent_meta) if parent_meta else spec.seed,
+                "data_stream": data_stream,  # which sequence the seed's prompts come from (data.STREAM_VERSION)
                 "base_policy": str(base_dir),
                 "status": "running",
                 "created": datetime.now(timezone.utc).isoformat(),
