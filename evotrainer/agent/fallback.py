@@ -32,7 +32,7 @@ KNOB = "optim.learning_rate"
 FACTOR: dict[str, float] = {"larger": 3.0, "smaller": 0.5}  # the seed library's raise-lr and lower-lr
 SYMPTOM: dict[str, str] = {"larger": "plateau", "smaller": "regression"}
 MAX_POWER = 3  # ×3, ×9, ×27 (or ×0.5, ×0.25, ×0.125): further than that, the bracket already reached
-BRAIN = "built-in"  # the proposal's ``brain``: not the configured brain's draft
+BRAIN = "built-in"  # the ``brain`` of the proposals made from this draft: not the configured brain's
 RATIONALE = f"{BRAIN} step-size draft"
 
 
@@ -71,7 +71,3 @@ def step_draft(harness: HarnessSpec, step: Literal["larger", "smaller"],
             cited_skills=[], prior=None)
     return None
 
-
-def is_builtin(draft: ProposalDraft) -> bool:
-    """Whether ``draft`` is :func:`step_draft`'s (or the propose node's bracket arm of it, which keeps the rationale)."""
-    return RATIONALE in draft.rationale

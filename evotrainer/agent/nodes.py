@@ -20,7 +20,7 @@ from langgraph.types import Command, interrupt
 
 from evotrainer.agent.brains.base import BrainContext, RefutedChange
 from evotrainer.agent.fallback import BRAIN as BUILTIN
-from evotrainer.agent.fallback import is_builtin, step_draft
+from evotrainer.agent.fallback import step_draft
 from evotrainer.agent.movement import STUCK_WHY, noninferiority, round_stuck
 from evotrainer.agent.regression import REGRESSED_WHY, regressed, regression_finding
 from evotrainer.agent.state import CampaignContext, CampaignState, segment_id
@@ -451,6 +451,7 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
                             only_knobs=list(STEP_SIZE_KNOBS) if step else None, only_step=step,
                             only_why=STUCK_WHY if stuck else REGRESSED_WHY if fell else "")
         result = ctx.brain.propose(bctx)
+        builtin = False  # the round's drafts are the campaign's own step-size draft and its bracket (agent/fallback.py)
         if step:  # a brain may draft outside its candidates (an LLM does): the same rule, re-tests first
             movers = [d for d in result.drafts if acts(d.knob, knobs.get(d.knob), d.value)]
             dropped = [f"{d.knob}={d.value!r}" for d in result.drafts if d not in movers]
@@ -460,7 +461,7 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
                                        f"{step} can act on it)"] if dropped else [])]
             # the library offered no such change (a brain that declined one it offered is not overruled)
             if not movers and not candidates and (fb := step_draft(harness, step, bctx.refuted)) is not None:
-                movers = [fb]
+                movers, builtin = [fb], True
                 notes.append(f"{why} and the library has no change that makes the update {step}: the built-in "
                              f"{fb.knob} → {fb.value!r}")
             result = result.model_copy(update={"drafts": movers, "notes": notes})
@@ -498,7 +499,7 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
             ctx.store.add_proposal(Proposal(
                 id=pid, campaign_id=ctx.campaign_id, round=rnd, knob=d.knob, old=knobs[d.knob], new=value,
                 hypothesis=d.hypothesis, rationale=rationale, cited_skills=d.cited_skills,
-                brain=BUILTIN if is_builtin(d) else result.brain,
+                brain=BUILTIN if builtin else result.brain,
                 status=status, harness_version=harness.version, created=_now()))
             if screening is not None and screening.screenable:
                 ctx.store.log_event(ctx.campaign_id, "screening", {"round": rnd, "proposal": pid,
