@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -289,7 +290,7 @@ def test_a_fork_under_its_parents_harness_and_seed_trains_the_steps_one_longer_r
 
     assert json.loads((Path(second.run_dir) / "meta.json").read_text())["data_stream"] == STREAM_VERSION == 2
     rollouts = [read_rollouts(Path(r.run_dir)).drop(columns=["run_id"]) for r in (whole, first, second)]
-    pieces = __import__("pandas").concat(rollouts[1:], ignore_index=True)
+    pieces = pd.concat(rollouts[1:], ignore_index=True)
     assert pieces.equals(rollouts[0].reset_index(drop=True))
     # a fork of another seed draws its own prompts and samples: what makes paired backtest seeds independent
     assert steps(other) != steps(second)

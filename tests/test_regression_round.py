@@ -142,7 +142,8 @@ def test_a_library_without_a_smaller_step_gets_the_built_in_one(tmp_path):
 def test_the_built_in_step_also_stands_in_when_the_brain_drafts_only_what_the_rule_drops(tmp_path):
     class _Filter(_Raiser):
         def propose(self, ctx):
-            return super().propose(ctx).model_copy(update={"drafts": super().propose(ctx).drafts[1:2]})
+            drafted = super().propose(ctx)
+            return drafted.model_copy(update={"drafts": drafted.drafts[1:2]})  # only the data filter
 
     run = _campaign(tmp_path, "h", selection=0.002, brain=_Filter(), without=("lower-lr",))
     _, proposals = run()

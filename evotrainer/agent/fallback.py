@@ -17,13 +17,13 @@ search. Cited as no skill: the outcome is still distilled into the library like 
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal
 
 from evotrainer.agent.brains.base import RefutedChange
 from evotrainer.config.harness import HarnessSpec
 from evotrainer.domain import Hypothesis, ProposalDraft
 from evotrainer.errors import ConfigError
+from evotrainer.library.candidates import same_value
 from evotrainer.library.changes import resolve_value
 from evotrainer.library.format import Intervention
 from evotrainer.symptoms import SYMPTOMS
@@ -37,8 +37,7 @@ RATIONALE = f"{BRAIN} step-size draft"
 
 
 def _refuted(value: Any, refuted: list[RefutedChange]) -> bool:
-    return any(r.knob == KNOB and isinstance(r.value, (int, float))
-               and math.isclose(float(r.value), float(value), rel_tol=1e-6) for r in refuted)
+    return any(r.knob == KNOB and same_value(r.value, value) for r in refuted)
 
 
 def step_draft(harness: HarnessSpec, step: Literal["larger", "smaller"],
@@ -70,4 +69,3 @@ def step_draft(harness: HarnessSpec, step: Literal["larger", "smaller"],
                       + (f" (×{FACTOR[step]:g} to ×{FACTOR[step] ** (power - 1):g} already refuted)" if power > 1 else ""),
             cited_skills=[], prior=None)
     return None
-

@@ -43,7 +43,8 @@ def to_candidates(items: Iterable[Skill | Hit], harness: HarnessSpec) -> list[Ca
     return out
 
 
-def _same_value(a: Any, b: Any) -> bool:
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two knob values are the same move's value (numbers up to float noise, a list equal to a tuple)."""
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and not isinstance(b, bool):
         return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-12)
     return (list(a) if isinstance(a, (list, tuple)) else a) == (list(b) if isinstance(b, (list, tuple)) else b)
@@ -55,5 +56,5 @@ def _effects(s: Skill, value: Any) -> list[float]:
     the library has tried this very value, only those backtests count; otherwise the skill's whole record
     does. A blocked branch scored higher through an exploit: its effect is no evidence for the skill."""
     usable = [e for e in s.evidence if e.effect is not None and e.outcome != "blocked"]
-    same = [e for e in usable if e.value is not None and _same_value(e.value, value)]
+    same = [e for e in usable if e.value is not None and same_value(e.value, value)]
     return [e.effect for e in (same or usable)]
