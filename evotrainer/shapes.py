@@ -250,11 +250,15 @@ class ExploreMode(_Doc):
 
     round: int
     healthy: bool = Field(..., description="No finding at warning or critical, and the mainline above the base policy "
-                                           "by more than 2 s.e. on the selection split.")
+                                           "by more than 2 s.e. on the selection split, or moving (moved ≥ "
+                                           "backtest.stuck_share) and not more than 2 s.e. below it.")
     reason: str = Field(..., description="Why, in words.")
     before: float | None = Field(..., description="The base policy's selection-split accuracy.")
     after: float | None = Field(..., description="The mainline's selection-split accuracy.")
     se: float | None = Field(None, description="Standard error of after − before (absent when a finding or a missing score decided).")
+    moved: float | None = Field(None, description="Share of the decision split's answers the round's segment changed, "
+                                                  "when the verdict needed it (absent: it learned, a finding decided, "
+                                                  "or no movement was measured).")
     share: float = Field(..., description="The exploration share the round had: healthy_explore_share or explore_share.")
     allowance: float = Field(..., description="share × budget.total_steps: the steps all rounds' discarded branches "
                                               "may take, this round's included.")

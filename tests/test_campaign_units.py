@@ -950,6 +950,71 @@ def test_a_healthy_round_explores_within_the_healthy_share_and_a_troubled_one_wi
                                                                       (3, True, 40)]
 
 
+def test_a_moving_mainline_is_healthy_unless_it_is_below_the_start_and_a_stuck_one_is_troubled(tmp_path):
+    """The verdict's second way to healthy: a segment that changed a quarter of the decision split's answers while
+    the selection split stayed flat (countdown's tuned recipe after 20 steps, bench/RESULTS.md §7 session 29) is a
+    recipe that trains, not one to explore; a stuck one (under stuck_share changed: the demo's 1e-6) stays troubled,
+    and so does a moving one more than 2 s.e. below the start, or one with a warning."""
+    from datetime import datetime, timezone
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from evotrainer.agent.nodes import _explore_mode
+    from evotrainer.agent.state import segment_id
+    from evotrainer.config.campaign import CampaignSpec
+    from evotrainer.domain import PolicyVersion
+    from evotrainer.evaluation import write_outcomes
+    from evotrainer.shapes import ExploreMode
+    from evotrainer.store import Store
+
+    h = HarnessSpec()
+    spec = CampaignSpec(name="c", eval={"every": 0, "n": 500, "k": 1}, budget={"total_steps": 400})
+    assert spec.backtest.stuck_share == 0.05
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    base = [i % 10 < 3 for i in range(500)]  # the segment's first evaluation: 30 % right
+
+    with Store(f"sqlite:///{tmp_path / 'state.db'}") as store:
+        store.create_campaign("c", "c", spec.model_dump(mode="json"), "t")
+        store.add_harness_version(h.version, None, h.model_dump(mode="json"), [])
+        ctx = SimpleNamespace(store=store, campaign_id="c", spec=spec, home=Path(tmp_path), log=lambda _m: None)
+        store.log_event("c", "explore_start", {"policy": "/base", "accuracy": 0.300})
+
+        def segment(rnd, sel, changed):
+            run = tmp_path / "jobs" / f"seg{rnd}"
+            (run / "eval").mkdir(parents=True)
+            write_outcomes(run, 0, base)
+            write_outcomes(run, 20, [(not o) if j < changed else o for j, o in enumerate(base)])
+            pv = store.add_policy_version(PolicyVersion(
+                id=segment_id("c", rnd), campaign_id="c", parent_id=None, harness_version=h.version,
+                checkpoint=f"/ck/{rnd}", run_name=f"seg{rnd}", mlflow_run_id=None, eval_accuracy=sel, step=20,
+                created=now))
+            return {"mainline": store.set_selection_accuracy(pv.id, sel).id}
+
+        def mode(rnd):
+            return ExploreMode.model_validate(
+                next(e.message for e in store.events("c", kind="explore_mode") if e.message["round"] == rnd))
+
+        _explore_mode(ctx, segment(0, 0.264, 118), 0, [], h)  # −1.3 s.e., 23.6 % of the answers changed
+        assert mode(0).healthy and mode(0).moved == 0.236 and mode(0).allowance == 40
+        assert "moves and is not below the start" in mode(0).reason and "23.6% of the decision" in mode(0).reason
+        # the movement it judged is the round's `movement` event, which the stuck rule then reads
+        assert [e.message["round"] for e in store.events("c", kind="movement")] == [0]
+        _explore_mode(ctx, segment(1, 0.302, 2), 1, [], h)  # flat, 0.4 % changed: stuck
+        assert not mode(1).healthy and "has not learned" in mode(1).reason and mode(1).allowance == 160
+        _explore_mode(ctx, segment(2, 0.240, 150), 2, [], h)  # moving, but −2.1 s.e.
+        assert not mode(2).healthy and "moves but is below the start" in mode(2).reason
+        _explore_mode(ctx, segment(3, 0.264, 150), 3, [_finding("plateau", "warning")], h)
+        assert not mode(3).healthy and mode(3).moved is None  # a warning decides before anything is measured
+        _explore_mode(ctx, segment(4, 0.368, 150), 4, [], h)  # +2.4 s.e.: it learns, movement not needed
+        assert mode(4).healthy and "learns" in mode(4).reason and mode(4).moved is None
+        assert not any(e.message["round"] == 4 for e in store.events("c", kind="movement"))
+        # stuck rounds off (stuck_share null): nothing measures movement, and a flat mainline is troubled as before
+        off = SimpleNamespace(**{**vars(ctx), "spec": spec.model_copy(
+            update={"backtest": spec.backtest.model_copy(update={"stuck_share": None})})})
+        _explore_mode(off, segment(5, 0.264, 118), 5, [], h)
+        assert not mode(5).healthy and mode(5).moved is None
+
+
 def test_a_long_skill_description_is_clipped_into_the_hypothesis_and_the_move_kept():
     """A library's descriptions are free text of any length; the hypothesis's ``change`` holds 300 characters."""
     from evotrainer.agent.brains.heuristic import CHANGE_CHARS, _change

@@ -130,26 +130,39 @@ def judge(home, segment: PolicyVersion, parent: PolicyVersion | None, stuck_shar
     return msg
 
 
-def round_stuck(ctx: CampaignContext, rnd: int) -> bool:
-    """Whether round ``rnd``'s mainline is stuck (spec ``backtest.stuck_share``), judged once on the round's segment
-    and kept as a ``movement`` event, so a resumed round reads the same verdict. A round with no segment of its own
-    (nothing trained yet) is not stuck."""
+def round_movement(ctx: CampaignContext, rnd: int) -> dict[str, Any] | None:
+    """Round ``rnd``'s movement verdict (:func:`judge`, spec ``backtest.stuck_share``), judged once on the round's
+    segment and kept as a ``movement`` event, so a resumed round reads the same verdict. None when stuck rounds are
+    off (``stuck_share`` null) or the round has no segment of its own (nothing trained yet)."""
     for e in ctx.store.events(ctx.campaign_id, kind="movement"):
         if e.message.get("round") == rnd:
-            return bool(e.message.get("stuck"))
+            return e.message
     share = ctx.spec.backtest.stuck_share
     if share is None:
-        return False
+        return None
     try:
         seg = ctx.store.get_policy_version(segment_id(ctx.campaign_id, rnd))
     except NotFound:
-        return False
+        return None
     parent = ctx.store.get_policy_version(seg.parent_id) if seg.parent_id else None
-    verdict = judge(ctx.home, seg, parent, share)
-    ctx.store.log_event(ctx.campaign_id, "movement", {"round": rnd, **verdict})
+    verdict = {"round": rnd, **judge(ctx.home, seg, parent, share)}
+    ctx.store.log_event(ctx.campaign_id, "movement", verdict)
     ctx.log(f"round {rnd}: {verdict['reason']}" + ("; only changes that enlarge the update are backtested"
                                                    if verdict["stuck"] else ""))
-    return bool(verdict["stuck"])
+    return verdict
+
+
+def round_stuck(ctx: CampaignContext, rnd: int) -> bool:
+    """Whether round ``rnd``'s mainline is stuck (:func:`round_movement`); a round without a verdict is not."""
+    verdict = round_movement(ctx, rnd)
+    return bool(verdict and verdict.get("stuck"))
+
+
+def moves(verdict: dict[str, Any] | None) -> bool:
+    """Whether a movement verdict measured the mainline moving: at least ``stuck_share`` of its answers changed
+    (not merely "not stuck", which a split too small to tell, or a segment without a signal, also is)."""
+    return bool(verdict) and verdict.get("moved") is not None and verdict.get("threshold") is not None \
+        and verdict["moved"] >= verdict["threshold"]
 
 
 def noninferiority(ctx: CampaignContext, pid: str, parent: PolicyVersion,

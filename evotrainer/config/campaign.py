@@ -55,8 +55,10 @@ class BudgetSpec(_S):
         0.1, ge=0.0, le=1.0,
         description="The exploration share (in place of explore_share) for a round whose run looks healthy: no "
                     "finding at warning or critical, and the mainline's selection-split accuracy above the base "
-                    "policy's by more than 2 standard errors (it learns). A troubled round (a warning, or a recipe "
-                    "that has not learned since the start, as the demo's 1e-6) still gets explore_share; once the "
+                    "policy's by more than 2 standard errors (it learns), or its segment moved at least "
+                    "backtest.stuck_share of the decision split's answers and left it no more than 2 standard errors "
+                    "below the base (it trains; too early to tell). A troubled round (a warning, a stuck recipe that "
+                    "has not learned since the start, as the demo's 1e-6) still gets explore_share; once the "
                     "latest round's share is spent, the mainline trains the rest. Why: every backtest arm but the "
                     "kept one is a step the mainline does not take, and from a recipe that already learns the "
                     "changes tried rarely pay that back. On the bench (bench/RESULTS.md §7, session 20) 0.1 moved "
