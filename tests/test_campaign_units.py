@@ -996,13 +996,13 @@ def test_a_moving_mainline_is_healthy_unless_it_is_below_the_start_and_a_stuck_o
 
         _explore_mode(ctx, segment(0, 0.264, 118), 0, [], h)  # −1.3 s.e., 23.6 % of the answers changed
         assert mode(0).healthy and mode(0).moved == 0.236 and mode(0).allowance == 40
-        assert "moves and is not below the start" in mode(0).reason and "23.6% of the decision" in mode(0).reason
+        assert "moves, not 2 s.e. below the start" in mode(0).reason and "23.6% of the decision" in mode(0).reason
         # the movement it judged is the round's `movement` event, which the stuck rule then reads
         assert [e.message["round"] for e in store.events("c", kind="movement")] == [0]
         _explore_mode(ctx, segment(1, 0.302, 2), 1, [], h)  # flat, 0.4 % changed: stuck
         assert not mode(1).healthy and "has not learned" in mode(1).reason and mode(1).allowance == 160
         _explore_mode(ctx, segment(2, 0.240, 150), 2, [], h)  # moving, but −2.1 s.e.
-        assert not mode(2).healthy and "moves but is below the start" in mode(2).reason
+        assert not mode(2).healthy and "moves but is over 2 s.e. below the start" in mode(2).reason
         _explore_mode(ctx, segment(3, 0.264, 150), 3, [_finding("plateau", "warning")], h)
         assert not mode(3).healthy and mode(3).moved is None  # a warning decides before anything is measured
         _explore_mode(ctx, segment(4, 0.368, 150), 4, [], h)  # +2.4 s.e.: it learns, movement not needed
