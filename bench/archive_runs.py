@@ -25,7 +25,9 @@ grows by 0.05 — and ``invalid`` only when an exploit happened. Over the second
 greedy accuracy where it has 3+ evaluations there, else strict train accuracy: ``plateau`` when the run has 60+ steps,
 the reward's fitted change is within ±0.05 and accuracy gains at most 0.03 (below 0.95); ``learns_nothing`` when it
 has 100+ steps, accuracy gains at most 0.03 (below 0.95) and the per-step reward's standard deviation is at least
-0.02. ``grad_spike`` is never a label: no recipe was made to destabilise the optimiser, so every one it reports counts
+0.02 — unless the fitted change lies within one standard error of its line, when the run is *ambiguous* for
+that symptom (``unknown`` in the archive, scored neither way; :func:`_trend_labels`, since 2026-11-28).
+``grad_spike`` is never a label: no recipe was made to destabilise the optimiser, so every one it reports counts
 as a false positive (a run whose groups are mostly dead has tiny gradients between a few ordinary ones). For the share symptoms this makes the benchmark a test of the readers and of
 the aggregation across evidence sources at the defined levels (not of the levels). ``--check`` prints the raw numbers
 and the labels they give. Runs are exported
@@ -35,13 +37,14 @@ compactly to ``--export`` (``meta.json``, ``metrics.jsonl``, ``rollouts/``; TRL 
     .venv/bin/python bench/archive_runs.py [--only GROUP ...] [--check]
 
 Groups, in the order they run (each resumable: a run already exported is kept): trl, arith, lr, long1 (the held-out
-long run), countdown, agentic, code, long0, seed1 — most important first, because on a shared 2-core machine the
+long run), countdown, agentic, code, long0, seed1, v4 (four more seeds of the trend recipes) — most important first, because on a shared 2-core machine the
 whole list takes hours (bench/RESULTS.md says which groups ran).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -112,7 +115,24 @@ _add("code-baseline-s0", "code", "job",
 _add("arith-baseline-seed1", "seed1", "job",
      {"task": "arith", "harness": H + "grpo-baseline.yaml", "steps": 300, "seed": 1, "policy": {"seed": 1},
       "eval_every": 50, "eval_n": 500}, ["learns_nothing"], "heldout")
-GROUPS = ["trl", "arith", "lr", "long1", "countdown", "agentic", "code", "long0", "seed1"]
+# v4 (2026-11-28): more seeds of the recipes whose labels are trend symptoms or their absence, added after the
+# ambiguous-trend rule and never read by any threshold or rule before they were scored; seeds alternate halves.
+for seed in (2, 3, 4, 5):
+    split = "tuning" if seed % 2 == 0 else "heldout"
+    _add(f"trl-healthy-s{seed}", "v4", "trl", {"variant": "healthy", "steps": 60, "seed": seed}, [], split)
+    _add(f"trl-lenient-s{seed}", "v4", "trl", {"variant": "lenient", "steps": 60, "seed": seed},
+         ["answer_spraying", "reward_hacking", "too_hard", "truncation"], split, invalid=True)
+    _add(f"arith-lr-tiny-s{seed}", "v4", "job",
+         {"task": "arith", "harness": {"base": H + "grpo-small.yaml", "patch": {"optim": {"learning_rate": 1e-7}}},
+          "steps": 120, "seed": seed, "policy": {"seed": 0}, "eval_every": 20, "eval_n": 200},
+         ["learns_nothing", "plateau"], split)
+    _add(f"arith-healthy-long-s{seed}", "v4", "job",
+         {"task": "arith", "harness": H + "grpo-small.yaml", "steps": 300, "seed": seed, "policy": {"seed": 0},
+          "eval_every": 25, "eval_n": 200}, [], split)
+    _add(f"countdown-baseline-s{seed}", "v4", "job",
+         {"task": "countdown", "harness": H + "grpo-small.yaml", "steps": 60, "seed": seed, "policy": {"seed": 0},
+          "eval_every": 20, "eval_n": 100}, [], split)
+GROUPS = ["trl", "arith", "lr", "long1", "countdown", "agentic", "code", "long0", "seed1", "v4"]
 FIXTURES = {"healthy-s0": [], "lr-too-high-s0": OLD["lr-too-high"][2], "too-short-s0": OLD["too-short"][2],
             "too-easy-s0": OLD["too-easy"][2], "lenient-reward-s0": OLD["lenient-reward"][2]}
 
@@ -170,21 +190,29 @@ def _trl(name: str, spec: dict, home: Path, dest: Path) -> None:
 
 
 def write_archives(export: Path) -> None:
-    entries = []
-    for n, design in FIXTURES.items():
-        labels, exploit = raw_labels(design, raw_numbers(ROOT / "tests" / "fixtures" / "runs" / n))
-        entries.append({"path": str(ROOT / "tests" / "fixtures" / "runs" / n), "labels": labels, "invalid": exploit,
-                        "note": "fixture, seed 0 (the first archive)", "split": "tuning"})
-    for name, r in RUNS.items():
-        if (export / name).is_dir():
-            labels, exploit = raw_labels(r["labels"], raw_numbers(export / name))
-            entries.append({"path": name, "labels": labels, "invalid": exploit,
-                            "note": f"{r['group']}: {json.dumps(r['spec'], sort_keys=True)}; made to show "
-                                    f"{r['labels'] or 'nothing'}", "split": r["split"]})
-    for suffix, keep in (("", None), ("-tuning", "tuning"), ("-heldout", "heldout")):
-        runs = [{k: v for k, v in e.items() if k != "split"} | {"note": f"{e['split']}; {e['note']}"}
-                for e in entries if keep is None or e["split"] == keep]
-        (export / f"archive{suffix}.yaml").write_text(yaml.safe_dump({"runs": runs}, sort_keys=False))
+    """``archive{,-tuning,-heldout}.yaml`` under the labelling rule in use, ``archive-v3labels*.yaml`` under the rule
+    before ambiguous trend labels (2026-11-28), and ``*-heldout-v4.yaml``: the held-out runs added after that rule."""
+    numbers = {n: raw_numbers(ROOT / "tests" / "fixtures" / "runs" / n) for n in FIXTURES}
+    numbers |= {n: raw_numbers(export / n) for n in RUNS if (export / n).is_dir()}
+    for prefix, ambiguous in (("archive", True), ("archive-v3labels", False)):
+        entries = []
+        for n, design in FIXTURES.items():
+            labels, exploit, unsure = raw_labels(design, numbers[n], ambiguous)
+            entries.append({"path": str(ROOT / "tests" / "fixtures" / "runs" / n), "labels": labels,
+                            "invalid": exploit, "unknown": unsure, "note": "fixture, seed 0 (the first archive)",
+                            "split": "tuning", "group": "fixture"})
+        for name, r in RUNS.items():
+            if name in numbers:
+                labels, exploit, unsure = raw_labels(r["labels"], numbers[name], ambiguous)
+                entries.append({"path": name, "labels": labels, "invalid": exploit, "unknown": unsure,
+                                "note": f"{r['group']}: {json.dumps(r['spec'], sort_keys=True)}; made to show "
+                                        f"{r['labels'] or 'nothing'}", "split": r["split"], "group": r["group"]})
+        for suffix, keep in (("", lambda e: True), ("-tuning", lambda e: e["split"] == "tuning"),
+                             ("-heldout", lambda e: e["split"] == "heldout"),
+                             ("-heldout-v4", lambda e: e["split"] == "heldout" and e["group"] == "v4")):
+            runs = [{k: v for k, v in e.items() if k not in ("split", "group")} | {"note": f"{e['split']}; {e['note']}"}
+                    for e in entries if keep(e)]
+            (export / f"{prefix}{suffix}.yaml").write_text(yaml.safe_dump({"runs": runs}, sort_keys=False))
 
 
 def raw_numbers(path: Path) -> dict:
@@ -224,29 +252,69 @@ def raw_numbers(path: Path) -> dict:
             out["spraying"] = round(float(np.mean([len(re.findall(r"-?\d+", str(c))) > 1
                                                    for c in rewarded["completion"]])), 3)
     # progress over the second half: reward (per step) and accuracy (held-out with 3+ points there, else strict train)
+    # The standard error of the fitted change is the least-squares slope's (residual variance / Sxx, n - 2 degrees of
+    # freedom) times the same span; it says how far the change could sit from its estimate by noise alone.
     def change(df, col):
         d = df[["step", col]].dropna()
         d = d[d["step"] >= out["steps"] / 2]
         if len(d) < 2:
-            return None, None, None
-        slope = float(np.polyfit(d["step"], d[col], 1)[0]) * (float(d["step"].max()) - float(d["step"].min()))
-        return round(slope, 3), round(float(d[col].mean()), 3), round(float(d[col].std()), 3)
+            return None, None, None, None
+        x, y = d["step"].to_numpy(float), d[col].to_numpy(float)
+        span = float(x.max() - x.min())
+        slope, icept = np.polyfit(x, y, 1)
+        sxx = float(((x - x.mean()) ** 2).sum())
+        se = (math.sqrt(float(((y - slope * x - icept) ** 2).sum()) / (len(d) - 2) / sxx) * span
+              if len(d) >= 3 and sxx > 0 else None)
+        return (round(float(slope) * span, 3), round(float(y.mean()), 3), round(float(y.std(ddof=1)), 3),
+                None if se is None else round(se, 3))
 
     if "reward" in m:
-        out["reward_change_2nd_half"], _, out["reward_std_2nd_half"] = change(m, "reward")
+        out["reward_change_2nd_half"], _, out["reward_std_2nd_half"], out["reward_change_se"] = change(m, "reward")
     held = m[["step", "eval/greedy_accuracy"]].dropna() if "eval/greedy_accuracy" in m else None
     if held is not None and (held["step"] >= out["steps"] / 2).sum() >= 3:
-        out["acc_change_2nd_half"], out["acc_level_2nd_half"], _ = change(m, "eval/greedy_accuracy")
+        out["acc_change_2nd_half"], out["acc_level_2nd_half"], _, out["acc_change_se"] = change(
+            m, "eval/greedy_accuracy")
         out["acc_source"] = "held-out"
     elif "correct" in r:
         per_step = r.assign(c=r["correct"].astype(float)).groupby("step", as_index=False)["c"].mean()
-        out["acc_change_2nd_half"], out["acc_level_2nd_half"], _ = change(per_step, "c")
+        out["acc_change_2nd_half"], out["acc_level_2nd_half"], _, out["acc_change_se"] = change(per_step, "c")
         out["acc_source"] = "train"
     return out
 
 
-def raw_labels(design: list[str], n: dict) -> tuple[list[str], bool]:
-    """Labels the records support (see the module docstring), and whether an exploit happened."""
+def _trend_labels(n: dict) -> tuple[set[str], set[str]]:
+    """The trend labels (``plateau``, ``learns_nothing``) the records support, and those they cannot decide.
+
+    A trend label compares a fitted change with a line (accuracy gain 0.03, reward change ±0.05). When the change
+    sits within one standard error of its line, noise alone could put it on either side, and neither the label nor
+    its absence can be trusted: the symptom is then *ambiguous* for that run, written to the archive as ``unknown``
+    and not scored there (a finding is neither a hit nor a false alarm). The rule was added on 2026-11-28, after
+    archive v3's held-out misses sat on such lines (``countdown-baseline-s1``'s train accuracy +0.028 against 0.03
+    with a standard error of ~0.05; ``arith-healthy-long-s1``'s +0.039); ``bench/RESULTS.md`` §12 reports both rules,
+    and the runs added after it (group ``v4``) test it on data it was not written for.
+    """
+    acc, level, rc = n.get("acc_change_2nd_half"), n.get("acc_level_2nd_half"), n.get("reward_change_2nd_half")
+    if acc is None or level is None or level >= 0.95:
+        return set(), set()
+    acc_se, rc_se = n.get("acc_change_se") or 0.0, n.get("reward_change_se") or 0.0
+
+    def labels(a: float, r: float | None) -> set[str]:
+        out = set()
+        if a <= 0.03 and n["steps"] >= 60 and r is not None and abs(r) <= 0.05:
+            out.add("plateau")
+        if a <= 0.03 and n["steps"] >= 100 and (n.get("reward_std_2nd_half") or 0) >= 0.02:
+            out.add("learns_nothing")
+        return out
+
+    seen = [labels(a, r) for a in (acc - acc_se, acc, acc + acc_se)
+            for r in ((rc - rc_se, rc, rc + rc_se) if rc is not None else (None,))]
+    sure = labels(acc, rc)
+    return sure, {s for s in ("plateau", "learns_nothing") if len({s in x for x in seen}) > 1}
+
+
+def raw_labels(design: list[str], n: dict, ambiguous: bool = True) -> tuple[list[str], bool, list[str]]:
+    """Labels the records support (see the module docstring), whether an exploit happened, and the trend symptoms
+    they cannot decide (:func:`_trend_labels`; empty with ``ambiguous=False``, the rule before 2026-11-28)."""
     out = []
     if n.get("dead", 0) >= 0.6:
         out.append("dead_groups")
@@ -266,18 +334,14 @@ def raw_labels(design: list[str], n: dict) -> tuple[list[str], bool]:
     acc, rew = n.get("acc_first_last"), n.get("reward_first_last")
     if "reward_hacking" in design and acc and rew and rew[1] > rew[0] and (rew[1] - acc[1]) - (rew[0] - acc[0]) >= 0.05:
         out.append("reward_hacking")
-    acc_change, level = n.get("acc_change_2nd_half"), n.get("acc_level_2nd_half")
-    flat_acc = acc_change is not None and acc_change <= 0.03 and level is not None and level < 0.95
-    rc = n.get("reward_change_2nd_half")
-    if flat_acc and n["steps"] >= 60 and rc is not None and abs(rc) <= 0.05:
-        out.append("plateau")
-    if flat_acc and n["steps"] >= 100 and (n.get("reward_std_2nd_half") or 0) >= 0.02:
-        out.append("learns_nothing")
+    trend, unsure = _trend_labels(n)
+    unsure = unsure if ambiguous else set()
+    out += sorted(trend - unsure)
     for s in ("answer_leak",):  # confirmed from the turns by --check's reader (leak use), kept by design
         if s in design:
             out.append(s)
     exploit = bool({"answer_spraying", "reward_hacking", "answer_leak"} & set(out))
-    return sorted(out), exploit
+    return sorted(out), exploit, sorted(unsure)
 
 
 def check(export: Path) -> None:
@@ -287,8 +351,9 @@ def check(export: Path) -> None:
             continue
         n = raw_numbers(path)
         design = (RUNS.get(name) or {}).get("labels", FIXTURES.get(name))
-        labels, exploit = raw_labels(design, n)
-        print(json.dumps({**n, "design": design, "labels": labels, "invalid": exploit}), flush=True)
+        labels, exploit, unsure = raw_labels(design, n)
+        print(json.dumps({**n, "design": design, "labels": labels, "invalid": exploit, "ambiguous": unsure,
+                          "labels_without_ambiguity": raw_labels(design, n, ambiguous=False)[0]}), flush=True)
 
 
 def main() -> None:

@@ -10,6 +10,10 @@ above; symptoms a run marks ``unknown`` are not scored on it. Thresholds may be 
 results), so every revision's effect is recorded on both.
 
     .venv/bin/python bench/detection_split.py [--export runs/archive-v2] [--params JSON --label NAME]
+                                              [--archive archive|archive-v3labels]
+
+Halves: ``tuning``, ``heldout`` and, when the archive has them, ``heldout-v4`` (the held-out runs added after the
+ambiguous-trend labelling rule, the only ones no rule or threshold was written after).
 """
 
 from __future__ import annotations
@@ -60,9 +64,13 @@ def score(archive_path: Path, reg, stride: int) -> dict:
                     "recall": round(tp / (tp + len(fn)), 3) if tp + len(fn) else None,
                     "false_positives": fp, "misses": fn,
                     "mean_steps_to_first_finding": round(sum(lat) / len(lat), 1) if lat else None}
-    healthy = {pr["run"]: pr["flagged"] for pr in per_run if not pr["labels"] and pr["flagged"]}
+    # a healthy run has no label; a warning on a symptom its records cannot decide (``unknown``) is not held against it
+    healthy = {pr["run"]: sorted(set(pr["flagged"]) - set(pr["unknown"])) for pr in per_run if not pr["labels"]}
     return {"archive": str(archive_path), "runs": len(archive.runs), "per_symptom": table, "per_run": per_run,
-            "healthy_runs_with_warnings": healthy}
+            "healthy_runs": len(healthy), "healthy_runs_with_warnings": {k: v for k, v in healthy.items() if v},
+            "healthy_runs_warned_on_unknown": {pr["run"]: sorted(set(pr["flagged"]) & set(pr["unknown"]))
+                                               for pr in per_run if not pr["labels"]
+                                               and set(pr["flagged"]) & set(pr["unknown"])}}
 
 
 def main() -> None:
@@ -71,6 +79,8 @@ def main() -> None:
     p.add_argument("--params", default=None, help="candidate parameters: JSON {diagnostic: {param: value}}")
     p.add_argument("--label", default="current", help="name of this scoring in the results (e.g. a revision)")
     p.add_argument("--stride", type=int, default=5, help="prefix stride (steps) for steps-to-first-finding")
+    p.add_argument("--archive", default="archive", help="archive file prefix: 'archive' (labels with ambiguous trend "
+                   "symptoms left unknown) or 'archive-v3labels' (the rule before 2026-11-28)")
     a = p.parse_args()
     from evotrainer.config.harness import HarnessSpec
     from evotrainer.diagnostics.registry import Registry
@@ -81,9 +91,12 @@ def main() -> None:
             update={"params": json.loads(a.params)})})
     reg = Registry(harness)
     export = Path(a.export)
-    halves = {half: score(export / f"archive-{half}.yaml", reg, a.stride) for half in ("tuning", "heldout")}
+    halves = {half: score(export / f"{a.archive}-{half}.yaml", reg, a.stride) for half in ("tuning", "heldout")}
+    if (export / f"{a.archive}-heldout-v4.yaml").is_file() and "runs: []" not in (
+            export / f"{a.archive}-heldout-v4.yaml").read_text():
+        halves["heldout-v4"] = score(export / f"{a.archive}-heldout-v4.yaml", reg, a.stride)
     summary = {}
-    for s in sorted(set(halves["tuning"]["per_symptom"]) | set(halves["heldout"]["per_symptom"])):
+    for s in sorted(set().union(*(h["per_symptom"] for h in halves.values()))):
         summary[s] = {half: {k: halves[half]["per_symptom"].get(s, {}).get(k)
                              for k in ("labelled_runs", "tp", "fp", "fn", "precision", "recall",
                                        "mean_steps_to_first_finding")} for half in halves}
@@ -91,8 +104,8 @@ def main() -> None:
     ok = all((v["recall"] or 0) >= 0.9 for v in held["per_symptom"].values() if v["labelled_runs"]) \
         and not held["healthy_runs_with_warnings"]
     out_name = "detection_split" if a.label == "current" else f"detection_split_{a.label}"
-    save(out_name, {"label": a.label, "params": json.loads(a.params) if a.params else {}, "summary": summary,
-                    "halves": halves, "pass_heldout": ok})
+    save(out_name, {"label": a.label, "archive": a.archive, "params": json.loads(a.params) if a.params else {},
+                    "summary": summary, "halves": halves, "pass_heldout": ok})
 
 
 if __name__ == "__main__":
