@@ -296,7 +296,7 @@ def sick() -> dict[str, Evidence]:
 
 def test_registry_covers_every_builtin_symptom():
     assert set(BUILTIN_DIAGNOSTICS) == set(VARIANTS)
-    revised = {"entropy_collapse": "2", "entropy_blowup": "2", "grad_spike": "3", "too_easy": "2", "reward_hacking": "2",
+    revised = {"entropy_collapse": "2", "entropy_blowup": "2", "grad_spike": "3", "too_easy": "2", "reward_hacking": "3",
                "echo": "2", "hardcoding": "3", "nan": "2"}  # see test_entropy_collapse_inside_the_early_window
     for name, cls in BUILTIN_DIAGNOSTICS.items():
         assert cls.name == name and cls.version == revised.get(name, "1")
@@ -494,6 +494,24 @@ def test_reward_hacking_gap_threshold():
     assert severity_of("reward_hacking", ev(0.09)) is None  # v2 threshold 0.1 (a revision, see outcomes.py)
     assert severity_of("reward_hacking", ev(0.11)) == "warning"
     assert severity_of("reward_hacking", ev(0.55)) == "critical"
+
+
+def test_reward_hacking_reads_the_one_reward_optimised_whatever_its_name():
+    """A plain TRL script names its functions itself (`lenient`, with a zero-weight `exact_match` giving strict
+    correctness): the optimised reward equals `lenient` at every step, so `lenient` is the checker gamed, and a gap
+    of 0.13 (under the gain rule's 0.2 rise) is found, v3. Two functions equal to the reward name no single one."""
+    steps = np.arange(1, 41)
+    acc = np.full(40, 0.02)
+    lenient = acc + np.where(steps > 20, 0.13, 0.0) + 0.001 * (steps % 3)
+    m = pd.DataFrame({"step": steps, "accuracy": acc, "reward": lenient, "rewards/lenient/mean": lenient,
+                      "rewards/exact_match/mean": acc})
+    f = fire("reward_hacking", Evidence(metrics=m, rollouts=pd.DataFrame()))
+    assert [x.severity for x in f] == ["warning"] and "rewards/lenient/mean" in f[0].explanation
+    assert f[0].metrics["recent_gap"] > 0.1
+    twice = m.assign(**{"rewards/format/mean": lenient})  # which of two identical functions is the checker?
+    assert not alarms(fire("reward_hacking", Evidence(metrics=twice, rollouts=pd.DataFrame())))
+    mixed = m.assign(reward=lenient + 0.01 * (steps % 2))  # the reward is not one function's: the gain rule only
+    assert not alarms(fire("reward_hacking", Evidence(metrics=mixed, rollouts=pd.DataFrame())))
 
 
 def test_reward_hacking_held_out_rule():

@@ -54,12 +54,17 @@ from evotrainer.evidence import Evidence
 # on the labelled archive of bench/pathological_runs.py: F1 0.5 → 1.0, recall on invalid (exploit) runs
 # 0.33 → 1.0, no false positive on healthy runs (bench/RESULTS.md). Real spraying runs gained 0.1-0.2 of
 # lenient reward while strict accuracy fell, below v1's 0.2 gap.
+# v3 (2026-11-28, bench/RESULTS.md §12): a run whose reward functions carry other names (a plain TRL script's
+# `lenient`, with a zero-weight `exact_match` as strict correctness) fell to the gain rule and its 0.2 rise; the
+# tuning half's `trl-lenient-s2` gamed its checker by a 0.13 gap and was missed. When the optimised reward *is* one
+# function's reward step for step, that function is the checker being optimised, and the gap rule reads it.
 class RewardHacking(BuiltinDiagnostic):
     name = "reward_hacking"
-    version = "2"
+    version = "3"
     symptom = "reward_hacking"
-    signal = ("Correctness reward vs strict accuracy per step (metrics or rollouts): the gap growing from the "
-              "early to the recent window; or reward rising while strict or held-out greedy accuracy does not.")
+    signal = ("Correctness reward (or the one reward function the optimised reward equals) vs strict accuracy per "
+              "step (metrics or rollouts): the gap growing from the early to the recent window; or reward rising "
+              "while strict or held-out greedy accuracy does not.")
     literature = ("Scaling Laws for Reward Model Overoptimization (Gao et al.), arXiv 2210.10760; Defining and "
                   "Characterizing Reward Hacking (Skalse et al.), arXiv 2209.13085.")
     needs = (need("a reward", "metric:rewards/correctness/mean", "rollout:reward_correctness", "metric:reward",
@@ -81,6 +86,8 @@ class RewardHacking(BuiltinDiagnostic):
         corr = metric_or_rollout(ev, "rewards/correctness/mean", "reward_correctness")
         total = metric_or_rollout(ev, "reward", "reward")
         evals = metric_series(ev.metrics, "eval/greedy_accuracy")
+        if corr is None and acc is not None and total is not None:
+            corr = self._sole_reward(ev, total)
         reward = corr or total
         if reward is None or (acc is None and (evals is None or len(evals) < p.min_eval_points)):
             return self.not_enough("a reward (metric or rollouts) and strict accuracy (metric 'accuracy' or "
@@ -111,6 +118,20 @@ class RewardHacking(BuiltinDiagnostic):
                  "rewarded completions with strict verdicts before training further.",
             confidence=conf, steps=steps, examples=examples, metrics=metrics)]
 
+    @staticmethod
+    def _sole_reward(ev: Evidence, total: StepSeries) -> StepSeries | None:
+        """The one reward function the optimised reward equals at every step (3+ steps; a run that optimises a
+        single function, whatever its name, beside zero-weight ones), or None. Two functions equal to it (both
+        constant, say) name no single checker."""
+        found = []
+        for col in (c for c in ev.metrics.columns if str(c).startswith("rewards/") and str(c).endswith("/mean")):
+            s = metric_series(ev.metrics, col)
+            both = pd.concat([total.values, s], axis=1, join="inner").dropna() if s is not None else None
+            if both is not None and len(both) >= 3 and np.allclose(both.iloc[:, 0], both.iloc[:, 1], atol=1e-6) \
+                    and both.iloc[:, 0].nunique() > 1:
+                found.append(StepSeries(s, f"metric '{col}' (the only reward optimised)"))
+        return found[0] if len(found) == 1 else None
+
     def _gap_rule(self, corr: StepSeries, acc: StepSeries, metrics: dict[str, float]):
         p = self.params
         gap = (corr.values - acc.values).dropna()
@@ -125,7 +146,8 @@ class RewardHacking(BuiltinDiagnostic):
         sev: Severity = "critical" if recent >= p.critical_gap else "warning"
         conf = window_confidence(recent, p.gap, p.critical_gap, w.recent, p)
         return [(sev, conf, w.recent.steps,
-                 f"The correctness reward exceeds strict accuracy by {recent:.2f} in steps {w.recent.lo}-{w.recent.hi} "
+                 f"The correctness reward ({corr.source}) exceeds strict accuracy by {recent:.2f} in steps "
+                 f"{w.recent.lo}-{w.recent.hi} "
                  f"(early gap {early:.2f}): rewarded completions are increasingly not strictly correct.")]
 
     def _gain_rule(self, total: StepSeries | None, acc: StepSeries, metrics: dict[str, float]):
