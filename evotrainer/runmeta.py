@@ -33,6 +33,10 @@ class JobTiming(BaseModel):
     train_s: float = Field(0.0, description="Inside the Trainer's train(): the steps and the evaluations.")
     eval_s: float = Field(0.0, description="Held-out evaluations (part of train_s).")
     wall_s: float = Field(0.0, description="The whole session in the job's process, setup and finishing included.")
+    setup_parts: dict[str, float] = Field(default_factory=dict, description=(
+        "setup_s part by part: open (the run's directory, lock and MLflow run), policy (loading it), rewards, pool "
+        "(the data pool and its selection weights, ancestors' pass statistics included), data (the stream window "
+        "and the held-out problems), tracking (steps MLflow lacks), trainer (building it); empty before 2026-11-28."))
 
 
 class RunMeta(BaseModel):

@@ -359,6 +359,10 @@ def test_a_paused_job_resumes_to_the_same_run_as_one_that_never_paused(first_run
     timings = done_meta["timings"]
     assert [(t["start_step"], t["steps_done"]) for t in timings] == [(2, 5), (5, 8)]
     assert all(t["wall_s"] >= t["setup_s"] + t["train_s"] - 0.02 and t["train_s"] >= t["eval_s"] > 0 for t in timings)
+    # the set-up, part by part, adds up to it (rounding aside), the policy load and the trainer's build included
+    parts = {"open", "policy", "rewards", "pool", "data", "tracking", "trainer"}
+    assert all(set(t["setup_parts"]) == parts and abs(sum(t["setup_parts"].values()) - t["setup_s"]) < 0.05
+               and t["setup_parts"]["policy"] > 0 and t["setup_parts"]["trainer"] > 0 for t in timings)
     assert gc.get_freeze_count() == 0  # the objects frozen for training are handed back to the collector
     assert _comparable(run_dir) == _comparable(Path(straight.run_dir))
     # a fork checkpoints on its own interval (3), not its parent's (2), whose TrainerState it restores

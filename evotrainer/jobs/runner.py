@@ -619,7 +619,18 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     from evotrainer.rewards import build_reward_funcs
 
     run_id = meta["run_id"]
+    # where the set-up's seconds go, part by part (meta timings' ``setup_parts``): a session that stalls before its
+    # first step says in which part, without a profiler in the worker
+    parts: dict[str, float] = {"open": time.perf_counter() - t_start - warm_s}
+    mark = [time.perf_counter()]
+
+    def _part(key: str) -> None:
+        now = time.perf_counter()
+        parts[key] = parts.get(key, 0.0) + now - mark[0]
+        mark[0] = now
+
     model, tokenizer = load_policy(base_dir)
+    _part("policy")
     # A multi-turn task trains through TRL's environment support: conversational prompts, a chat template with
     # tool calls, and the environment (with the leak tool only under the trap knob).
     env_factory = task.environment(leak_tool=harness.env.leak_tool)
@@ -636,11 +647,13 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     chat = env_factory is None and chat_format(tokenizer, task)  # a chat model: conversational rows (TRL templates)
     recorder = RolloutRecorder(run_dir, run_id)
     funcs, weights = build_reward_funcs(harness, task, recorder, tokenizer.eos_token_id, chat=chat)
+    _part("rewards")
 
     pool = build_pool(task, harness, meta.get("pool_seed", spec.seed))  # a run from before pool_seed keeps its own
     anc = _ancestor_rollouts(home, meta) if needs_pass_stats(harness) else None
     stats = prompt_pass_stats(anc) if anc is not None else None
     w, data_report = selection_weights(pool, harness, stats)
+    _part("pool")
     # A fork continues its parent's step numbering, and the Trainer skips global_step batches when it resumes from
     # a checkpoint. Padding the dataset with the batches the parent consumed makes that skip land exactly on the
     # next unused batch of this job, for a fresh fork, a resume after kill -9, and a paused backtest branch alike.
@@ -659,6 +672,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     (run_dir / "data_report.json").write_text(json.dumps(data_report, indent=2))
 
     eval_problems = heldout_problems(task, spec.eval) if spec.eval.every else []
+    _part("data")
 
     def _eval(step: int):
         outcomes: list[bool] = []
@@ -672,6 +686,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
 
     # steps (or a step-0 evaluation) that a resume keeps but a kill kept from MLflow; nothing on a new run
     tracker.backfill(run_id, read_metrics(run_dir), start_step)
+    _part("tracking")
 
     def _log(step, metrics):
         tracker.log_metrics(run_id, step, metrics, buffered=True)
@@ -711,6 +726,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
         first_step=meta["start_step"],
     )
     trainer.add_callback(cb)
+    _part("trainer")
     setup_s = time.perf_counter() - t_start - warm_s
     t_train = time.perf_counter()
     # Everything alive now (the libraries, the policy, the data) lives for the whole session: freezing it keeps
@@ -743,7 +759,8 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
         "start_step": start_step,
         "steps_done": trainer.state.global_step, "warm_start_s": round(warm_s, 2), "setup_s": round(setup_s, 2),
         "train_s": round(train_s, 2),
-        "eval_s": round(cb.eval_seconds, 2), "wall_s": round(time.perf_counter() - t_start, 2)})
+        "eval_s": round(cb.eval_seconds, 2), "wall_s": round(time.perf_counter() - t_start, 2),
+        "setup_parts": {k: round(v, 2) for k, v in parts.items()}})
     _write_meta(run_dir, meta)
     tracker.end_run(run_id, "FINISHED")  # a resume reopens it
 
