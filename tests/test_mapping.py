@@ -145,7 +145,9 @@ def test_diagnose_cli_map_options_and_report(tmp_path):
         r = CliRunner().invoke(app, ["diagnose", str(run), "--only", "reward_hacking", "--json", *opts])
         doc = json.loads(r.stdout)
         assert r.exit_code == 0, r.output
-        assert [f["severity"] for f in doc["findings"]] == ["warning"], opts
+        # v3: the reward is the `lenient` function's alone, so the gap rule reads it, and a 0.6 gap is critical
+        assert [f["severity"] for f in doc["findings"]] == ["critical"], opts
+        assert "rewards/lenient/mean" in doc["findings"][0]["explanation"]
         assert doc["evidence"]["correctness"]["rollout"]["how"] == "mapped by the user"
 
 
