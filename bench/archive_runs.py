@@ -252,20 +252,21 @@ def raw_numbers(path: Path) -> dict:
             out["spraying"] = round(float(np.mean([len(re.findall(r"-?\d+", str(c))) > 1
                                                    for c in rewarded["completion"]])), 3)
     # progress over the second half: reward (per step) and accuracy (held-out with 3+ points there, else strict train)
-    # The standard error of the fitted change is the least-squares slope's (residual variance / Sxx, n - 2 degrees of
+    # The standard error of the fitted change is the least-squares slope's (scipy's linregress, n - 2 degrees of
     # freedom) times the same span; it says how far the change could sit from its estimate by noise alone.
     def change(df, col):
+        from scipy.stats import linregress
+
         d = df[["step", col]].dropna()
         d = d[d["step"] >= out["steps"] / 2]
         if len(d) < 2:
             return None, None, None, None
         x, y = d["step"].to_numpy(float), d[col].to_numpy(float)
         span = float(x.max() - x.min())
-        slope, icept = np.polyfit(x, y, 1)
-        sxx = float(((x - x.mean()) ** 2).sum())
-        se = (math.sqrt(float(((y - slope * x - icept) ** 2).sum()) / (len(d) - 2) / sxx) * span
-              if len(d) >= 3 and sxx > 0 else None)
-        return (round(float(slope) * span, 3), round(float(y.mean()), 3), round(float(y.std(ddof=1)), 3),
+        fit = linregress(x, y)
+        # linregress gives no stderr (NaN) for a constant series: its fitted change is exactly 0, with no noise
+        se = (fit.stderr * span if math.isfinite(fit.stderr) else 0.0) if len(d) >= 3 else None
+        return (round(float(fit.slope) * span, 3), round(float(y.mean()), 3), round(float(y.std(ddof=1)), 3),
                 None if se is None else round(se, 3))
 
     if "reward" in m:

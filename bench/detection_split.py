@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import yaml
 from _common import ROOT, parser, save
 
 
@@ -92,9 +93,9 @@ def main() -> None:
     reg = Registry(harness)
     export = Path(a.export)
     halves = {half: score(export / f"{a.archive}-{half}.yaml", reg, a.stride) for half in ("tuning", "heldout")}
-    if (export / f"{a.archive}-heldout-v4.yaml").is_file() and "runs: []" not in (
-            export / f"{a.archive}-heldout-v4.yaml").read_text():
-        halves["heldout-v4"] = score(export / f"{a.archive}-heldout-v4.yaml", reg, a.stride)
+    v4 = export / f"{a.archive}-heldout-v4.yaml"
+    if v4.is_file() and yaml.safe_load(v4.read_text())["runs"]:
+        halves["heldout-v4"] = score(v4, reg, a.stride)
     summary = {}
     for s in sorted(set().union(*(h["per_symptom"] for h in halves.values()))):
         summary[s] = {half: {k: halves[half]["per_symptom"].get(s, {}).get(k)

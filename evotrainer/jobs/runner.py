@@ -621,8 +621,8 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     run_id = meta["run_id"]
     # where the set-up's seconds go, part by part (meta timings' ``setup_parts``): a session that stalls before its
     # first step says in which part, without a profiler in the worker
-    parts: dict[str, float] = {"open": time.perf_counter() - t_start - warm_s}
     mark = [time.perf_counter()]
+    parts: dict[str, float] = {"open": mark[0] - t_start - warm_s}
 
     def _part(key: str) -> None:
         now = time.perf_counter()
@@ -727,7 +727,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     )
     trainer.add_callback(cb)
     _part("trainer")
-    setup_s = time.perf_counter() - t_start - warm_s
+    setup_s = sum(parts.values())
     t_train = time.perf_counter()
     # Everything alive now (the libraries, the policy, the data) lives for the whole session: freezing it keeps
     # the garbage collector from scanning it, both in the full collection accelerate's free_memory() runs at the
