@@ -119,6 +119,13 @@ def test_auto_campaign_runs_end_to_end_within_budget(tmp_path):
     text = CliRunner().invoke(app, ["campaign", "status", cid, "--home", str(home)]).stdout
     assert f"job seconds {js['jobs']:.0f} s in {js['sessions']} job session(s)" in text
     assert f"warm start {js['warm_start']:.0f} s" in text
+    # ... and where the campaign process's own seconds went, node by node (agent/clock.py)
+    ps = doc["process_seconds"]
+    assert {"open", "train_segment", "diagnose", "propose", "backtest", "distill", "finish"} <= set(ps["own"])
+    assert ps["scoring"] > 0  # the final confirmation scores in the worker
+    assert ps["jobs"] > 0 and ps["jobs"] + ps["scoring"] >= js["jobs"] - 0.5  # the waits cover every session
+    assert abs(sum(ps["own"].values()) - ps["own_total"]) < 0.5
+    assert f"campaign process {ps['own_total']:.0f} s of its own work" in text
     # finishing confirmed start and end once on fresh held-out problems; a second confirmation (CLI) agrees
     (ev,) = store.events(cid, kind="confirmation")
     c = ev.message

@@ -197,6 +197,7 @@ def run_campaign(cid: str, home: Path, log: Callable[[str], None] = print, wait:
 
 def _run_owned(cid: str, home: Path, store: Any, camp: Any, owner: Any, log: Callable[[str], None], wait: bool,
                max_rounds: int | None, poll_s: float, pool: Any) -> dict[str, Any]:
+    from evotrainer.agent.clock import NodeClock
     from evotrainer.agent.graph import compile_graph
     from evotrainer.agent.lessons import campaign_library
     from evotrainer.agent.nodes import CampaignStopped
@@ -215,8 +216,10 @@ def _run_owned(cid: str, home: Path, store: Any, camp: Any, owner: Any, log: Cal
     with pool:
         ctx = CampaignContext(campaign_id=cid, spec=spec, home=home, store=store, brain=_brain(spec), pool=pool,
                               tracker=Tracker(home), mlflow_run_id=camp.mlflow_run_id, log=log, started_at=time.time(),
-                              library=campaign_library(home, cid, spec))
+                              library=campaign_library(home, cid, spec),
+                              clock=NodeClock(home / "campaigns" / cid / "timings.jsonl"))
         snap = graph.get_state(config)
+        first, rnd = True, (snap.values or {}).get("round", 0)
         if not snap.values:
             payload: Any = {"campaign_id": cid, "round": 0, "mainline": None, "rounds_without_promotion": 0,
                             "harness_version": camp.spec["initial_harness_version"]}
@@ -224,10 +227,17 @@ def _run_owned(cid: str, home: Path, store: Any, camp: Any, owner: Any, log: Cal
             payload = Command(resume=True) if snap.interrupts else None
         while True:
             store.set_campaign(cid, status="running")
+            # the process's set-up before the first stream (store, graph, library), a review wait before a later one
+            ctx.clock.lap("open" if first else "review_wait", rnd)
+            first = False
             try:
                 # durability="sync": each node's checkpoint is on disk before the next node starts, so a
                 # kill -9 or an early return loses nothing that a node already did.
                 for update in graph.stream(payload, config, context=ctx, stream_mode="updates", durability="sync"):
+                    for node, values in (update.items() if isinstance(update, dict) else ()):
+                        ctx.clock.lap(node, rnd)
+                        if isinstance(values, dict) and isinstance(values.get("round"), int):
+                            rnd = values["round"]  # distill moves on to the next round
                     done = (update.get("distill") or {}) if isinstance(update, dict) else {}
                     if max_rounds is not None and done.get("round", 0) >= max_rounds:
                         log(f"stopping after {max_rounds} round(s) as asked; resume to continue")

@@ -87,7 +87,8 @@ def _run_many(ctx: CampaignContext, jobs: list[tuple[str, HarnessSpec, int, int,
     """
     requests = [_request(ctx, *job) for job in jobs]
     todo = [r for r in requests if r is not None]
-    outcomes = iter(ctx.pool.run_many(todo) if todo else [])
+    with _waiting(ctx, "jobs"):
+        outcomes = iter(ctx.pool.run_many(todo) if todo else [])
     return [_collect(ctx, job[0], job[6], job[7], None if req is None else next(outcomes))
             for job, req in zip(jobs, requests)]
 
@@ -275,7 +276,8 @@ def _score(ctx: CampaignContext, policies: list[tuple[str, int]], split: str = "
            "policies": [list(p) for p in policies], "outcomes": record is not None}
     if merge is not None:
         req["merge"] = merge
-    out = ctx.pool.score(req)
+    with _waiting(ctx, "scoring"):
+        out = ctx.pool.score(req)
     if not out["ok"]:
         ctx.store.log_event(ctx.campaign_id, "scoring_error", {"split": split, "error": out["error"]})
         ctx.log(f"scoring on the {split} split failed: {out['error']}")
@@ -283,6 +285,21 @@ def _score(ctx: CampaignContext, policies: list[tuple[str, int]], split: str = "
     for (run_dir, step), outcomes in zip(record or [], out.get("outcomes") or []):
         write_outcomes(run_dir, step, outcomes, split)
     return [float(a) for a in out["accuracies"]]
+
+
+def _waiting(ctx: CampaignContext, kind: str):
+    """Time a wait on the worker in the campaign's node clock (``agent/clock.py``), when it has one."""
+    from contextlib import nullcontext
+
+    return ctx.clock.waiting(kind) if ctx.clock is not None else nullcontext()
+
+
+def _timed_score(ctx: CampaignContext):
+    """The launcher's ``score``, its wait timed as scoring."""
+    def score(request: dict[str, Any]) -> dict[str, Any]:
+        with _waiting(ctx, "scoring"):
+            return ctx.pool.score(request)
+    return score
 
 
 def _finish(reason: str) -> Command:
@@ -1218,7 +1235,7 @@ def finish(state: CampaignState, runtime: Runtime[CampaignContext]) -> dict:
         from evotrainer.agent.confirm import confirm
 
         c = _guarded(ctx, "confirmation", state.get("round", 0), lambda: confirm(ctx.home, ctx.campaign_id, store=ctx.store,
-                                                                                   score=ctx.pool.score), None)
+                                                                                   score=_timed_score(ctx)), None)
         if c is not None:
             ctx.log(f"confirmed on {c.describe()}")
     ctx.store.set_campaign(ctx.campaign_id, status="finished")

@@ -49,3 +49,4 @@ class CampaignContext:
     log: Callable[[str], None] = field(default=lambda _m: None)
     started_at: float = 0.0
     library: Path | None = None  # the skill library folder this campaign reads and curates
+    clock: Any = None  # an agent.clock.NodeClock: times the nodes' waits on the worker (None: not timed)

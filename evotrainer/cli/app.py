@@ -624,6 +624,12 @@ def _print_status(home: Path, cid: str, as_json: bool) -> None:
                           f"{js['trainer']:.0f} s, held-out evaluation {js['eval']:.0f} s, setup {js['setup']:.0f} s, "
                           + (f"warm start {js['warm_start']:.0f} s, " if js.get("warm_start") else "")
                           + f"other {js['other']:.0f} s", highlight=False)
+    ps = doc["process_seconds"]
+    if ps["laps"]:
+        top = ", ".join(f"{k} {v:.0f} s" for k, v in list(ps["own"].items())[:4])
+        out_console.print(f"[bold]campaign process[/] {ps['own_total']:.0f} s of its own work ({top}); waited "
+                          f"{ps['jobs']:.0f} s on job sessions and {ps['scoring']:.0f} s on scoring in the worker",
+                          highlight=False)
     out_console.print("[bold]where to look[/]")
     out_console.print(f"  MLflow UI:  mlflow ui --backend-store-uri {doc['where']['mlflow']}", highlight=False)
     out_console.print(f"  state DB:   {doc['where']['state']}", highlight=False)
