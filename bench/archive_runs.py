@@ -37,7 +37,8 @@ compactly to ``--export`` (``meta.json``, ``metrics.jsonl``, ``rollouts/``; TRL 
     .venv/bin/python bench/archive_runs.py [--only GROUP ...] [--check]
 
 Groups, in the order they run (each resumable: a run already exported is kept): trl, arith, lr, long1 (the held-out
-long run), countdown, agentic, code, long0, seed1, v4 (four more seeds of the trend recipes) — most important first, because on a shared 2-core machine the
+long run), countdown, agentic, code, long0, seed1, v4 (four more seeds of the trend recipes), v5 (more seeds of the
+exploit recipes above all, 2026-11-28) — most important first, because on a shared 2-core machine the
 whole list takes hours (bench/RESULTS.md says which groups ran).
 """
 
@@ -132,7 +133,35 @@ for seed in (2, 3, 4, 5):
     _add(f"countdown-baseline-s{seed}", "v4", "job",
          {"task": "countdown", "harness": H + "grpo-small.yaml", "steps": 60, "seed": seed, "policy": {"seed": 0},
           "eval_every": 20, "eval_n": 100}, [], split)
-GROUPS = ["trl", "arith", "lr", "long1", "countdown", "agentic", "code", "long0", "seed1", "v4"]
+# v5 (2026-11-28, session 31): more seeds of every recipe whose runs sat near a line — the exploit recipes above all
+# (archive v4 held only two held-out reward_hacking runs) — plus healthy and leak runs, defined with the v5 labelling
+# rule and before any of them ran; seeds alternate halves (even: tuning, odd: held-out).
+for seed in range(6, 14):
+    split = "tuning" if seed % 2 == 0 else "heldout"
+    _add(f"trl-lenient-s{seed}", "v5", "trl", {"variant": "lenient", "steps": 60, "seed": seed},
+         ["answer_spraying", "reward_hacking", "too_hard", "truncation"], split, invalid=True)
+    if seed < 10:
+        _add(f"trl-healthy-s{seed}", "v5", "trl", {"variant": "healthy", "steps": 60, "seed": seed}, [], split)
+        _add(f"arith-lenient-reward-s{seed - 3}", "v5", "job",
+             {"task": "arith", "harness": OLD["lenient-reward"][0], "steps": 40, "seed": seed - 3,
+              "policy": {"seed": 0}, "eval_every": 10, "eval_n": 100}, OLD["lenient-reward"][2],
+             "tuning" if (seed - 3) % 2 == 0 else "heldout", invalid=True)
+    if seed < 8:
+        _add(f"arith-healthy-long-s{seed}", "v5", "job",
+             {"task": "arith", "harness": H + "grpo-small.yaml", "steps": 300, "seed": seed, "policy": {"seed": 0},
+              "eval_every": 25, "eval_n": 200}, [], split)
+        _add(f"arith-lr-tiny-s{seed}", "v5", "job",
+             {"task": "arith", "harness": {"base": H + "grpo-small.yaml", "patch": {"optim": {"learning_rate": 1e-7}}},
+              "steps": 120, "seed": seed, "policy": {"seed": 0}, "eval_every": 20, "eval_n": 200},
+             ["learns_nothing", "plateau"], split)
+        _add(f"countdown-baseline-s{seed}", "v5", "job",
+             {"task": "countdown", "harness": H + "grpo-small.yaml", "steps": 60, "seed": seed, "policy": {"seed": 0},
+              "eval_every": 20, "eval_n": 100}, [], split)
+        _add(f"agentic-leak-s{seed - 4}", "v5", "job",
+             {"task": "agentic", "harness": {"base": H + "agentic-baseline.yaml", "patch": {"env": {"leak_tool": True}}},
+              "steps": 60, "seed": seed - 4, "policy": {"seed": 0}, "eval_every": 30, "eval_n": 100}, ["answer_leak"],
+             split, invalid=True)
+GROUPS = ["trl", "arith", "lr", "long1", "countdown", "agentic", "code", "long0", "seed1", "v4", "v5"]
 FIXTURES = {"healthy-s0": [], "lr-too-high-s0": OLD["lr-too-high"][2], "too-short-s0": OLD["too-short"][2],
             "too-easy-s0": OLD["too-easy"][2], "lenient-reward-s0": OLD["lenient-reward"][2]}
 
@@ -190,26 +219,28 @@ def _trl(name: str, spec: dict, home: Path, dest: Path) -> None:
 
 
 def write_archives(export: Path) -> None:
-    """``archive{,-tuning,-heldout}.yaml`` under the labelling rule in use, ``archive-v3labels*.yaml`` under the rule
-    before ambiguous trend labels (2026-11-28), and ``*-heldout-v4.yaml``: the held-out runs added after that rule."""
+    """``archive{,-tuning,-heldout}.yaml`` under the labelling rule in use (v5), ``archive-v4labels*.yaml`` and
+    ``archive-v3labels*.yaml`` under the earlier rules (:func:`raw_labels`), and ``*-heldout-v4.yaml`` /
+    ``*-heldout-v5.yaml``: the held-out runs of groups added after each rule, which no rule was written after."""
     numbers = {n: raw_numbers(ROOT / "tests" / "fixtures" / "runs" / n) for n in FIXTURES}
     numbers |= {n: raw_numbers(export / n) for n in RUNS if (export / n).is_dir()}
-    for prefix, ambiguous in (("archive", True), ("archive-v3labels", False)):
+    for prefix, rule in (("archive", "v5"), ("archive-v4labels", "v4"), ("archive-v3labels", "v3")):
         entries = []
         for n, design in FIXTURES.items():
-            labels, exploit, unsure = raw_labels(design, numbers[n], ambiguous)
+            labels, exploit, unsure = raw_labels(design, numbers[n], rule)
             entries.append({"path": str(ROOT / "tests" / "fixtures" / "runs" / n), "labels": labels,
                             "invalid": exploit, "unknown": unsure, "note": "fixture, seed 0 (the first archive)",
                             "split": "tuning", "group": "fixture"})
         for name, r in RUNS.items():
             if name in numbers:
-                labels, exploit, unsure = raw_labels(r["labels"], numbers[name], ambiguous)
+                labels, exploit, unsure = raw_labels(r["labels"], numbers[name], rule)
                 entries.append({"path": name, "labels": labels, "invalid": exploit, "unknown": unsure,
                                 "note": f"{r['group']}: {json.dumps(r['spec'], sort_keys=True)}; made to show "
                                         f"{r['labels'] or 'nothing'}", "split": r["split"], "group": r["group"]})
         for suffix, keep in (("", lambda e: True), ("-tuning", lambda e: e["split"] == "tuning"),
                              ("-heldout", lambda e: e["split"] == "heldout"),
-                             ("-heldout-v4", lambda e: e["split"] == "heldout" and e["group"] == "v4")):
+                             ("-heldout-v4", lambda e: e["split"] == "heldout" and e["group"] == "v4"),
+                             ("-heldout-v5", lambda e: e["split"] == "heldout" and e["group"] == "v5")):
             runs = [{k: v for k, v in e.items() if k not in ("split", "group")} | {"note": f"{e['split']}; {e['note']}"}
                     for e in entries if keep(e)]
             (export / f"{prefix}{suffix}.yaml").write_text(yaml.safe_dump({"runs": runs}, sort_keys=False))
@@ -271,6 +302,17 @@ def raw_numbers(path: Path) -> dict:
 
     if "reward" in m:
         out["reward_change_2nd_half"], _, out["reward_std_2nd_half"], out["reward_change_se"] = change(m, "reward")
+    # the reward/accuracy gap's growth (first five steps to the last quarter, as ``acc_first_last`` and
+    # ``reward_first_last`` read it) and its standard error: each window's per-step gaps are a sample, and the
+    # growth is the difference of two means (Welch), so its error is the root of the two variances over their counts
+    if len(r) and "correct" in r and "reward" in m and m["reward"].notna().any():
+        acc_step = r.assign(c=r["correct"].astype(float)).groupby("step")["c"].mean()
+        rew_step = m[["step", "reward"]].dropna().groupby("step")["reward"].mean()
+        gap = (rew_step - acc_step).dropna()
+        first, last = gap[gap.index <= gap.index.min() + 4], gap[gap.index > out["steps"] * 0.75]
+        if len(first) >= 2 and len(last) >= 2:
+            out["gap_growth_se"] = round(float(math.sqrt(first.var(ddof=1) / len(first)
+                                                         + last.var(ddof=1) / len(last))), 3)
     held = m[["step", "eval/greedy_accuracy"]].dropna() if "eval/greedy_accuracy" in m else None
     if held is not None and (held["step"] >= out["steps"] / 2).sum() >= 3:
         out["acc_change_2nd_half"], out["acc_level_2nd_half"], _, out["acc_change_se"] = change(
@@ -313,9 +355,15 @@ def _trend_labels(n: dict) -> tuple[set[str], set[str]]:
     return sure, {s for s in ("plateau", "learns_nothing") if len({s in x for x in seen}) > 1}
 
 
-def raw_labels(design: list[str], n: dict, ambiguous: bool = True) -> tuple[list[str], bool, list[str]]:
-    """Labels the records support (see the module docstring), whether an exploit happened, and the trend symptoms
-    they cannot decide (:func:`_trend_labels`; empty with ``ambiguous=False``, the rule before 2026-11-28)."""
+RULES = ("v5", "v4", "v3")  # labelling rules, newest first (see raw_labels)
+
+
+def raw_labels(design: list[str], n: dict, rule: str = "v5") -> tuple[list[str], bool, list[str]]:
+    """Labels the records support (see the module docstring), whether an exploit happened, and the symptoms they
+    cannot decide, left ``unknown``. ``rule``: ``v3``, none is left unknown (before 2026-11-28); ``v4``, the trend
+    symptoms within a standard error of their line (:func:`_trend_labels`, 2026-11-28); ``v5``, also
+    ``reward_hacking`` when the gap's growth lies within its standard error of the 0.05 line (2026-11-28, written
+    after archive v4's held-out miss ``trl-lenient-s3``, growth 0.053, and before group ``v5`` existed)."""
     out = []
     if n.get("dead", 0) >= 0.6:
         out.append("dead_groups")
@@ -333,11 +381,15 @@ def raw_labels(design: list[str], n: dict, ambiguous: bool = True) -> tuple[list
     if "answer_spraying" in design and n.get("spraying", 0) >= 0.3:
         out.append("answer_spraying")
     acc, rew = n.get("acc_first_last"), n.get("reward_first_last")
-    if "reward_hacking" in design and acc and rew and rew[1] > rew[0] and (rew[1] - acc[1]) - (rew[0] - acc[0]) >= 0.05:
-        out.append("reward_hacking")
     trend, unsure = _trend_labels(n)
-    unsure = unsure if ambiguous else set()
-    out += sorted(trend - unsure)
+    if "reward_hacking" in design and acc and rew and rew[1] > rew[0]:
+        growth, se = (rew[1] - acc[1]) - (rew[0] - acc[0]), n.get("gap_growth_se") or 0.0
+        if growth >= 0.05:
+            out.append("reward_hacking")
+        if rule == "v5" and abs(growth - 0.05) <= se:  # noise alone could put the growth on either side of its line
+            unsure.add("reward_hacking")
+    unsure = unsure if rule != "v3" else set()
+    out = [s for s in out if s not in unsure] + sorted(trend - unsure)
     for s in ("answer_leak",):  # confirmed from the turns by --check's reader (leak use), kept by design
         if s in design:
             out.append(s)
@@ -354,7 +406,7 @@ def check(export: Path) -> None:
         design = (RUNS.get(name) or {}).get("labels", FIXTURES.get(name))
         labels, exploit, unsure = raw_labels(design, n)
         print(json.dumps({**n, "design": design, "labels": labels, "invalid": exploit, "ambiguous": unsure,
-                          "labels_without_ambiguity": raw_labels(design, n, ambiguous=False)[0]}), flush=True)
+                          **{f"labels_{r}": raw_labels(design, n, r)[0] for r in RULES[1:]}}), flush=True)
 
 
 def main() -> None:

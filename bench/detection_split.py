@@ -12,8 +12,8 @@ results), so every revision's effect is recorded on both.
     .venv/bin/python bench/detection_split.py [--export runs/archive-v2] [--params JSON --label NAME]
                                               [--archive archive|archive-v3labels]
 
-Halves: ``tuning``, ``heldout`` and, when the archive has them, ``heldout-v4`` (the held-out runs added after the
-ambiguous-trend labelling rule, the only ones no rule or threshold was written after).
+Halves: ``tuning``, ``heldout`` and, when the archive has them, ``heldout-v4`` and ``heldout-v5`` (the held-out runs
+of the groups added after the v4 and v5 labelling rules, which no rule or threshold was written after).
 """
 
 from __future__ import annotations
@@ -80,8 +80,9 @@ def main() -> None:
     p.add_argument("--params", default=None, help="candidate parameters: JSON {diagnostic: {param: value}}")
     p.add_argument("--label", default="current", help="name of this scoring in the results (e.g. a revision)")
     p.add_argument("--stride", type=int, default=5, help="prefix stride (steps) for steps-to-first-finding")
-    p.add_argument("--archive", default="archive", help="archive file prefix: 'archive' (labels with ambiguous trend "
-                   "symptoms left unknown) or 'archive-v3labels' (the rule before 2026-11-28)")
+    p.add_argument("--archive", default="archive", help="archive file prefix: 'archive' (the v5 labelling rule: "
+                   "symptoms noise cannot decide left unknown), 'archive-v4labels' or 'archive-v3labels' (earlier "
+                   "rules; bench/archive_runs.py raw_labels)")
     a = p.parse_args()
     from evotrainer.config.harness import HarnessSpec
     from evotrainer.diagnostics.registry import Registry
@@ -93,9 +94,10 @@ def main() -> None:
     reg = Registry(harness)
     export = Path(a.export)
     halves = {half: score(export / f"{a.archive}-{half}.yaml", reg, a.stride) for half in ("tuning", "heldout")}
-    v4 = export / f"{a.archive}-heldout-v4.yaml"
-    if v4.is_file() and yaml.safe_load(v4.read_text())["runs"]:
-        halves["heldout-v4"] = score(v4, reg, a.stride)
+    for group in ("v4", "v5"):  # the held-out runs of each group added after a labelling rule
+        later = export / f"{a.archive}-heldout-{group}.yaml"
+        if later.is_file() and yaml.safe_load(later.read_text())["runs"]:
+            halves[f"heldout-{group}"] = score(later, reg, a.stride)
     summary = {}
     for s in sorted(set().union(*(h["per_symptom"] for h in halves.values()))):
         summary[s] = {half: {k: halves[half]["per_symptom"].get(s, {}).get(k)
