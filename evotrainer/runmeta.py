@@ -53,6 +53,9 @@ class RunMeta(BaseModel):
     paused_at: int | None = Field(None, description="Global step of its last recorded pause (a backtest look); kept "
                                                     "while it is resumed towards the next one.")
     last_checkpoint_step: int | None = Field(None, description="Its last checkpoint the trainer acknowledged.")
+    mlflow_synced_step: int | None = Field(None, description=(
+        "Set by a session that paused cleanly: MLflow holds every step of the run up to it and none after, so the "
+        "next session need not ask (dropped while a session runs)."))
     steps_done: int | None = None
     base_policy: str | None = Field(None, description="The base policy directory it trains (architecture, tokenizer).")
     error: str | None = None

@@ -61,6 +61,18 @@ class EvoGRPOTrainer(GRPOTrainer):
             del self.reward_funcs[ours:], self.reward_func_names[ours:], self.reward_processing_classes[ours:]
             self.reward_weights = self.reward_weights[:ours]
 
+    def get_train_dataloader(self):
+        """TRL's loader, without accelerate's device placement of each batch.
+
+        Why: a GRPO batch is rows of prompt text and problem fields, which TRL tokenises and places on the device
+        itself (``_generate_and_score_completions``); accelerate's ``send_to_device`` walked every field of every
+        row to move nothing, 4.5 ms of each step outside the step itself (~4 s of an 880-step campaign, bench/
+        RESULTS.md §6). ``skip_first_batches`` (a resume) copies the loader's device, so it skips the walk too."""
+        loader = super().get_train_dataloader()
+        if getattr(loader, "device", None) is not None:
+            loader.device = None
+        return loader
+
     def _save_checkpoint(self, model, trial):
         # ``metrics.jsonl`` is the run's record of every step; TrainerState.log_history repeats it, and a fork
         # inherits its parent's, so along a campaign's lineage it grew by a row a step and serialising it became
