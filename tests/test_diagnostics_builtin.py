@@ -548,6 +548,25 @@ def test_plateau_short_is_info():
     assert [f.severity for f in out] == ["info"], [(f.severity, f.metrics) for f in out]
 
 
+def test_plateau_noise_allowance_keeps_a_window_too_noisy_to_call_flat_from_being_called_flat():
+    """``noise_z``: a reward whose fitted change is small (+0.015 a window) but whose noise could put it anywhere within
+    ±0.06 is flat by its change alone, and not flat once the change must lie a standard error inside ±max_change."""
+    from scipy.stats import linregress
+
+    from evotrainer.diagnostics.signals import change_se_over
+
+    steps = np.arange(1, 121)
+    reward = 0.3 + 0.0005 * steps + 0.1 * np.where(steps % 2, 1.0, -1.0)
+    ev = Evidence(metrics=pd.DataFrame({"step": steps, "reward": reward}), rollouts=pd.DataFrame())
+    assert severity_of("plateau", ev) == "warning"
+    assert severity_of("plateau", ev, {"noise_z": 1.0}) is None
+    s = pd.Series(reward, index=steps)
+    fit = linregress(steps[-30:], reward[-30:])
+    assert change_se_over(s, 91, 120) == pytest.approx(fit.stderr * 29)
+    assert change_se_over(pd.Series(0.3 + 0.01 * steps, index=steps), 1, 120) == pytest.approx(0.0, abs=1e-12)
+    assert np.isnan(change_se_over(s, 1, 2))
+
+
 def test_plateau_not_called_at_ceiling():
     ev = build(acc=lambda t: 0.9, eval_acc=lambda t: 0.96)
     assert not fire("plateau", ev)

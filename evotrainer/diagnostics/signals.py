@@ -204,6 +204,19 @@ def change_over(s: pd.Series, lo: int, hi: int) -> float:
     return series_slope(between(s, lo, hi)) * (hi - lo)
 
 
+def change_se_over(s: pd.Series, lo: int, hi: int) -> float:
+    """Standard error of :func:`change_over` (the least-squares slope's, n - 2 degrees of freedom, × (hi - lo)):
+    how far noise alone could move the fitted change. 0 for a series on a line; NaN with fewer than 3 steps."""
+    w = between(s, lo, hi)
+    x, y = w.index.to_numpy(dtype="float64"), w.to_numpy(dtype="float64")
+    if len(x) < 3 or np.ptp(x) == 0:
+        return float("nan")
+    xc = x - x.mean()
+    b = float((xc * (y - y.mean())).sum() / (xc * xc).sum())
+    resid = y - y.mean() - b * xc
+    return float(np.sqrt((resid * resid).sum() / (len(x) - 2) / (xc * xc).sum())) * (hi - lo)
+
+
 # -------------------------------------------------------------------------------------------- rollouts
 
 

@@ -23,6 +23,7 @@ from evotrainer.diagnostics.signals import (
     as_float,
     between,
     change_over,
+    change_se_over,
     confidence,
     early_recent,
     examples_in,
@@ -314,6 +315,10 @@ class Plateau(BuiltinDiagnostic):
         max_eval_change: float = Field(0.05, gt=0.0, description="Fitted held-out accuracy change over W at or below which it is flat.")
         min_eval_points: int = Field(3, ge=2, description="Fewest eval points inside W for the held-out series to count.")
         ceiling: float = Field(0.95, gt=0.0, le=1.0, description="No plateau is called when accuracy is at or above this.")
+        noise_z: float = Field(0.0, ge=0.0, le=5.0, description=(
+            "Noise allowance: reward counts as flat only when its fitted change lies noise_z standard errors (the "
+            "least-squares slope's) inside ±max_change, so that a window too noisy to call flat is not called flat. "
+            "0 compares the fitted change alone."))
         flat_windows: int = Field(2, ge=1, le=4, description=(
             "Consecutive flat windows a warning needs: the latest W steps flat, and with 2 the W before them too "
             "(flat over the last 2W); fewer is an info. A warning also needs a run of at least max(2, this) × W steps, "
@@ -358,7 +363,12 @@ class Plateau(BuiltinDiagnostic):
         lo, hi = int(tail.index[0]), int(tail.index[-1])
         change = change_over(tail, lo, hi)
         metrics = {"reward_change": change}
-        flat = abs(change) <= p.max_change
+        if p.noise_z:
+            se = change_se_over(tail, lo, hi)
+            metrics["reward_change_se"] = se
+            flat = abs(change) + p.noise_z * (se if np.isfinite(se) else 0.0) <= p.max_change
+        else:
+            flat = abs(change) <= p.max_change
         evals = metric_series(ev.metrics, "eval/greedy_accuracy")
         if evals is not None:
             if len(between(evals, lo, hi)) >= p.min_eval_points:
