@@ -475,8 +475,9 @@ def test_a_fork_draws_its_pool_from_its_lineage_root_through_runs_recorded_witho
 
 def test_a_branch_under_a_data_rule_reads_its_lineage_once_and_its_later_sessions_keep_those_statistics(
         first_run, shared_home, tmp_path):
-    """A backtest branch under a data rule is resumed at every look; its ancestors' pass statistics never change, so
-    its first session keeps them in its directory and the later ones read that one file, not the lineage's."""
+    """A backtest branch under a data rule is resumed at every look, and its sibling seeds fork the same checkpoint;
+    the lineage's pass statistics at a fork point never change, so the first session keeps them beside that
+    checkpoint and every later one (a resume, a sibling) reads that one file, not the lineage's rollouts."""
     from evotrainer.evidence import prompt_pass_stats
     from evotrainer.jobs.runner import PASS_STATS, _ancestor_rollouts
 
@@ -486,7 +487,7 @@ def test_a_branch_under_a_data_rule_reads_its_lineage_once_and_its_later_session
     legs = run_job(_spec(rule, 4, name="ruled", seed=8), shared_home, fork="first@2", stop_at=4)
     run_dir = Path(legs.run_dir)
     meta = json.loads((run_dir / "meta.json").read_text())
-    kept = pd.read_parquet(run_dir / PASS_STATS)
+    kept = pd.read_parquet(Path(shared_home) / "jobs" / "first" / PASS_STATS.format(step=2))
     fresh = prompt_pass_stats(_ancestor_rollouts(shared_home, meta))
     pd.testing.assert_frame_equal(kept.sort_values("prompt_id").reset_index(drop=True),
                                   fresh.sort_values("prompt_id").reset_index(drop=True), check_dtype=False)

@@ -82,6 +82,10 @@ class Launcher(Protocol):
     def warm(self) -> None:
         """Get ready (start workers, connect) so that it overlaps the caller's own set-up."""
 
+    def warming(self) -> bool:
+        """Whether a job submitted now would wait for workers still importing the training stack (the caller may
+        use that wait for its own imports)."""
+
     def run_many(self, requests: list[JobRequest]) -> list[JobOutcome]:
         """Submit every request at once and wait for all; outcomes in request order. Raises ``PoolStopped``
         when the owner asked to stop while they ran (the jobs are resumable)."""
@@ -149,6 +153,9 @@ class LocalLauncher(_Closing):
     def warm(self) -> None:
         for s in self._slots:
             s.warm()
+
+    def warming(self) -> bool:
+        return any(s.warming() for s in self._slots)
 
     def pids(self) -> list[int]:
         return sorted(p for s in self._slots for p in s.pids())
@@ -260,6 +267,9 @@ class RayLauncher(_Closing):
 
     def warm(self) -> None:
         self._connect()
+
+    def warming(self) -> bool:
+        return False  # Ray's workers import on their own schedule; nothing here says when
 
     def _connect(self):
         if self._ray is not None:

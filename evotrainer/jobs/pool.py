@@ -174,6 +174,7 @@ class _Workers:
 
     def __init__(self, workers: int, threads: int | None = None):
         self.executor: ProcessPoolExecutor | None = None
+        self.preloads: list[Any] = []  # each worker's _preload future
         self.error: BaseException | None = None
         self._ready, self._done = threading.Event(), threading.Event()
         self._n, self._threads = workers, threads
@@ -186,13 +187,16 @@ class _Workers:
         try:
             ex = ProcessPoolExecutor(max_workers=self._n, mp_context=mp.get_context("spawn"), initializer=_worker_init,
                                      initargs=(os.getpid(), self._threads))
-            for _ in range(self._n):
-                ex.submit(_preload)
+            self.preloads = [ex.submit(_preload) for _ in range(self._n)]
             self.executor = ex
         except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
             self.error = err
         self._ready.set()
         self._done.wait()
+
+    def warming(self) -> bool:
+        """Whether a worker is still importing the training stack."""
+        return any(not f.done() for f in self.preloads)
 
     def pids(self) -> list[int]:
         procs = getattr(self.executor, "_processes", None) or {}
@@ -254,6 +258,10 @@ class BranchPool:
     def pids(self) -> list[int]:
         """Pids of the workers running now."""
         return self._w.pids() if self._w is not None else []
+
+    def warming(self) -> bool:
+        """Whether its workers were started and are still importing (a job now would wait for them)."""
+        return self._w is not None and self._w.warming()
 
     def warm(self) -> None:
         """Start the workers and their imports now, so they overlap the caller's own set-up.

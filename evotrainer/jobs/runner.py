@@ -237,22 +237,28 @@ def _ancestor_rollouts(home: Path, meta: dict[str, Any]):
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
-PASS_STATS = "lineage_pass_stats.parquet"  # in a run's directory: its ancestors' per-prompt pass statistics
+PASS_STATS = "lineage_pass_stats@{step}.parquet"  # in a parent run's directory: its lineage's statistics at a step
 
 
-def _lineage_pass_stats(home: Path, run_dir: Path, meta: dict[str, Any]):
-    """Per-prompt pass statistics of the run's ancestors (:func:`_ancestor_rollouts`), computed by its first session
-    and kept in its directory for the next ones.
+def _lineage_pass_stats(home: Path, meta: dict[str, Any]):
+    """Per-prompt pass statistics of the run's ancestors (:func:`_ancestor_rollouts`), computed once per fork point
+    and kept in the parent's directory (``lineage_pass_stats@STEP.parquet``) for every run forked there.
 
-    Why: they never change for a run (its ancestors' steps up to the fork points are fixed), but reading them back
-    means every per-step Parquet file of the lineage, 0.2-0.35 s a session; a backtest branch under a data rule is
-    resumed at each look, so most of its sessions read the same files again. None without ancestors."""
+    Why: they depend on the fork point alone (the parent's steps up to it, and its own ancestors', never change once
+    a run has been forked there), but reading them back means every per-step Parquet file of the lineage, 0.2-0.35 s
+    a session; a backtest's branches under a data rule all fork the same checkpoint, one per seed, and each is
+    resumed at every look. None without ancestors."""
     import pandas as pd
 
     from evotrainer.evidence import prompt_pass_stats
 
-    cache = run_dir / PASS_STATS
-    if cache.is_file():
+    cache = None
+    if meta.get("parent_run") and meta.get("parent_step") is not None:
+        try:
+            cache = resolve_run(home, meta["parent_run"]) / PASS_STATS.format(step=int(meta["parent_step"]))
+        except RunNotFound:
+            cache = None
+    if cache is not None and cache.is_file():
         try:
             return pd.read_parquet(cache)
         except Exception:  # noqa: BLE001 - a torn or foreign file: computed again and rewritten below
@@ -261,9 +267,10 @@ def _lineage_pass_stats(home: Path, run_dir: Path, meta: dict[str, Any]):
     if anc is None:
         return None
     stats = prompt_pass_stats(anc)
-    tmp = cache.with_suffix(".tmp")
-    stats.to_parquet(tmp, index=False)
-    os.replace(tmp, cache)  # whole or absent: a kill -9 mid-write leaves only the .tmp
+    if cache is not None:
+        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+        stats.to_parquet(tmp, index=False)
+        os.replace(tmp, cache)  # whole or absent, whichever of several forks writes it (the same numbers) last
     return stats
 
 
@@ -689,7 +696,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     _part("rewards")
 
     pool = build_pool(task, harness, meta.get("pool_seed", spec.seed))  # a run from before pool_seed keeps its own
-    stats = _lineage_pass_stats(home, run_dir, meta) if needs_pass_stats(harness) else None
+    stats = _lineage_pass_stats(home, meta) if needs_pass_stats(harness) else None
     w, data_report = selection_weights(pool, harness, stats)
     _part("pool")
     # A fork continues its parent's step numbering, and the Trainer skips global_step batches when it resumes from

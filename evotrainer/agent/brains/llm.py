@@ -36,10 +36,9 @@ import os
 import re
 import unicodedata
 from pathlib import Path
-from typing import Any, Callable, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Callable, Literal, get_args, get_origin
 
 import jinja2
-from openai import APIConnectionError, APIStatusError, APITimeoutError, OpenAI, OpenAIError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evotrainer.agent.brains.base import Brain, BrainContext, BrainResult
@@ -54,6 +53,9 @@ from evotrainer.config.harness import (
 from evotrainer.domain import SEVERITY_RANK, ProposalDraft
 from evotrainer.errors import ConfigError
 from evotrainer.symptoms import SYMPTOMS
+
+if TYPE_CHECKING:  # the client is imported where a call is made: a campaign with the heuristic brain never needs it
+    from openai import APIStatusError, OpenAIError  # (0.6 s of imports, openai's types and aiohttp)
 
 PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
 LOCKED = LOCKED_KNOB_PREFIXES  # the gates and user diagnostics judge proposals; an LLM never changes them
@@ -333,6 +335,8 @@ def _refuses_format(err: APIStatusError) -> bool:
 
 
 def _transport(err: OpenAIError, settings: LLMSettings) -> str:
+    from openai import APIConnectionError, APIStatusError, APITimeoutError
+
     if isinstance(err, APITimeoutError):
         return f"no answer within {settings.timeout_s}s"
     if isinstance(err, APIConnectionError):
@@ -360,6 +364,8 @@ class LLMBrain:
         return self.format != "none"
 
     def _call(self, messages: list[dict[str, str]], notes: list[str], schema: dict[str, Any]) -> tuple[str, int]:
+        from openai import APIStatusError, OpenAI
+
         s = self.settings
         key = os.environ.get(s.api_key_env) or "EMPTY"
         args: dict[str, Any] = dict(model=s.model, messages=messages, temperature=s.temperature, max_tokens=s.max_tokens)
@@ -388,6 +394,8 @@ class LLMBrain:
         """Ask until ``check`` accepts a reply: ``check(json_object) -> (value or None, problems)``. Each attempt
         after an unusable reply shows the model its reply and the problems. Returns (value or None, notes, tokens
         spent, why nothing was accepted). Transport errors, the token budget and ``max_retries`` bound it."""
+        from openai import OpenAIError
+
         notes: list[str] = []
         tokens, why = 0, "no attempt was made"
         messages = base
