@@ -116,51 +116,47 @@ _add("code-baseline-s0", "code", "job",
 _add("arith-baseline-seed1", "seed1", "job",
      {"task": "arith", "harness": H + "grpo-baseline.yaml", "steps": 300, "seed": 1, "policy": {"seed": 1},
       "eval_every": 50, "eval_n": 500}, ["learns_nothing"], "heldout")
+# recipes that later groups repeat with more seeds: (spec of seed, labels by design, invalid)
+LENIENT = ["answer_spraying", "reward_hacking", "too_hard", "truncation"]
+RECIPES = {
+    "trl-healthy": lambda s: ({"variant": "healthy", "steps": 60, "seed": s}, [], False),
+    "trl-lenient": lambda s: ({"variant": "lenient", "steps": 60, "seed": s}, LENIENT, True),
+    "arith-lr-tiny": lambda s: ({"task": "arith", "harness": {"base": H + "grpo-small.yaml", "patch": {
+        "optim": {"learning_rate": 1e-7}}}, "steps": 120, "seed": s, "policy": {"seed": 0}, "eval_every": 20,
+        "eval_n": 200}, ["learns_nothing", "plateau"], False),
+    "arith-healthy-long": lambda s: ({"task": "arith", "harness": H + "grpo-small.yaml", "steps": 300, "seed": s,
+                                      "policy": {"seed": 0}, "eval_every": 25, "eval_n": 200}, [], False),
+    "countdown-baseline": lambda s: ({"task": "countdown", "harness": H + "grpo-small.yaml", "steps": 60, "seed": s,
+                                      "policy": {"seed": 0}, "eval_every": 20, "eval_n": 100}, [], False),
+    "arith-lenient-reward": lambda s: ({"task": "arith", "harness": OLD["lenient-reward"][0], "steps": 40, "seed": s,
+                                        "policy": {"seed": 0}, "eval_every": 10, "eval_n": 100}, LENIENT, True),
+    "agentic-leak": lambda s: ({"task": "agentic", "harness": {"base": H + "agentic-baseline.yaml", "patch": {
+        "env": {"leak_tool": True}}}, "steps": 60, "seed": s, "policy": {"seed": 0}, "eval_every": 30, "eval_n": 100},
+        ["answer_leak"], True),
+}
+
+
+def _more(group: str, recipe: str, seeds) -> None:
+    """More seeds of a recipe in ``group``, halves alternating by seed (even: tuning, odd: held-out)."""
+    for seed in seeds:
+        spec, labels, invalid = RECIPES[recipe](seed)
+        _add(f"{recipe}-s{seed}", group, "trl" if recipe.startswith("trl-") else "job", spec, labels,
+             "tuning" if seed % 2 == 0 else "heldout", invalid=invalid)
+
+
 # v4 (2026-11-28): more seeds of the recipes whose labels are trend symptoms or their absence, added after the
-# ambiguous-trend rule and never read by any threshold or rule before they were scored; seeds alternate halves.
-for seed in (2, 3, 4, 5):
-    split = "tuning" if seed % 2 == 0 else "heldout"
-    _add(f"trl-healthy-s{seed}", "v4", "trl", {"variant": "healthy", "steps": 60, "seed": seed}, [], split)
-    _add(f"trl-lenient-s{seed}", "v4", "trl", {"variant": "lenient", "steps": 60, "seed": seed},
-         ["answer_spraying", "reward_hacking", "too_hard", "truncation"], split, invalid=True)
-    _add(f"arith-lr-tiny-s{seed}", "v4", "job",
-         {"task": "arith", "harness": {"base": H + "grpo-small.yaml", "patch": {"optim": {"learning_rate": 1e-7}}},
-          "steps": 120, "seed": seed, "policy": {"seed": 0}, "eval_every": 20, "eval_n": 200},
-         ["learns_nothing", "plateau"], split)
-    _add(f"arith-healthy-long-s{seed}", "v4", "job",
-         {"task": "arith", "harness": H + "grpo-small.yaml", "steps": 300, "seed": seed, "policy": {"seed": 0},
-          "eval_every": 25, "eval_n": 200}, [], split)
-    _add(f"countdown-baseline-s{seed}", "v4", "job",
-         {"task": "countdown", "harness": H + "grpo-small.yaml", "steps": 60, "seed": seed, "policy": {"seed": 0},
-          "eval_every": 20, "eval_n": 100}, [], split)
+# ambiguous-trend rule and never read by any threshold or rule before they were scored.
+for r in ("trl-healthy", "trl-lenient", "arith-lr-tiny", "arith-healthy-long", "countdown-baseline"):
+    _more("v4", r, (2, 3, 4, 5))
 # v5 (2026-11-28, session 31): more seeds of every recipe whose runs sat near a line — the exploit recipes above all
 # (archive v4 held only two held-out reward_hacking runs) — plus healthy and leak runs, defined with the v5 labelling
-# rule and before any of them ran; seeds alternate halves (even: tuning, odd: held-out).
-for seed in range(6, 14):
-    split = "tuning" if seed % 2 == 0 else "heldout"
-    _add(f"trl-lenient-s{seed}", "v5", "trl", {"variant": "lenient", "steps": 60, "seed": seed},
-         ["answer_spraying", "reward_hacking", "too_hard", "truncation"], split, invalid=True)
-    if seed < 10:
-        _add(f"trl-healthy-s{seed}", "v5", "trl", {"variant": "healthy", "steps": 60, "seed": seed}, [], split)
-        _add(f"arith-lenient-reward-s{seed - 3}", "v5", "job",
-             {"task": "arith", "harness": OLD["lenient-reward"][0], "steps": 40, "seed": seed - 3,
-              "policy": {"seed": 0}, "eval_every": 10, "eval_n": 100}, OLD["lenient-reward"][2],
-             "tuning" if (seed - 3) % 2 == 0 else "heldout", invalid=True)
-    if seed < 8:
-        _add(f"arith-healthy-long-s{seed}", "v5", "job",
-             {"task": "arith", "harness": H + "grpo-small.yaml", "steps": 300, "seed": seed, "policy": {"seed": 0},
-              "eval_every": 25, "eval_n": 200}, [], split)
-        _add(f"arith-lr-tiny-s{seed}", "v5", "job",
-             {"task": "arith", "harness": {"base": H + "grpo-small.yaml", "patch": {"optim": {"learning_rate": 1e-7}}},
-              "steps": 120, "seed": seed, "policy": {"seed": 0}, "eval_every": 20, "eval_n": 200},
-             ["learns_nothing", "plateau"], split)
-        _add(f"countdown-baseline-s{seed}", "v5", "job",
-             {"task": "countdown", "harness": H + "grpo-small.yaml", "steps": 60, "seed": seed, "policy": {"seed": 0},
-              "eval_every": 20, "eval_n": 100}, [], split)
-        _add(f"agentic-leak-s{seed - 4}", "v5", "job",
-             {"task": "agentic", "harness": {"base": H + "agentic-baseline.yaml", "patch": {"env": {"leak_tool": True}}},
-              "steps": 60, "seed": seed - 4, "policy": {"seed": 0}, "eval_every": 30, "eval_n": 100}, ["answer_leak"],
-             split, invalid=True)
+# rule and before any of them ran.
+_more("v5", "trl-lenient", range(6, 14))
+_more("v5", "trl-healthy", range(6, 10))
+_more("v5", "arith-lenient-reward", range(3, 7))
+for r in ("arith-healthy-long", "arith-lr-tiny", "countdown-baseline"):
+    _more("v5", r, (6, 7))
+_more("v5", "agentic-leak", (2, 3))
 GROUPS = ["trl", "arith", "lr", "long1", "countdown", "agentic", "code", "long0", "seed1", "v4", "v5"]
 FIXTURES = {"healthy-s0": [], "lr-too-high-s0": OLD["lr-too-high"][2], "too-short-s0": OLD["too-short"][2],
             "too-easy-s0": OLD["too-easy"][2], "lenient-reward-s0": OLD["lenient-reward"][2]}
