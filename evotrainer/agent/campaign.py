@@ -197,7 +197,7 @@ def run_campaign(cid: str, home: Path, log: Callable[[str], None] = print, wait:
 
 def _run_owned(cid: str, home: Path, store: Any, camp: Any, owner: Any, log: Callable[[str], None], wait: bool,
                max_rounds: int | None, poll_s: float, pool: Any) -> dict[str, Any]:
-    from evotrainer.agent.clock import NodeClock
+    from evotrainer.agent.clock import REVIEW_WAIT, NodeClock
     from evotrainer.agent.graph import compile_graph
     from evotrainer.agent.lessons import campaign_library
     from evotrainer.agent.nodes import CampaignStopped
@@ -228,7 +228,7 @@ def _run_owned(cid: str, home: Path, store: Any, camp: Any, owner: Any, log: Cal
         while True:
             store.set_campaign(cid, status="running")
             # the process's set-up before the first stream (store, graph, library), a review wait before a later one
-            ctx.clock.lap("open" if first else "review_wait", rnd)
+            ctx.clock.lap("open" if first else REVIEW_WAIT, rnd)
             first = False
             try:
                 # durability="sync": each node's checkpoint is on disk before the next node starts, so a

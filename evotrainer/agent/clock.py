@@ -56,9 +56,13 @@ class NodeClock:
         return row
 
 
+REVIEW_WAIT = "review_wait"  # the lap of a campaign waiting for a person's review: neither work nor a worker wait
+
+
 def read_node_seconds(path: Path) -> dict[str, Any]:
-    """Seconds per node summed over the file (all sessions of the campaign): own work, and waits on the worker."""
-    out: dict[str, Any] = {"own": {}, "jobs": 0.0, "scoring": 0.0, "own_total": 0.0, "laps": 0}
+    """Seconds per node summed over the file (all sessions of the campaign): own work, waits on the worker, and
+    time spent waiting for reviews (kept apart: a person's time is not the campaign's overhead)."""
+    out: dict[str, Any] = {"own": {}, "jobs": 0.0, "scoring": 0.0, "review_wait": 0.0, "own_total": 0.0, "laps": 0}
     if not path.is_file():
         return out
     for line in path.read_text().splitlines():
@@ -68,12 +72,15 @@ def read_node_seconds(path: Path) -> dict[str, Any]:
             jobs, scoring = float(row["jobs_s"]), float(row["scoring_s"])
         except (ValueError, KeyError, TypeError):
             continue  # a line cut by kill -9 mid-write: the rest still counts
+        out["laps"] += 1
+        if node == REVIEW_WAIT:
+            out["review_wait"] += float(row["wall_s"])
+            continue
         out["own"][node] = out["own"].get(node, 0.0) + own
         out["jobs"] += jobs
         out["scoring"] += scoring
         out["own_total"] += own
-        out["laps"] += 1
     out["own"] = {k: round(v, 1) for k, v in sorted(out["own"].items(), key=lambda kv: -kv[1])}
-    for k in ("jobs", "scoring", "own_total"):
+    for k in ("jobs", "scoring", "review_wait", "own_total"):
         out[k] = round(out[k], 1)
     return out

@@ -269,8 +269,11 @@ def _lineage_pass_stats(home: Path, meta: dict[str, Any]):
     stats = prompt_pass_stats(anc)
     if cache is not None:
         tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-        stats.to_parquet(tmp, index=False)
-        os.replace(tmp, cache)  # whole or absent, whichever of several forks writes it (the same numbers) last
+        try:
+            stats.to_parquet(tmp, index=False)
+            os.replace(tmp, cache)  # whole or absent, whichever of several forks writes it (the same numbers) last
+        except OSError:  # a parent directory this job may not write (read-only, full): it reads the lineage each time
+            tmp.unlink(missing_ok=True)
     return stats
 
 
