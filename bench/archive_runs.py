@@ -38,7 +38,7 @@ compactly to ``--export`` (``meta.json``, ``metrics.jsonl``, ``rollouts/``; TRL 
 
 Groups, in the order they run (each resumable: a run already exported is kept): trl, arith, lr, long1 (the held-out
 long run), countdown, agentic, code, long0, seed1, v4 (four more seeds of the trend recipes), v5 (more seeds of the
-exploit recipes above all, 2026-11-28) — most important first, because on a shared 2-core machine the
+exploit recipes above all, 2026-11-28), v6 (fresh seeds for plateau v2) — most important first, because on a shared 2-core machine the
 whole list takes hours (bench/RESULTS.md says which groups ran).
 """
 
@@ -157,7 +157,14 @@ _more("v5", "arith-lenient-reward", range(3, 7))
 for r in ("arith-healthy-long", "arith-lr-tiny", "countdown-baseline"):
     _more("v5", r, (6, 7))
 _more("v5", "agentic-leak", (2, 3))
-GROUPS = ["trl", "arith", "lr", "long1", "countdown", "agentic", "code", "long0", "seed1", "v4", "v5"]
+# v6 (2026-11-28, session 31): plateau v2 was chosen on the tuning half, but after the held-out numbers of archive v5
+# had been printed beside it; fresh seeds of the recipes that carry plateau labels or risk a plateau warning on a
+# healthy run, defined before any of them ran, test it (and everything else) with the diagnostics frozen.
+_more("v6", "trl-lenient", range(14, 18))
+_more("v6", "trl-healthy", range(10, 14))
+for r in ("arith-healthy-long", "arith-lr-tiny", "countdown-baseline"):
+    _more("v6", r, (8, 9))
+GROUPS = ["trl", "arith", "lr", "long1", "countdown", "agentic", "code", "long0", "seed1", "v4", "v5", "v6"]
 FIXTURES = {"healthy-s0": [], "lr-too-high-s0": OLD["lr-too-high"][2], "too-short-s0": OLD["too-short"][2],
             "too-easy-s0": OLD["too-easy"][2], "lenient-reward-s0": OLD["lenient-reward"][2]}
 
@@ -236,7 +243,8 @@ def write_archives(export: Path) -> None:
         for suffix, keep in (("", lambda e: True), ("-tuning", lambda e: e["split"] == "tuning"),
                              ("-heldout", lambda e: e["split"] == "heldout"),
                              ("-heldout-v4", lambda e: e["split"] == "heldout" and e["group"] == "v4"),
-                             ("-heldout-v5", lambda e: e["split"] == "heldout" and e["group"] == "v5")):
+                             ("-heldout-v5", lambda e: e["split"] == "heldout" and e["group"] == "v5"),
+                             ("-heldout-v6", lambda e: e["split"] == "heldout" and e["group"] == "v6")):
             runs = [{k: v for k, v in e.items() if k not in ("split", "group")} | {"note": f"{e['split']}; {e['note']}"}
                     for e in entries if keep(e)]
             (export / f"{prefix}{suffix}.yaml").write_text(yaml.safe_dump({"runs": runs}, sort_keys=False))

@@ -12,8 +12,9 @@ results), so every revision's effect is recorded on both.
     .venv/bin/python bench/detection_split.py [--export runs/archive-v2] [--params JSON --label NAME]
                                               [--archive archive|archive-v3labels]
 
-Halves: ``tuning``, ``heldout`` and, when the archive has them, ``heldout-v4`` and ``heldout-v5`` (the held-out runs
-of the groups added after the v4 and v5 labelling rules, which no rule or threshold was written after).
+Halves: ``tuning``, ``heldout`` and, when the archive has them, ``heldout-v4``, ``heldout-v5`` and ``heldout-v6`` (the
+held-out runs of the groups added after the v4 and v5 labelling rules and after ``plateau`` v2, which no rule or
+threshold was written after).
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def main() -> None:
     reg = Registry(harness)
     export = Path(a.export)
     halves = {half: score(export / f"{a.archive}-{half}.yaml", reg, a.stride) for half in ("tuning", "heldout")}
-    for group in ("v4", "v5"):  # the held-out runs of each group added after a labelling rule
+    for group in ("v4", "v5", "v6"):  # the held-out runs of each group added after a labelling rule
         later = export / f"{a.archive}-heldout-{group}.yaml"
         if later.is_file() and yaml.safe_load(later.read_text())["runs"]:
             halves[f"heldout-{group}"] = score(later, reg, a.stride)
