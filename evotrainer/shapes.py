@@ -215,6 +215,19 @@ class JobSeconds(_Doc):
     untimed_jobs: int = Field(..., description="Jobs with no finished session on record (e.g. killed).")
 
 
+class ProcessSeconds(_Doc):
+    """Where the campaign process's own seconds went, node by node (``evotrainer.agent.clock``, from
+    ``HOME/campaigns/ID/timings.jsonl``; every session of the campaign)."""
+
+    own: dict[str, float] = Field(..., description="Per node: its wall time minus its waits on the worker, largest "
+                                                   "first (the store, the brain, diagnosis, the checkpointer).")
+    jobs: float = Field(..., description="Waiting on job sessions (their walls, the pipes, a worker still importing).")
+    scoring: float = Field(..., description="Waiting on scoring in the worker (selection, merges, confirmation).")
+    review_wait: float = Field(0.0, description="Waiting for a person's review (not the campaign's overhead).")
+    own_total: float = Field(..., description="The sum of own.")
+    laps: int = Field(..., description="Node executions timed (a node cut short by kill -9 is timed by its re-run).")
+
+
 class KeptBranch(_Doc):
     """The branch a round's mainline continued from (event ``kept_branch``)."""
 
@@ -300,6 +313,7 @@ class CampaignSummary(_Doc):
     rollbacks: list[dict[str, Any]]
     spend: Spend
     seconds: JobSeconds
+    process_seconds: ProcessSeconds
     kept: list[KeptBranch]
     held: list[HeldRound] = Field(default_factory=list, description="Rounds that held exploration (budget.improving_z).")
     explore_modes: list[ExploreMode] = Field(default_factory=list, description="Each round's health verdict "
