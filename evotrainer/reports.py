@@ -66,7 +66,7 @@ def campaign_summary(home: Path, cid: str, store: Store | None = None,
     budget, held-out accuracy start → end, lineage, proposals, decisions, harness versions, where to look."""
     from sqlalchemy import make_url
 
-    from evotrainer.agent.clock import read_node_seconds
+    from evotrainer.agent.clock import read_node_seconds, timings_path
     from evotrainer.tracking import tracking_uri
 
     store = store or Store.for_home(home)
@@ -91,7 +91,7 @@ def campaign_summary(home: Path, cid: str, store: Store | None = None,
                       if e.kind in ("rollback", "regression_rollback")],
         "spend": spend(store, cid, camp, lineage, decisions),
         "seconds": job_seconds(home, store, cid),
-        "process_seconds": read_node_seconds(home / "campaigns" / cid / "timings.jsonl"),
+        "process_seconds": read_node_seconds(timings_path(home, cid)),
         "kept": [e.message for e in store.events(cid, kind="kept_branch")],
         "held": [e.message for e in store.events(cid, kind="explore_held")],
         "explore_modes": [e.message for e in store.events(cid, kind="explore_mode")],

@@ -197,7 +197,7 @@ def run_campaign(cid: str, home: Path, log: Callable[[str], None] = print, wait:
 
 def _run_owned(cid: str, home: Path, store: Any, camp: Any, owner: Any, log: Callable[[str], None], wait: bool,
                max_rounds: int | None, poll_s: float, pool: Any) -> dict[str, Any]:
-    from evotrainer.agent.clock import REVIEW_WAIT, NodeClock
+    from evotrainer.agent.clock import REVIEW_WAIT, NodeClock, timings_path
     from evotrainer.agent.graph import compile_graph
     from evotrainer.agent.lessons import campaign_library
     from evotrainer.agent.nodes import CampaignStopped
@@ -217,7 +217,7 @@ def _run_owned(cid: str, home: Path, store: Any, camp: Any, owner: Any, log: Cal
         ctx = CampaignContext(campaign_id=cid, spec=spec, home=home, store=store, brain=_brain(spec), pool=pool,
                               tracker=Tracker(home), mlflow_run_id=camp.mlflow_run_id, log=log, started_at=time.time(),
                               library=campaign_library(home, cid, spec),
-                              clock=NodeClock(home / "campaigns" / cid / "timings.jsonl"))
+                              clock=NodeClock(timings_path(home, cid)))
         snap = graph.get_state(config)
         first, rnd = True, (snap.values or {}).get("round", 0)
         if not snap.values:

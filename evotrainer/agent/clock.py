@@ -23,6 +23,11 @@ from typing import Any, Iterator
 WAITS = ("jobs", "scoring")  # what a node may wait on in the worker
 
 
+def timings_path(home: Path, campaign_id: str) -> Path:
+    """The campaign's clock file: one line per node execution."""
+    return home / "campaigns" / campaign_id / "timings.jsonl"
+
+
 class NodeClock:
     """Accumulates waits (:meth:`waiting`) and writes a line per node (:meth:`lap`)."""
 

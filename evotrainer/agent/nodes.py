@@ -301,8 +301,7 @@ def _score(ctx: CampaignContext, policies: list[tuple[str, int]], split: str = "
            "policies": [list(p) for p in policies], "outcomes": record is not None}
     if merge is not None:
         req["merge"] = merge
-    with _waiting(ctx, "scoring"):
-        out = ctx.pool.score(req)
+    out = _timed_score(ctx)(req)
     if not out["ok"]:
         ctx.store.log_event(ctx.campaign_id, "scoring_error", {"split": split, "error": out["error"]})
         ctx.log(f"scoring on the {split} split failed: {out['error']}")

@@ -205,16 +205,15 @@ def change_over(s: pd.Series, lo: int, hi: int) -> float:
 
 
 def change_se_over(s: pd.Series, lo: int, hi: int) -> float:
-    """Standard error of :func:`change_over` (the least-squares slope's, n - 2 degrees of freedom, × (hi - lo)):
-    how far noise alone could move the fitted change. 0 for a series on a line; NaN with fewer than 3 steps."""
+    """Standard error of :func:`change_over` (scipy's least-squares slope error, n - 2 degrees of freedom, × (hi -
+    lo)): how far noise alone could move the fitted change. 0 for a series on a line; NaN with fewer than 3 steps."""
+    from scipy.stats import linregress
+
     w = between(s, lo, hi)
-    x, y = w.index.to_numpy(dtype="float64"), w.to_numpy(dtype="float64")
-    if len(x) < 3 or np.ptp(x) == 0:
+    if len(w) < 3 or np.ptp(w.index.to_numpy()) == 0:
         return float("nan")
-    xc = x - x.mean()
-    b = float((xc * (y - y.mean())).sum() / (xc * xc).sum())
-    resid = y - y.mean() - b * xc
-    return float(np.sqrt((resid * resid).sum() / (len(x) - 2) / (xc * xc).sum())) * (hi - lo)
+    err = linregress(w.index.to_numpy(dtype="float64"), w.to_numpy(dtype="float64")).stderr
+    return float(err) * (hi - lo) if np.isfinite(err) else 0.0  # a constant series: no noise at all
 
 
 # -------------------------------------------------------------------------------------------- rollouts

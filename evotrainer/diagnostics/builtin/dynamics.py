@@ -375,12 +375,10 @@ class Plateau(BuiltinDiagnostic):
         lo, hi = int(tail.index[0]), int(tail.index[-1])
         change = change_over(tail, lo, hi)
         metrics = {"reward_change": change}
+        se = change_se_over(tail, lo, hi) if p.noise_z else 0.0
         if p.noise_z:
-            se = change_se_over(tail, lo, hi)
             metrics["reward_change_se"] = se
-            flat = abs(change) + p.noise_z * (se if np.isfinite(se) else 0.0) <= p.max_change
-        else:
-            flat = abs(change) <= p.max_change
+        flat = abs(change) + p.noise_z * (se if np.isfinite(se) else 0.0) <= p.max_change
         evals = metric_series(ev.metrics, "eval/greedy_accuracy")
         if evals is not None:
             if len(between(evals, lo, hi)) >= p.min_eval_points:
