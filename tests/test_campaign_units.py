@@ -56,6 +56,10 @@ def test_demo_spec_is_valid_and_errors_name_file_and_field(tmp_path):
     with pytest.raises(ConfigError, match=r"long\.yaml: grpo\.max_completion_length=256 .* at most 255"):
         start_campaign(bad, tmp_path / "home")
     assert not (tmp_path / "home" / "campaigns").exists() and not (tmp_path / "home" / "state.db").exists()
+    import multiprocessing
+
+    # its worker began importing the training stack once the spec parsed; refusing the spec ended it
+    assert multiprocessing.active_children() == []
 
 
 def test_library_candidates_resolve_against_the_harness_and_drop_no_ops_and_inert_knobs():

@@ -388,6 +388,7 @@ def test_a_clean_pause_resumes_without_asking_mlflow_and_mlflow_gets_every_step_
     legs = run_job(_spec(h, 6, name="twice", seed=6, save_every=3, eval_every=3), shared_home, fork="first@2", stop_at=5)
     run_dir = Path(legs.run_dir)
     assert json.loads((run_dir / "meta.json").read_text())["mlflow_synced_step"] == 5
+    assert not (run_dir / "trainer" / "README.md").exists()  # TRL's model card: only once the job has finished
     import evotrainer.tracking as tracking
 
     asked: list[str] = []
@@ -399,6 +400,7 @@ def test_a_clean_pause_resumes_without_asking_mlflow_and_mlflow_gets_every_step_
         tracking.Tracker.max_step = real
     assert done.status == "finished" and asked == []
     assert "mlflow_synced_step" not in json.loads((run_dir / "meta.json").read_text())  # finished: nothing to resume
+    assert "GRPO" in (run_dir / "trainer" / "README.md").read_text()
     client = _client(shared_home)
     for key in ("loss", "reward", "eval/greedy_accuracy"):
         got = sorted((m.step, m.value) for m in client.get_metric_history(done.run_id, key))

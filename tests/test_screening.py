@@ -194,6 +194,30 @@ def test_the_study_learns_from_moves_so_a_promoted_raise_is_not_asked_back_towar
     assert move_of("grpo.max_completion_length", 8, 12) == 4.0 and move_of("grpo.temperature", 1.0, "x") is None
 
 
+def test_one_optuna_storage_per_database_and_process_and_a_new_one_for_a_remade_database(tmp_path):
+    """Every round's propose and distill open the campaign's study; the storage (an engine and a schema check,
+    ~0.1 s) is opened once per process. A database removed and made again is opened afresh, not through the old
+    engine."""
+    from evotrainer.agent.values import ValueOptimizer
+
+    h = load_harness(REPO / "harnesses" / "demo-start.yaml")
+    first = ValueOptimizer(tmp_path, "c", 0)
+    first.sync(h, "optim.learning_rate", [("c:r00:p0", 1e-6, 3e-6, 0.015, "promote")])
+    again = ValueOptimizer(tmp_path, "c", 0)
+    assert again.storage() is first.storage()
+    assert len(again.study("optim.learning_rate").get_trials()) == 1
+    assert ValueOptimizer(tmp_path, "other", 0).storage() is not first.storage()
+    del first, again
+    import gc
+
+    gc.collect()
+    first_db = tmp_path / "campaigns" / "c" / "optuna.db"
+    first_db.rename(tmp_path / "kept.db")  # the old file stays (its inode cannot be reused), a new one is made
+    remade = ValueOptimizer(tmp_path, "c", 0)
+    assert remade.study("optim.learning_rate").get_trials() == []
+    assert first_db.exists()
+
+
 def test_values_fall_back_to_the_draft_without_history_and_keep_non_numeric_knobs(tmp_path):
     from evotrainer.agent.values import ValueOptimizer, search_window
 

@@ -56,13 +56,22 @@ def start_campaign(spec_path: Path, home: Path, log: Callable[[str], None] = pri
     ``seed`` overrides the spec's ``seed`` (the mainline's data order, the brain's draws and, unless
     ``policy.seed`` is set, the warm start): one spec, several seeds (``make demo SEED=1``).
     """
-    spec, harness = _validated(spec_path, seed)
-    pool = launcher_for(spec)
-    pool.warm()  # valid spec: start the worker's ~5 s of torch/TRL imports now, beside the set-up below
+    parsed, pool = _parsed(spec_path, seed), None
+    if parsed.launcher.kind == "local":
+        # A local worker spends ~7 s importing torch/TRL before its first job. The spec parsed, so start it now,
+        # beside the rest of the validation (~1.5 s: the harness, the registry, the confirmation split) and the
+        # set-up below; a spec refused there ends it at once. A Ray cluster is reached only for a valid spec.
+        pool = launcher_for(parsed)
+        pool.warm()
     try:
+        spec, harness = _validated(spec_path, seed)
+        if pool is None:
+            pool = launcher_for(spec)
+            pool.warm()  # valid spec: connect now, beside the set-up below
         cid = _create(spec, harness, home)
     except BaseException:
-        pool.close()
+        if pool is not None:
+            pool.kill()  # nothing ran on it: its worker may still be importing, and nobody will use it
         raise
     log(f"campaign {cid} created")
     run_campaign(cid, home, log=log, wait=wait, max_rounds=max_rounds, pool=pool, purpose="start")
@@ -75,17 +84,23 @@ def create_campaign(spec_path: Path, home: Path) -> str:
     return _create(spec, harness, home)
 
 
+def _parsed(spec_path: Path, seed: int | None = None) -> CampaignSpec:
+    """The spec as its file and ``seed`` give it, checked field by field (not yet against the files it names)."""
+    spec = load_campaign_spec(spec_path)
+    if seed is not None:
+        if seed < 0:
+            raise ConfigError(f"--seed {seed}: a seed is an integer >= 0")
+        spec = spec.model_copy(update={"seed": seed})
+    return spec
+
+
 def _validated(spec_path: Path, seed: int | None = None) -> tuple[CampaignSpec, Any]:
     from evotrainer.config.harness import load_harness
     from evotrainer.diagnostics.registry import Registry
     from evotrainer.errors import TaskError
     from evotrainer.tasks import get_task
 
-    spec = load_campaign_spec(spec_path)
-    if seed is not None:
-        if seed < 0:
-            raise ConfigError(f"--seed {seed}: a seed is an integer >= 0")
-        spec = spec.model_copy(update={"seed": seed})
+    spec = _parsed(spec_path, seed)
     harness = load_harness(spec.harness_path())
     Registry(harness)
     try:

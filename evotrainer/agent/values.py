@@ -223,6 +223,27 @@ def _quiet() -> None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
+# Optuna storages already opened in this process, by database file. Opening one builds an SQLAlchemy engine and
+# checks the schema (~0.1 s); a campaign asks in every round's propose and distill, and opens it once early, while
+# the first job's worker still imports (agent/nodes.py). Keyed by the file's identity too, so a database that was
+# removed and made again is opened afresh.
+_STORAGES: dict[str, tuple[int, Any]] = {}  # database file -> (its inode when opened, the storage)
+
+
+def _rdb_storage(path: Path):
+    import optuna
+
+    _quiet()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = str(path.resolve())
+    hit = _STORAGES.get(key)
+    if hit is not None and path.exists() and hit[0] == path.stat().st_ino:
+        return hit[1]
+    storage = optuna.storages.RDBStorage(f"sqlite:///{path}")
+    _STORAGES[key] = (path.stat().st_ino, storage)
+    return storage
+
+
 class ValueOptimizer:
     """The campaign's Optuna studies (one per knob) in ``HOME/campaigns/ID/optuna.db``."""
 
@@ -232,12 +253,9 @@ class ValueOptimizer:
         self._storage = None
 
     def storage(self):
+        """The campaign's Optuna storage, one per database file and process (see ``_STORAGES``)."""
         if self._storage is None:
-            import optuna
-
-            _quiet()
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._storage = optuna.storages.RDBStorage(f"sqlite:///{self.path}")
+            self._storage = _rdb_storage(self.path)
         return self._storage
 
     def study(self, knob: str, round_: int = 0):

@@ -84,6 +84,16 @@ class EvoGRPOTrainer(GRPOTrainer):
         finally:
             self.state.log_history = history
 
+    def create_model_card(self, *args, **kwargs):
+        """TRL's model card (``trainer/README.md``), written once, when the job saves its last step.
+
+        Why: TRL rewrites the card at every checkpoint (~15 ms a save); a campaign's branches pause at every look,
+        43 saves in the demo, and a paused branch's card would only be overwritten by the next one. The card
+        describes the finished job, so that is when it is written."""
+        if self.state.global_step < self.state.max_steps:
+            return None
+        return super().create_model_card(*args, **kwargs)
+
     def _generate_and_score_completions(self, inputs):
         out = super()._generate_and_score_completions(inputs)
         rec = self.evo_recorder
