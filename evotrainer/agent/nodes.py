@@ -556,6 +556,13 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
                 + (" — screened out, predicted no effect on the training signal" if p.status == "screened" else ""))
     live = [p for p in existing if p.status != "screened"]
     if not live:
+        # said, not silent: a troubled round that backtests nothing trains its next segment on the same recipe
+        notes = [n for e in ctx.store.events(ctx.campaign_id, kind="brain") if e.message.get("round") == rnd
+                 for n in e.message.get("notes") or []]
+        ctx.log(f"round {rnd}: nothing to backtest"
+                + (f" ({'; '.join(notes)})" if notes else
+                   " (no candidate change passed the brain, its mistake notes and the round's rules)" if not existing
+                   else " (every proposal was screened out)"))
         return Command(goto="distill", update={"proposal_ids": [], "approved_ids": []})
     return Command(goto="review", update={"proposal_ids": [p.id for p in live]})
 
