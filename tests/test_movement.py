@@ -102,15 +102,15 @@ def round_one(tmp_path):
     return _round_one(tmp_path)
 
 
-def _round_one(tmp_path, history: bool = True, without: tuple[str, ...] = ()):
+def _round_one(tmp_path, history: bool = True, without: tuple[str, ...] = (), lr: float = 1e-6):
     """The ``round_one`` fixture; ``history`` False: round 0 decided nothing (no re-test, no Optuna history);
-    ``without``: skills removed from the campaign's copy of the seed library."""
+    ``without``: skills removed from the campaign's copy of the seed library; ``lr``: the mainline's rate."""
     from evotrainer.agent.brains.heuristic import HeuristicBrain
     from evotrainer.agent.state import CampaignContext
     from evotrainer.config.campaign import CampaignSpec
     from evotrainer.store import Store
 
-    h = HarnessSpec().with_knob("optim.learning_rate", 1e-6)
+    h = HarnessSpec().with_knob("optim.learning_rate", lr)
     spec = CampaignSpec(name="c", task="countdown", seed=1, screen=False,
                         budget={"total_steps": 880, "healthy_explore_share": None},
                         backtest={"branch_steps": 30, "seeds": 3, "max_proposals": 2, "min_effect": 0.0})
@@ -189,6 +189,86 @@ def test_a_stuck_round_with_no_raise_in_the_library_backtests_the_built_in_one(t
     assert {p.brain for p in store.list_proposals("c", round=1)} == {"built-in"}
     (ev,) = store.events("c", kind="brain")
     assert any("no change that makes the update larger" in n for n in ev.message["notes"])
+
+
+MISTAKE_NOTE = """---
+name: 'Mistake: raising optim.learning_rate against plateau'
+description: Raising optim.learning_rate (1e-06 → 0.000243) against plateau was refuted.
+kind: mistake
+triggers:
+- symptom: plateau
+  domains: [math]
+intervention:
+  knob: optim.learning_rate
+  op: set
+  arg: 0.000243
+  available: true
+evidence:
+- campaign: c
+  task: countdown
+  proposal: c:r00:p1
+  value: 0.000243
+  effect: -0.000667
+  ci_low: -0.033837
+  ci_high: 0.032503
+  seeds: [10007, 10008, 10009]
+  outcome: reject
+  date: 2026-11-28
+counters: {helpful: 1, harmful: 0, uses: 1}
+status: active
+version: 1
+sources: []
+---
+# Mistake: raising optim.learning_rate against plateau
+
+## What was tried
+Raising `optim.learning_rate` from `1e-06` to `0.000243` to treat **plateau**.
+
+## What went wrong
+The backtest refuted it: -0.001 (interval [-0.034, +0.033]).
+
+## Correct approach
+Prefer `difficulty-targeted`.
+
+## Generalisable strategy
+Treat a refuted direction as a strong prior, not a ban.
+
+## Anti-patterns
+- Re-proposing the same raise with a slightly different value.
+"""
+
+
+def test_a_stuck_round_whose_interim_and_bracket_repeat_a_known_mistake_backtests_the_drafts_own_raise(tmp_path):
+    """Countdown seed 1 (bench/RESULTS.md §7, session 32): round 0 promoted 2.7e-5 and refuted 2.43e-4. At 2.7e-5 the
+    mainline stayed stuck, the library's raise (×3, 8.1e-5) was moved to the interim 2.85e-4 and the bracket 1e-3,
+    both refused as repeating the refuted raise, and 12 rounds backtested nothing. The draft's own raise is
+    backtested instead."""
+    propose_round_one = _round_one(tmp_path, history=False, lr=2.7e-5)
+    note = propose_round_one.ctx.library / "mistake-optim-learning-rate-up-plateau"
+    note.mkdir()
+    (note / "SKILL.md").write_text(MISTAKE_NOTE)
+    proposals, store = propose_round_one(changed=0)
+    assert proposals == [("optim.learning_rate", 8.1e-5)]
+    refused = [e.message["error"] for e in store.events("c", kind="invalid_draft")]
+    assert len(refused) == 2 and all("repeats the known mistake" in r for r in refused)
+    (p,) = store.list_proposals("c", round=1)
+    assert "stuck round" not in p.rationale  # the draft itself, not an arm moved from it
+
+
+def test_a_round_that_can_propose_nothing_says_why(tmp_path):
+    """A refuted raise to 8.1e-5 bars the library's raise: nothing is backtested, and the log says so with the
+    brain's reason instead of going quiet (countdown seed 1 gave 12 silent rounds)."""
+    propose_round_one = _round_one(tmp_path, history=False, lr=2.7e-5)
+    note = propose_round_one.ctx.library / "mistake-optim-learning-rate-up-plateau"
+    note.mkdir()
+    (note / "SKILL.md").write_text(MISTAKE_NOTE.replace("0.000243", "8.1e-05"))
+    logs: list[str] = []
+    propose_round_one.ctx.log = logs.append
+    proposals, store = propose_round_one(changed=0)
+    assert proposals == []
+    (said,) = [m for m in logs if "nothing to backtest" in m]
+    assert said.startswith("round 1: nothing to backtest (skip raise-lr: optim.learning_rate=8.1e-05 was known "
+                           "mistake mistake-optim-learning-rate-up-plateau")
 
 
 def test_a_moving_round_proposes_from_the_whole_library(round_one):

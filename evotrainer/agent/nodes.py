@@ -511,9 +511,13 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
         values = ValueOptimizer(ctx.home, ctx.campaign_id, ctx.spec.seed) if ctx.spec.values == "optuna" else None
         drafts, brackets = _bracketed(harness, result.drafts, k if ctx.spec.backtest.bracket else 0,
                                       ctx.spec.backtest.bracket_factor, ctx.spec.backtest.bracket_range, stuck=stuck)
+        # When none of the round's drafts can be proposed and a stuck round had moved its first draft (to the interim
+        # and the bracket, which can both reach a value a known mistake refuted: countdown seed 1 spent 12 stuck
+        # rounds backtesting nothing, bench/RESULTS.md §7 session 32), that draft's own value is backtested instead.
+        own = [d for d in result.drafts if d not in drafts][:1] if brackets else []
         kept = 0
-        for i, d in enumerate(drafts):
-            if kept >= k:
+        for i, d in enumerate([*drafts, *own]):
+            if kept >= k or (i >= len(drafts) and kept):
                 break
             pid = f"{ctx.campaign_id}:r{rnd:02d}:p{i}"
             value, rationale = d.value, d.rationale
@@ -559,6 +563,8 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
         # said, not silent: a troubled round that backtests nothing trains its next segment on the same recipe
         notes = [n for e in ctx.store.events(ctx.campaign_id, kind="brain") if e.message.get("round") == rnd
                  for n in e.message.get("notes") or []]
+        notes += [e.message["error"] for e in ctx.store.events(ctx.campaign_id, kind="invalid_draft")
+                  if e.message.get("round") == rnd]
         ctx.log(f"round {rnd}: nothing to backtest"
                 + (f" ({'; '.join(notes)})" if notes else
                    " (no candidate change passed the brain, its mistake notes and the round's rules)" if not existing
