@@ -64,7 +64,7 @@ def start_campaign(spec_path: Path, home: Path, log: Callable[[str], None] = pri
         pool = launcher_for(parsed)
         pool.warm()
     try:
-        spec, harness = _validated(spec_path, seed)
+        spec, harness = _validated(spec_path, parsed)
         if pool is None:
             pool = launcher_for(spec)
             pool.warm()  # valid spec: connect now, beside the set-up below
@@ -80,7 +80,7 @@ def start_campaign(spec_path: Path, home: Path, log: Callable[[str], None] = pri
 
 def create_campaign(spec_path: Path, home: Path) -> str:
     """Validate the spec and create the campaign without running it (``campaign resume ID`` runs it)."""
-    spec, harness = _validated(spec_path)
+    spec, harness = _validated(spec_path, _parsed(spec_path))
     return _create(spec, harness, home)
 
 
@@ -94,13 +94,13 @@ def _parsed(spec_path: Path, seed: int | None = None) -> CampaignSpec:
     return spec
 
 
-def _validated(spec_path: Path, seed: int | None = None) -> tuple[CampaignSpec, Any]:
+def _validated(spec_path: Path, spec: CampaignSpec) -> tuple[CampaignSpec, Any]:
+    """``spec`` (from :func:`_parsed`) checked against what it names: harness, diagnostics, task, splits, paths."""
     from evotrainer.config.harness import load_harness
     from evotrainer.diagnostics.registry import Registry
     from evotrainer.errors import TaskError
     from evotrainer.tasks import get_task
 
-    spec = _parsed(spec_path, seed)
     harness = load_harness(spec.harness_path())
     Registry(harness)
     try:
