@@ -153,11 +153,13 @@ def job_timeout(spec: CampaignSpec) -> float | None:
 
 def launcher_for(spec: CampaignSpec):
     """The launcher the spec's ``launcher`` section asks for (``evotrainer.jobs.launch``), not started yet."""
+    from evotrainer.config.campaign import LIVE_SESSIONS
     from evotrainer.jobs.launch import make_launcher
 
     ls = spec.launcher
     return make_launcher(ls.kind, workers=ls.workers, timeout_s=job_timeout(spec), address=ls.address,
-                         cpus=ls.cpus_per_job, gpus=ls.gpus_per_job)
+                         cpus=ls.cpus_per_job, gpus=ls.gpus_per_job,
+                         live=LIVE_SESSIONS if ls.live_sessions is None else ls.live_sessions)
 
 
 def _check_paths(spec: CampaignSpec, spec_path: Path) -> None:

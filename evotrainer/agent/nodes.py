@@ -1035,6 +1035,9 @@ def backtest(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command
             open_ = []  # one change is adopted a round: the others are re-tested on the new mainline
         if not open_:
             break
+    # the branches are done with: the decision forks from their checkpoints, it never resumes them
+    with _waiting(ctx, "jobs"):
+        ctx.pool.release()
     for br in branches.values():
         ctx.store.add_branch(br)
     return Command(goto="decide", update={"backtest_id": bt_id})

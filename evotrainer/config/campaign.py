@@ -260,6 +260,9 @@ class RevisionSpec(_S):
                           "on the labelled archive without losing recall on invalid runs (agent/drafts.py).")
 
 
+LIVE_SESSIONS = 12  # launcher.live_sessions' default: 3 seeds × (control + 3 proposals) branches at once
+
+
 class LauncherSpec(_S):
     kind: Literal["local", "ray"] = Field(
         "local", description="Where jobs run (evotrainer/jobs/launch.py): 'local' = crash-isolated worker processes on "
@@ -275,12 +278,22 @@ class LauncherSpec(_S):
     cpus_per_job: float = Field(1.0, gt=0.0, le=1024.0, description="ray only: CPUs a job's Ray task asks for.")
     gpus_per_job: float = Field(0.0, ge=0.0, le=64.0, description="ray only: GPUs a job's Ray task asks for (a "
                                                                    "fraction shares one GPU between jobs).")
+    live_sessions: int | None = Field(
+        None, ge=0, le=64,
+        description="local only: paused backtest branches each worker keeps alive between looks, so that a look goes "
+                    "on in the branch's Trainer instead of rebuilding it from its checkpoint (evotrainer/jobs/live.py; "
+                    "each still checkpoints at every look). Each holds its policy, optimizer state and data in the "
+                    "worker's memory (a GPU's, for a model on one): lower it for a large model on a small device, 0 "
+                    f"turns it off. null = {LIVE_SESSIONS} (a look's arms × seeds of the default backtest fit).")
 
     @model_validator(mode="after")
     def _kind(self) -> LauncherSpec:
         if self.kind == "local" and (self.address is not None or self.gpus_per_job or self.cpus_per_job != 1.0):
             raise ValueError("launcher.address, cpus_per_job and gpus_per_job are Ray settings: set launcher.kind: ray, "
                              "or leave them out (a local worker uses the device the job picks)")
+        if self.kind == "ray" and self.live_sessions:
+            raise ValueError(f"launcher.live_sessions={self.live_sessions} is a local setting: a Ray task holds nothing "
+                             "between looks; leave it out, or set launcher.kind: local")
         if self.address is not None and not (self.address == "auto" or self.address.startswith("ray://")):
             raise ValueError(f"launcher.address={self.address!r}: give 'ray://HOST:PORT', 'auto', or null for a local "
                              "Ray head")

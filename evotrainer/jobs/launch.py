@@ -26,7 +26,6 @@ directory back, so a ``kill -9`` between submission and gathering loses and dupl
 from __future__ import annotations
 
 import os
-import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -93,6 +92,10 @@ class Launcher(Protocol):
     def score(self, request: dict[str, Any]) -> dict[str, Any]:
         """Greedy accuracies of saved policies on a held-out split (``evotrainer.jobs.scoring``)."""
 
+    def release(self) -> None:
+        """Let go of paused jobs kept alive between looks (a backtest whose looks are over; they stay paused on
+        disk)."""
+
     def pids(self) -> list[int]:
         """Local processes this launcher started (recorded by the campaign's owner; Ray's are Ray's)."""
 
@@ -122,21 +125,23 @@ class LocalLauncher(_Closing):
     """``workers`` crash-isolated worker processes on this machine; a batch runs up to ``workers`` at a time.
 
     ``timeout_s``: seconds a job may run once started (default ``$EVOTRAINER_JOB_TIMEOUT_S``, unset: none).
-    ``on_spawn``: called with the pids of newly started workers (the owner records them).
+    ``on_spawn``: called with the pids of newly started workers (the owner records them). ``live``: paused jobs each
+    worker keeps alive between a backtest's looks (``evotrainer.jobs.live``; 0: none); a job's next look goes to
+    the worker that holds it when that worker is free.
     """
 
     def __init__(self, workers: int = 1, timeout_s: float | None = _UNSET,
-                 on_spawn: Callable[[list[int]], None] | None = None):
+                 on_spawn: Callable[[list[int]], None] | None = None, live: int = 0):
         if workers < 1:
             raise ConfigError(f"launcher.workers={workers}: give 1 or more worker processes")
         timeout = job_timeout_from_env() if timeout_s is _UNSET else timeout_s
         self.workers = workers
         # side by side, each worker gets its share of the cores (alone, torch's default: all of them)
         threads = max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None
-        self._slots = [BranchPool(workers=1, timeout_s=timeout, threads=threads) for _ in range(workers)]
-        self._free: queue.Queue[BranchPool] = queue.Queue()
-        for s in self._slots:
-            self._free.put(s)
+        self._slots = [BranchPool(workers=1, timeout_s=timeout, threads=threads, live=live) for _ in range(workers)]
+        self._idle = list(self._slots)
+        self._free = threading.Condition()
+        self._holder: dict[str, BranchPool] = {}  # job name -> the slot whose worker keeps it paused and alive
         self._on_spawn: Callable[[list[int]], None] | None = None
         self.on_spawn = on_spawn
 
@@ -160,15 +165,34 @@ class LocalLauncher(_Closing):
     def pids(self) -> list[int]:
         return sorted(p for s in self._slots for p in s.pids())
 
+    def _take(self, prefer: BranchPool | None = None, exact: bool = False) -> BranchPool:
+        """A free slot: ``prefer`` when it is free (with ``exact``, wait for it)."""
+        with self._free:
+            while not self._idle or (exact and prefer not in self._idle):
+                self._free.wait()
+            slot = prefer if prefer in self._idle else self._idle[0]
+            self._idle.remove(slot)
+            return slot
+
+    def _give(self, slot: BranchPool) -> None:
+        with self._free:
+            self._idle.append(slot)
+            self._free.notify()
+
     def _one(self, req: JobRequest) -> JobOutcome:
-        slot = self._free.get()
+        slot = self._take(self._holder.get(req.resume or ""))
         try:
             out = slot.run(req.job, Path(req.home), fork=req.fork, resume=req.resume, stop_at=req.stop_at)
         except PoolStopped as err:
             return JobOutcome(status="stopped", error=str(err))
         finally:
-            self._free.put(slot)
-        return JobOutcome.from_worker(out)
+            self._give(slot)
+        outcome = JobOutcome.from_worker(out)
+        if outcome.result is not None and outcome.result.get("status") == "paused":
+            self._holder[str(outcome.result.get("name"))] = slot
+        else:
+            self._holder.pop(req.resume or req.name, None)
+        return outcome
 
     def run_many(self, requests: list[JobRequest]) -> list[JobOutcome]:
         if len(requests) <= 1 or self.workers == 1:
@@ -182,11 +206,20 @@ class LocalLauncher(_Closing):
         return outcomes
 
     def score(self, request: dict[str, Any]) -> dict[str, Any]:
-        slot = self._free.get()
+        slot = self._take()
         try:
             return slot.score(request)
         finally:
-            self._free.put(slot)
+            self._give(slot)
+
+    def release(self) -> None:
+        self._holder.clear()
+        for s in self._slots:
+            self._take(s, exact=True)
+            try:
+                s.release()
+            finally:
+                self._give(s)
 
     def stop(self) -> None:
         for s in self._slots:
@@ -408,6 +441,9 @@ class RayLauncher(_Closing):
             return JobOutcome(status="failed", error=f"{'out of memory: ' if memory else ''}Ray {kind}: {reason}",
                               out_of_memory=memory)
 
+    def release(self) -> None:
+        """Nothing to let go of: a Ray task holds nothing between calls (each look resumes from its checkpoint)."""
+
     def score(self, request: dict[str, Any]) -> dict[str, Any]:
         from evotrainer.jobs.scoring import score_policies
 
@@ -447,10 +483,11 @@ class RayLauncher(_Closing):
 
 
 def make_launcher(kind: str = "local", workers: int | None = 1, timeout_s: float | None = _UNSET,
-                  address: str | None = None, cpus: float = 1.0, gpus: float = 0.0) -> LocalLauncher | RayLauncher:
+                  address: str | None = None, cpus: float = 1.0, gpus: float = 0.0,
+                  live: int = 0) -> LocalLauncher | RayLauncher:
     """The launcher a campaign spec's ``launcher`` section asks for."""
     if kind == "local":
-        return LocalLauncher(workers=workers or 1, timeout_s=timeout_s)
+        return LocalLauncher(workers=workers or 1, timeout_s=timeout_s, live=live)
     if kind == "ray":
         import importlib.util
 

@@ -88,9 +88,10 @@ def _cap_address_space(headroom_mb: int) -> tuple[int, int]:
 
 
 def run_branch(job: dict[str, Any], home: str, fork: str | None, resume: str | None,
-               stop_at: int | None = None) -> dict[str, Any]:
+               stop_at: int | None = None, live: int = 0) -> dict[str, Any]:
     """Worker entry point: run one job (to ``stop_at`` when given: a backtest look); never raises (the error
-    is the result).
+    is the result). ``live``: keep up to this many paused jobs alive in this process between looks, and go on in
+    one when its next look is asked for (``evotrainer.jobs.live``; 0: every look is a session of its own).
 
     Fault injection, for the tests that show one bad branch does not stop a campaign (all unset in normal
     use; each is a regular expression over run names):
@@ -133,9 +134,15 @@ def run_branch(job: dict[str, Any], home: str, fork: str | None, resume: str | N
             if restore is not None:
                 bytearray(256 << 20)
             from evotrainer.config.job import JobSpec
-            from evotrainer.jobs.runner import run_job
 
-            res = run_job(JobSpec.model_validate(job), Path(home), resume=resume, fork=fork, stop_at=stop_at)
+            if live:
+                from evotrainer.jobs import live as sessions
+
+                res = sessions.run(JobSpec.model_validate(job), Path(home), fork, resume, stop_at, cap=live)
+            else:
+                from evotrainer.jobs.runner import run_job
+
+                res = run_job(JobSpec.model_validate(job), Path(home), resume=resume, fork=fork, stop_at=stop_at)
         finally:
             if restore is not None:  # before the error is formatted: that needs memory too
                 import resource
@@ -146,6 +153,13 @@ def run_branch(job: dict[str, Any], home: str, fork: str | None, resume: str | N
         memory = isinstance(err, MemoryError) or "allocate memory" in str(err).lower()
         return {"ok": False, "error": f"{'out of memory: ' if memory else ''}{type(err).__name__}: {err}",
                 "traceback": traceback.format_exc()[-4000:], "out_of_memory": memory}
+
+
+def release_live() -> dict[str, Any]:
+    """Worker entry point: end the paused jobs this worker keeps alive (their runs stay paused on disk)."""
+    from evotrainer.jobs import live as sessions
+
+    return {"ok": True, "released": sessions.release()}
 
 
 def _preload() -> bool:
@@ -236,12 +250,14 @@ class BranchPool:
     ``timeout_s``: seconds a job may run before it is ended and returned as failed (default
     ``$EVOTRAINER_JOB_TIMEOUT_S``, unset: no limit). ``on_spawn``: called with the pids of newly started
     workers (the campaign records them in the store, so a resume can end any that outlived their owner).
-    ``threads``: torch threads per worker (None: torch's default, every core).
+    ``threads``: torch threads per worker (None: torch's default, every core). ``live``: paused jobs a worker keeps
+    alive between looks (``evotrainer.jobs.live``; 0: none).
     """
 
     def __init__(self, workers: int = 1, timeout_s: float | None = _UNSET,
-                 on_spawn: Callable[[list[int]], None] | None = None, threads: int | None = None):
-        self.workers, self.threads = workers, threads
+                 on_spawn: Callable[[list[int]], None] | None = None, threads: int | None = None, live: int = 0):
+        self.workers, self.threads, self.live = workers, threads, live
+        self._holds_live = False  # a job paused in a worker since the last release (so a release has work to do)
         self.timeout_s = job_timeout_from_env() if timeout_s is _UNSET else timeout_s
         self.on_spawn = on_spawn
         self._w: _Workers | None = None
@@ -277,7 +293,16 @@ class BranchPool:
         ``timeout_s`` overrides the pool's per-job timeout for this job; ``stop_at`` pauses the job at that
         global step (see ``run_job``). Raises ``PoolStopped`` after ``stop()``.
         """
-        return self._call(run_branch, job, str(home), fork, resume, stop_at, timeout_s=timeout_s)
+        out = self._call(run_branch, job, str(home), fork, resume, stop_at, self.live, timeout_s=timeout_s)
+        if self.live and out.get("ok") and (out.get("result") or {}).get("status") == "paused":
+            self._holds_live = True
+        return out
+
+    def release(self) -> None:
+        """End the paused jobs the workers keep alive (a backtest whose looks are over calls this)."""
+        if self._holds_live and self._w is not None and not self._stopping:
+            self._holds_live = False
+            self._call(release_live)
 
     def score(self, request: dict[str, Any], timeout_s: float | None = _UNSET) -> dict[str, Any]:
         """Greedy accuracy of saved policies on a held-out split, in a worker (``evotrainer.jobs.scoring``)."""

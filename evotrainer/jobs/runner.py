@@ -55,6 +55,12 @@ from evotrainer.names import check_name, to_name
 CKPT = "checkpoint-"
 
 
+class SessionAbandoned(BaseException):
+    """A live session (``run_job``'s ``hold``) ended at a pause that is already on disk: nothing more is written.
+
+    A ``BaseException``, so that nothing between the Trainer's callback and ``run_job`` records it as a failure."""
+
+
 class JobResult(BaseModel):
     run_id: str
     name: str
@@ -377,6 +383,7 @@ def run_job(
     progress: Callable[[int, int, dict[str, Any]], None] | None = None,
     log: Callable[[str], None] | None = None,
     stop_at: int | None = None,
+    hold: Callable[[JobResult, int], int | None] | None = None,
 ) -> JobResult:
     """Run (or resume, or fork) one job to completion. Validates everything before writing anything.
 
@@ -384,6 +391,13 @@ def run_job(
     and a later ``resume`` goes on towards its target exactly as an uninterrupted job would (the dataset,
     schedule and RNG state are the target's, so pausing changes nothing). Backtests train their branches
     this way, one look at a time, and stop the ones whose answer is already known.
+
+    ``hold`` keeps the session alive across its pauses (``jobs/live.py``): at each one, once the pause is on disk
+    exactly as a session that ended there would leave it and the run's lock is let go, ``hold(result, target)`` is
+    called in the training thread and blocks; it returns the next ``stop_at`` (None: the target) to train on in
+    the same Trainer, or raises ``SessionAbandoned`` to end the session without writing anything more. The session
+    goes on only when it can take the lock back and the run on disk is still the pause it wrote (else
+    ``SessionAbandoned``: someone resumed it meanwhile, and a later resume goes on from the checkpoint).
     """
     from evotrainer.tasks import get_task
 
@@ -561,6 +575,23 @@ def run_job(
             return _record_pause(run_dir, meta, tracker, stop_at, t_start)
         finally:
             lock.release()
+
+    def _handover(result: JobResult) -> int | None:
+        """A live pause (``hold``): let go of the run while the session waits; take it back, unchanged, to go on."""
+        nonlocal lock
+        written = json.loads(json.dumps(meta))  # the pause as it is on disk
+        lock.release()
+        nxt = hold(result, target)
+        try:
+            lock = JobLock.take(run_dir, name)
+        except JobBusy:
+            raise SessionAbandoned(f"run {name} is being written by another process") from None
+        if _read_meta(run_dir) != written:
+            raise SessionAbandoned(f"run {name} changed on disk while its session waited; it resumes from its checkpoint")
+        if nxt is not None and not (result.steps_done < nxt <= target):
+            raise SessionAbandoned(f"stop_at={nxt} does not lie after step {result.steps_done}")
+        return nxt
+
     ckpts = _acknowledged_checkpoints(run_dir, meta)
     resume_ckpt = ckpts[max(ckpts)] if ckpts else None
     start_step = max(ckpts) if ckpts else meta["start_step"]
@@ -576,7 +607,10 @@ def run_job(
     try:
         result = _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_ckpt, start_step, target,
                         diff, progress, say, t_start, stop_at, warm_s,
-                        mlflow_had=mlflow_had if mlflow_had in (-1, start_step) else None)
+                        mlflow_had=mlflow_had if mlflow_had in (-1, start_step) else None,
+                        handover=_handover if hold is not None else None)
+    except SessionAbandoned:
+        raise  # a live session let go at a pause that is on disk, and the run may have another writer now
     except BaseException as err:  # record the failure, keep everything, re-raise as a clear error
         # Ctrl-C, or the process being told to exit (a Ray worker whose owner died gets SystemExit): the job did
         # not fail, it was stopped, and a resume goes on from its last checkpoint
@@ -652,10 +686,12 @@ def _record_pause(run_dir: Path, meta: dict[str, Any], tracker: Any, step: int, 
 
 
 def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_ckpt, start_step, target, diff,
-           progress, say, t_start, stop_at=None, warm_s=0.0, mlflow_had: int | None = None) -> JobResult:
+           progress, say, t_start, stop_at=None, warm_s=0.0, mlflow_had: int | None = None,
+           handover: Callable[[JobResult], int | None] | None = None) -> JobResult:
     """Train one session. ``mlflow_had``: the last step MLflow is known to hold for this run, with nothing after it
     (-1 for a new run, the pause step after a clean pause); None when unknown (a session was killed), and MLflow is
-    then asked, key by key, what it has (~0.1 s a session: 35 metric histories)."""
+    then asked, key by key, what it has (~0.1 s a session: 35 metric histories). ``handover``: see ``run_job``'s
+    ``hold``; each pause then closes a session on disk as one that ended there would, and the next opens in place."""
     import warnings
 
     # TRL 1.16 calls transformers APIs deprecated for v6 on every step; the warnings say nothing to our users.
@@ -772,14 +808,84 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
 
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
+    # a live session's pause (``handover``): the session ends on disk as one stopped at the pause would, the run is
+    # handed back, and the next one starts here with the random state its checkpoint saved (other jobs trained in
+    # this process meanwhile), so it trains what a resume from that checkpoint would (tests/test_live.py)
+    session = {"t": t_start, "setup_s": 0.0, "eval0": 0.0, "start": start_step, "parts": {}}
+
+    def _pause(step: int) -> int | None:
+        gc.unfreeze()
+        rng = _rng_state()
+        result = _close_session(step, paused=True)
+        nxt = handover(result)
+        tracker.reopen(run_id)
+        meta.pop("mlflow_synced_step", None)  # as a resumed session drops it: it is about to log more
+        meta["status"] = "running"
+        _write_meta(run_dir, meta)
+        _set_rng_state(rng)
+        session.update(t=time.perf_counter(), setup_s=0.0, eval0=cb.eval_seconds, start=step, parts={})
+        gc.freeze()
+        return nxt
+
+    def _close_session(step: int, paused: bool) -> JobResult:
+        """Record the session that ends at ``step`` (paused there, or finished) and what it returns."""
+        live = session["start"] != start_step  # this session went on from a live pause
+        ckpts = complete_checkpoints(run_dir)
+        final = ckpts.get(target) or (ckpts[max(ckpts)] if ckpts else None)
+        for f in ("metrics.jsonl", "data_report.json"):
+            if (run_dir / f).exists() and not paused:
+                tracker.log_artifact(run_id, run_dir / f)
+        meta["status"] = "paused" if paused else "finished"
+        meta["steps_done"] = step
+        if paused:
+            meta["paused_at"] = step
+            # the pause's checkpoint flushed every step's metrics and rollout files to MLflow (EvidenceCallback.on_save)
+            meta["mlflow_synced_step"] = step
+        else:
+            meta.pop("paused_at", None)
+        meta.pop("error", None)
+        now = time.perf_counter()
+        train_s = now - t_train if session["start"] == start_step else now - session["t"]
+        eval_s = cb.eval_seconds - session["eval0"]
+        # where this session's seconds went (one entry per start, resume or live look): a campaign's overhead is
+        # read from these
+        meta.setdefault("timings", []).append({
+            "start_step": session["start"],
+            "steps_done": step, "warm_start_s": round(warm_s, 2) if session["start"] == start_step else 0.0,
+            "setup_s": round(session["setup_s"], 2), "train_s": round(train_s, 2),
+            "eval_s": round(eval_s, 2), "wall_s": round(now - session["t"], 2),
+            "setup_parts": {k: round(v, 2) for k, v in session["parts"].items()}, **({"live": True} if live else {})})
+        _write_meta(run_dir, meta)
+        tracker.end_run(run_id, "FINISHED")  # a resume (or the live session's next look) reopens it
+        from evotrainer.evidence import read_metrics
+
+        mdf = read_metrics(run_dir)
+        return JobResult(
+            run_id=run_id,
+            name=meta["name"],
+            run_dir=str(run_dir),
+            steps_done=step,
+            checkpoint=str(final) if final else None,
+            evidence={"metrics": str(run_dir / "metrics.jsonl"), "rollouts": str(run_dir / "rollouts"),
+                      "mlflow": tracker.uri},
+            metrics=_last_metrics(mdf),
+            status=meta["status"],
+            seconds=round(now - session["t"], 2),
+            train_seconds=round(train_s, 2),
+            eval_seconds=round(eval_s, 2),
+            setup_seconds=round(session["setup_s"], 2),
+            warm_start_seconds=round(warm_s, 2) if session["start"] == start_step else 0.0,
+        )
+
     cb = EvidenceCallback(
         run_dir, recorder, _log, _on_ckpt, _eval if spec.eval.every else None, spec.eval.every, spec.eval.at_start, target,
         skip_upto=skip_upto, progress=_progress, stop_at=stop_at,
-        first_step=meta["start_step"],
+        first_step=meta["start_step"], pause=_pause if handover is not None else None,
     )
     trainer.add_callback(cb)
     _part("trainer")
     setup_s = sum(parts.values())
+    session.update(setup_s=setup_s, parts=parts)
     t_train = time.perf_counter()
     # Everything alive now (the libraries, the policy, the data) lives for the whole session: freezing it keeps
     # the garbage collector from scanning it, both in the full collection accelerate's free_memory() runs at the
@@ -791,49 +897,28 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     finally:
         gc.unfreeze()
         recorder.close()  # the last steps' rollouts are on disk before the run is marked finished or failed
-    train_s = time.perf_counter() - t_train
+    return _close_session(trainer.state.global_step, paused=trainer.state.global_step < target)
 
-    ckpts = complete_checkpoints(run_dir)
-    final = ckpts.get(target) or (ckpts[max(ckpts)] if ckpts else None)
-    paused = trainer.state.global_step < target
-    for f in ("metrics.jsonl", "data_report.json"):
-        if (run_dir / f).exists() and not paused:
-            tracker.log_artifact(run_id, run_dir / f)
-    meta["status"] = "paused" if paused else "finished"
-    meta["steps_done"] = trainer.state.global_step
-    if paused:
-        meta["paused_at"] = trainer.state.global_step
-        # the pause's checkpoint flushed every step's metrics and rollout files to MLflow (EvidenceCallback.on_save)
-        meta["mlflow_synced_step"] = trainer.state.global_step
-    else:
-        meta.pop("paused_at", None)
-    meta.pop("error", None)
-    # where this session's seconds went (one entry per start or resume): a campaign's overhead is read from these
-    meta.setdefault("timings", []).append({
-        "start_step": start_step,
-        "steps_done": trainer.state.global_step, "warm_start_s": round(warm_s, 2), "setup_s": round(setup_s, 2),
-        "train_s": round(train_s, 2),
-        "eval_s": round(cb.eval_seconds, 2), "wall_s": round(time.perf_counter() - t_start, 2),
-        "setup_parts": {k: round(v, 2) for k, v in parts.items()}})
-    _write_meta(run_dir, meta)
-    tracker.end_run(run_id, "FINISHED")  # a resume reopens it
 
-    from evotrainer.evidence import read_metrics
+def _rng_state() -> dict[str, Any]:
+    """The process's random streams (Python's, NumPy's, torch's on every device), as a checkpoint saves them."""
+    import random
 
-    mdf = read_metrics(run_dir)
-    return JobResult(
-        run_id=run_id,
-        name=meta["name"],
-        run_dir=str(run_dir),
-        steps_done=trainer.state.global_step,
-        checkpoint=str(final) if final else None,
-        evidence={"metrics": str(run_dir / "metrics.jsonl"), "rollouts": str(run_dir / "rollouts"),
-                  "mlflow": tracker.uri},
-        metrics=_last_metrics(mdf),
-        status=meta["status"],
-        seconds=round(time.perf_counter() - t_start, 2),
-        train_seconds=round(train_s, 2),
-        eval_seconds=round(cb.eval_seconds, 2),
-        setup_seconds=round(setup_s, 2),
-        warm_start_seconds=round(warm_s, 2),
-    )
+    import numpy as np
+    import torch
+
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["cpu"])
+    if state["cuda"] is not None:
+        torch.cuda.set_rng_state_all(state["cuda"])

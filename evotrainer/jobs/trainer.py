@@ -141,6 +141,7 @@ class EvidenceCallback(TrainerCallback):
         progress: Callable[[int, dict[str, Any]], None] | None = None,
         stop_at: int | None = None,
         first_step: int = 0,
+        pause: Callable[[int], int | None] | None = None,
     ):
         self.run_dir, self.recorder = run_dir, recorder
         self.log_metrics, self.on_checkpoint = log_metrics, on_checkpoint
@@ -150,6 +151,9 @@ class EvidenceCallback(TrainerCallback):
         self.skip_upto = skip_upto  # MLflow already has steps ≤ this (resume after a crash)
         self.progress = progress
         self.stop_at = stop_at  # pause here: checkpoint and stop (a resume goes on to max_steps)
+        # a live session (jobs/live.py): at stop_at, checkpoint and call this instead of stopping; it blocks until
+        # the next look and returns its stop_at (None: max_steps), or raises to end the session
+        self.pause = pause
         self.last: dict[str, Any] = {}
         self.step_times: list[float] = []
         self._t = time.perf_counter()
@@ -246,9 +250,12 @@ class EvidenceCallback(TrainerCallback):
             self._run_eval(step)
         if self.stop_at is not None and step >= self.stop_at and step < self.max_steps:
             control.should_save = True
-            control.should_training_stop = True
+            control.should_training_stop = self.pause is None
         return control
 
     def on_save(self, args, state, control, **kw):
         self.recorder.wait()
         self.on_checkpoint(state.global_step)
+        if self.pause is not None and self.stop_at is not None and state.global_step == self.stop_at:
+            # the checkpoint (with its random state), the look's evaluation and the flushed evidence are on disk
+            self.stop_at = self.pause(state.global_step)
