@@ -162,11 +162,18 @@ def run_campaign(task: str, harness: Path, seed: int, a: Any, home: Path) -> dic
             "backtest": {"branch_steps": a.branch, "seeds": 3, "max_proposals": 2, "min_effect": 0.0,
                          "futility_effect": 0.01, "merge_seeds": a.merge_seeds == "on",
                          **({} if a.bracket_factor is None else {"bracket_factor": a.bracket_factor})},
-            "autonomy": "auto", "eval": {"every": 0, "n": a.eval_n, "k": 1}, "stop": {"plateau_rounds": 100}}
+            "autonomy": "auto", "eval": {"every": 0, "n": a.eval_n, "k": 1}, "stop": {"plateau_rounds": 100},
+            **({} if a.live_sessions is None else {"launcher": {"live_sessions": a.live_sessions}})}
     spec_file = home / f"{spec['name']}.yaml"
     spec_file.write_text(yaml.safe_dump(spec))
     if harness.stem == "demo-start":  # the demo itself: `make demo SEED=seed`, in the bench's home
         spec_file = DEMO_SPEC
+        if a.live_sessions is not None:  # the demo with its launcher's live sessions changed, nothing else
+            doc = yaml.safe_load(DEMO_SPEC.read_text())
+            doc["harness"] = str((DEMO_SPEC.parent / doc["harness"]).resolve())
+            doc["launcher"] = {**(doc.get("launcher") or {}), "live_sessions": a.live_sessions}
+            spec_file = home / f"arith-demo-live{a.live_sessions}.yaml"
+            spec_file.write_text(yaml.safe_dump(doc, sort_keys=False))
     t = time.perf_counter()
     cid = start_campaign(spec_file, home, log=lambda m: print(f"  [{task} {harness.stem} s{seed}] {m}", flush=True),
                          seed=seed)
@@ -323,6 +330,10 @@ def main() -> None:
     p.add_argument("--healthy-share", type=float, default=None,
                    help="the campaign arm's budget.healthy_explore_share (default: the spec's default; the demo start "
                         "runs campaigns/arith-demo.yaml as committed)")
+    p.add_argument("--live-sessions", type=int, default=None,
+                   help="the campaign arm's launcher.live_sessions (default: the spec's default; 0 rebuilds every look "
+                        "from its checkpoint: the A/B of jobs/live.py). With the demo start, a copy of "
+                        "campaigns/arith-demo.yaml with only this changed is run")
     p.add_argument("--trial-steps", type=int, default=99, help="steps of one Optuna trial (a multiple of 3)")
     p.add_argument("--eval-n", type=int, default=500, help="problems in each held-out split")
     p.add_argument("--wide", type=int, default=3000,

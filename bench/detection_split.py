@@ -81,6 +81,8 @@ def main() -> None:
     p.add_argument("--params", default=None, help="candidate parameters: JSON {diagnostic: {param: value}}")
     p.add_argument("--label", default="current", help="name of this scoring in the results (e.g. a revision)")
     p.add_argument("--stride", type=int, default=5, help="prefix stride (steps) for steps-to-first-finding")
+    p.add_argument("--tuning-only", action="store_true", help="score the tuning half alone (a candidate revision is "
+                   "judged there before anyone reads its held-out numbers)")
     p.add_argument("--archive", default="archive", help="archive file prefix: 'archive' (the v5 labelling rule: "
                    "symptoms noise cannot decide left unknown), 'archive-v4labels' or 'archive-v3labels' (earlier "
                    "rules; bench/archive_runs.py raw_labels)")
@@ -94,8 +96,9 @@ def main() -> None:
             update={"params": json.loads(a.params)})})
     reg = Registry(harness)
     export = Path(a.export)
-    halves = {half: score(export / f"{a.archive}-{half}.yaml", reg, a.stride) for half in ("tuning", "heldout")}
-    for group in ("v4", "v5", "v6"):  # the held-out runs of each group added after a labelling rule
+    halves = {half: score(export / f"{a.archive}-{half}.yaml", reg, a.stride)
+              for half in (("tuning",) if a.tuning_only else ("tuning", "heldout"))}
+    for group in () if a.tuning_only else ("v4", "v5", "v6"):  # the held-out runs of each group added after a rule
         later = export / f"{a.archive}-heldout-{group}.yaml"
         if later.is_file() and yaml.safe_load(later.read_text())["runs"]:
             halves[f"heldout-{group}"] = score(later, reg, a.stride)
@@ -104,10 +107,11 @@ def main() -> None:
         summary[s] = {half: {k: halves[half]["per_symptom"].get(s, {}).get(k)
                              for k in ("labelled_runs", "tp", "fp", "fn", "precision", "recall",
                                        "mean_steps_to_first_finding")} for half in halves}
-    held = halves["heldout"]
-    ok = all((v["recall"] or 0) >= 0.9 for v in held["per_symptom"].values() if v["labelled_runs"]) \
-        and not held["healthy_runs_with_warnings"]
-    out_name = "detection_split" if a.label == "current" else f"detection_split_{a.label}"
+    held = halves.get("heldout")
+    ok = None if held is None else all((v["recall"] or 0) >= 0.9 for v in held["per_symptom"].values()
+                                       if v["labelled_runs"]) and not held["healthy_runs_with_warnings"]
+    out_name = ("detection_split" if a.label == "current" else f"detection_split_{a.label}") + (
+        "_tuning" if a.tuning_only else "")
     save(out_name, {"label": a.label, "archive": a.archive, "params": json.loads(a.params) if a.params else {},
                     "summary": summary, "halves": halves, "pass_heldout": ok})
 

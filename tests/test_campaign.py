@@ -493,11 +493,14 @@ def test_no_backtest_starts_in_the_final_share_and_the_last_segment_trains_the_r
 
 def test_the_same_campaign_spec_and_seed_make_the_same_decisions(tmp_path):
     """Run-to-run differences would make a paired backtest unauditable: two homes, one spec and seed, the same
-    proposals, values, looks, decisions, kept branches, ledger and held-out numbers (wall clock and ids aside)."""
-    def run(sub: str) -> dict:
+    proposals, values, looks, decisions, kept branches, ledger and held-out numbers (wall clock and ids aside).
+
+    The second campaign rebuilds every look from its checkpoint (``launcher.live_sessions: 0``), the first goes on in
+    live branch sessions (the default, jobs/live.py): that must change nothing either."""
+    def run(sub: str, **over) -> dict:
         d = tmp_path / sub
         d.mkdir()
-        cid = start_campaign(_spec(d), d / "home", log=lambda m: None)
+        cid = start_campaign(_spec(d, **over), d / "home", log=lambda m: None)
         store = Store.for_home(d / "home")
         strip = lambda s: s.replace(cid, "C")  # noqa: E731
         return {
@@ -509,8 +512,14 @@ def test_the_same_campaign_spec_and_seed_make_the_same_decisions(tmp_path):
             "kept": [strip(json.dumps(e.message, sort_keys=True)) for e in store.events(cid, kind="kept_branch")],
         }
 
-    a, b = run("a"), run("b")
+    def live_looks(sub: str) -> int:
+        return sum(bool(t.get("live")) for m in (tmp_path / sub / "home" / "jobs").glob("*/meta.json")
+                   for t in json.loads(m.read_text()).get("timings", []))
+
+    # 18 steps: room for a backtest's second look, the one a live session trains
+    a, b = run("a", budget={"total_steps": 18}), run("b", budget={"total_steps": 18}, launcher={"live_sessions": 0})
     assert a["decisions"] and a == b
+    assert live_looks("a") > 0 and live_looks("b") == 0
 
 
 def test_an_llm_endpoint_that_accepts_and_never_answers_falls_back_within_its_timeout_and_is_recorded(tmp_path):

@@ -123,3 +123,21 @@ def test_a_look_a_live_session_cannot_train_to_is_refused_as_a_resume_would_be(p
     assert live.live_names() == []
     meta = _meta(shared_home, "live-back")
     assert meta["status"] == "paused" and meta["paused_at"] == 6
+
+
+def test_a_worker_keeps_a_branch_live_between_looks_until_the_pool_releases_it(parent, shared_home):
+    """The path a campaign takes: ``BranchPool(live=N)`` in a spawned worker, and ``release()`` once the looks are
+    over (then the run resumes from its checkpoint)."""
+    from evotrainer.jobs.pool import BranchPool
+
+    job = _spec(parent, 6, name="live-pool", seed=10).model_dump(mode="json")
+    with BranchPool(workers=1, timeout_s=None, live=4) as pool:
+        outs = [pool.run(job, shared_home, fork="live-parent@2", stop_at=4),
+                pool.run(job, shared_home, resume="live-pool", stop_at=6)]
+        assert all(o["ok"] and o["result"]["status"] == "paused" for o in outs), outs
+        pool.release()
+        assert not pool._holds_live
+        done = pool.run(job, shared_home, resume="live-pool")
+    assert done["ok"] and done["result"]["status"] == "finished" and done["result"]["steps_done"] == 8
+    timings = _meta(shared_home, "live-pool")["timings"]
+    assert [(t["start_step"], bool(t.get("live"))) for t in timings] == [(2, False), (4, True), (6, False)]

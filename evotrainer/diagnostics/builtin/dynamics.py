@@ -335,6 +335,14 @@ class Plateau(BuiltinDiagnostic):
             "Consecutive flat windows a warning needs: the latest W steps flat, and with 2 the W before them too "
             "(flat over the last 2W); fewer is an info. A warning also needs a run of at least max(2, this) × W steps, "
             "so that with 1 a run that learned and then stalled warns, while a run shorter than 2W only informs."))
+        max_gain: float = Field(0.03, ge=0.0, le=1.0, description=(
+            "Fitted accuracy gain over W (held-out with min_eval_points inside W, else strict train accuracy) at or "
+            "below which accuracy is not rising; read only when decided_z > 0."))
+        decided_z: float = Field(0.0, ge=0.0, le=5.0, description=(
+            "A warning needs the plateau decided by this many standard errors (the fitted changes'): the reward's "
+            "change inside ±max_change and the accuracy's gain at or below max_gain, each with that margin. A flat "
+            "reward that noise leaves undecided (accuracy that may still be rising) is an info. 0 = v2: the reward "
+            "test alone decides."))
 
     def analyze(self, ev: Evidence) -> list[Finding]:
         p = self.params
@@ -362,6 +370,10 @@ class Plateau(BuiltinDiagnostic):
         if long:
             lo = int(s.index[-k * W])
         sev: Severity = "warning" if long else "info"
+        if sev == "warning" and p.decided_z > 0:
+            decided, more = self._decided(ev, s.iloc[-W:], lo, hi)
+            metrics |= more
+            sev = "warning" if decided else "info"
         metrics |= {"window_steps": W, "max_change": p.max_change}
         return [self.finding(
             sev, f"Reward has been flat over steps {lo}-{hi}" + (f" ({k} windows)" if long and k > 1 else "")
@@ -369,6 +381,27 @@ class Plateau(BuiltinDiagnostic):
                  "has stalled. Change the curriculum (harder or easier prompts), the learning rate, or stop.",
             confidence=confidence(abs(metrics["reward_change"]), p.max_change, 0.0, 1.0 if long else 0.5),
             steps=(lo, hi), examples=examples_in(ev, (lo, hi)), metrics=metrics)]
+
+    def _decided(self, ev: Evidence, tail: pd.Series, lo: int, hi: int) -> tuple[bool, dict[str, float]]:
+        """Whether noise could not undo the plateau (``decided_z``): the reward's fitted change and the accuracy's
+        gain over ``lo..hi`` each lie ``decided_z`` standard errors inside their lines."""
+        p, z = self.params, self.params.decided_z
+        t_lo, t_hi = int(tail.index[0]), int(tail.index[-1])
+        rc, rc_se = change_over(tail, t_lo, t_hi), change_se_over(tail, t_lo, t_hi)
+        decided = abs(rc) + z * (rc_se if np.isfinite(rc_se) else 0.0) <= p.max_change
+        evals = metric_series(ev.metrics, "eval/greedy_accuracy")
+        if evals is not None and len(between(evals, lo, hi)) >= p.min_eval_points:
+            acc, source = evals, "held-out"
+        else:
+            train = metric_or_rollout(ev, "accuracy", "correct")
+            acc, source = (train.values, "train") if train is not None else (None, None)
+        more: dict[str, float] = {}
+        if acc is not None and len(between(acc, lo, hi)) >= 2:
+            gain, gain_se = change_over(acc, lo, hi), change_se_over(acc, lo, hi)
+            more = {"accuracy_gain": gain, "accuracy_gain_se": gain_se, "max_gain": p.max_gain,
+                    "accuracy_gain_heldout": float(source == "held-out")}
+            decided = decided and gain + z * (gain_se if np.isfinite(gain_se) else 0.0) <= p.max_gain
+        return decided, more
 
     def _flat(self, ev: Evidence, tail: pd.Series) -> tuple[bool, dict[str, float]]:
         p = self.params
