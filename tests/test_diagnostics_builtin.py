@@ -296,7 +296,7 @@ def sick() -> dict[str, Evidence]:
 
 def test_registry_covers_every_builtin_symptom():
     assert set(BUILTIN_DIAGNOSTICS) == set(VARIANTS)
-    revised = {"entropy_collapse": "2", "entropy_blowup": "2", "grad_spike": "3", "too_easy": "2", "reward_hacking": "3", "plateau": "2",
+    revised = {"entropy_collapse": "2", "entropy_blowup": "2", "grad_spike": "3", "too_easy": "2", "reward_hacking": "3", "plateau": "3",
                "echo": "2", "hardcoding": "3", "nan": "2"}  # see test_entropy_collapse_inside_the_early_window
     for name, cls in BUILTIN_DIAGNOSTICS.items():
         assert cls.name == name and cls.version == revised.get(name, "1")
