@@ -159,7 +159,7 @@ def launcher_for(spec: CampaignSpec):
     ls = spec.launcher
     return make_launcher(ls.kind, workers=ls.workers, timeout_s=job_timeout(spec), address=ls.address,
                          cpus=ls.cpus_per_job, gpus=ls.gpus_per_job,
-                         live=LIVE_SESSIONS if ls.live_sessions is None else ls.live_sessions)
+                         live=ls.live_sessions if ls.live_sessions is not None else 0 if spec.policy.real else LIVE_SESSIONS)
 
 
 def _check_paths(spec: CampaignSpec, spec_path: Path) -> None:

@@ -283,8 +283,9 @@ class LauncherSpec(_S):
         description="local only: paused backtest branches each worker keeps alive between looks, so that a look goes "
                     "on in the branch's Trainer instead of rebuilding it from its checkpoint (evotrainer/jobs/live.py; "
                     "each still checkpoints at every look). Each holds its policy, optimizer state and data in the "
-                    "worker's memory (a GPU's, for a model on one): lower it for a large model on a small device, 0 "
-                    f"turns it off. null = {LIVE_SESSIONS} (a look's arms × seeds of the default backtest fit).")
+                    "worker's memory (a GPU's, for a model on one): 0 turns it off. null = 0 for a pretrained policy "
+                    "(set it when the device holds every branch of a look at once: seeds × (1 + max_proposals)), "
+                    f"{LIVE_SESSIONS} for the built-in ones (a look's arms × seeds of the default backtest fit).")
 
     @model_validator(mode="after")
     def _kind(self) -> LauncherSpec:
