@@ -592,6 +592,10 @@ def test_plateau_warns_only_when_noise_could_not_undo_it_with_decided_z():
     calm = 0.2 + 0.003 * alt
     ev = Evidence(metrics=pd.DataFrame({"step": steps, "reward": calm, "accuracy": calm}), rollouts=pd.DataFrame())
     assert severity_of("plateau", ev, {"decided_z": 1.0}) == "warning"
+    # two accuracy points in the window: no standard error to say the gain is not noise, so not decided
+    two = Evidence(metrics=pd.DataFrame({"step": steps, "reward": calm, "eval/greedy_accuracy": np.where(
+        np.isin(steps, (40, 60)), 0.3, np.nan)}), rollouts=pd.DataFrame())
+    assert [f.severity for f in fire("plateau", two, {"decided_z": 1.0, "min_eval_points": 2})] == ["info"]
     # held-out accuracy still climbing under a flat reward: not decided either
     ev = Evidence(metrics=pd.DataFrame({"step": steps, "reward": calm, "eval/greedy_accuracy": np.where(
         steps % 10 == 0, 0.3 + 0.002 * steps, np.nan)}), rollouts=pd.DataFrame())

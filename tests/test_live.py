@@ -83,9 +83,14 @@ def test_a_live_session_whose_run_another_process_resumed_lets_go_and_the_look_r
     # another writer (a worker of another pool, a person) resumes the paused run meanwhile, to its next look
     other = run_job(_spec(parent, 6), shared_home, resume=name, stop_at=6)
     assert other.status == "paused" and other.steps_done == 6
-    # the live session finds the run is no longer the pause it wrote, ends, and the look resumes from step 6
+    # this worker's next look (of another branch) ends the session whose run went on elsewhere: it held memory only
+    b = live.run(_spec(parent, 6, name="live-taken-b", seed=7), shared_home, fork="live-parent@2", resume=None,
+                 stop_at=4, cap=4)
+    assert b.status == "paused" and live.live_names() == ["live-taken-b"]
+    # and the look of the taken run resumes from its checkpoint at step 6
     res = live.run(_spec(parent, 6), shared_home, fork=None, resume=name, stop_at=None, cap=4)
-    assert res.status == "finished" and res.steps_done == 8 and live.live_names() == []
+    assert res.status == "finished" and res.steps_done == 8 and live.live_names() == ["live-taken-b"]
+    live.release()
     timings = _meta(shared_home, name)["timings"]
     assert [(t["start_step"], t["steps_done"], bool(t.get("live"))) for t in timings] == [
         (2, 4, False), (4, 6, False), (6, 8, False)]
@@ -141,3 +146,11 @@ def test_a_worker_keeps_a_branch_live_between_looks_until_the_pool_releases_it(p
     assert done["ok"] and done["result"]["status"] == "finished" and done["result"]["steps_done"] == 8
     timings = _meta(shared_home, "live-pool")["timings"]
     assert [(t["start_step"], bool(t.get("live"))) for t in timings] == [(2, False), (4, True), (6, False)]
+
+
+def test_a_look_at_the_target_finishes_the_job_and_keeps_nothing_alive(parent, shared_home):
+    res = live.run(_spec(parent, 6, name="live-end", seed=11), shared_home, fork="live-parent@2", resume=None,
+                   stop_at=8, cap=4)
+    assert res.status == "finished" and res.steps_done == 8 and live.live_names() == []
+    meta = _meta(shared_home, "live-end")
+    assert meta["status"] == "finished" and "paused_at" not in meta

@@ -177,7 +177,7 @@ class LocalLauncher(_Closing):
     def _give(self, slot: BranchPool) -> None:
         with self._free:
             self._idle.append(slot)
-            self._free.notify()
+            self._free.notify_all()  # waiters want different slots (``exact``): each checks its own
 
     def _one(self, req: JobRequest) -> JobOutcome:
         slot = self._take(self._holder.get(req.resume or ""))

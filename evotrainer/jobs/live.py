@@ -16,9 +16,10 @@ goes on it restores the random state its checkpoint saved, since other branches 
 meanwhile. A continued look is therefore the run a resume would have trained, which is the run of a job that
 never paused (tests/test_live.py).
 
-Bounds: at most ``cap`` live sessions a worker (``launcher.live_sessions``); a look past the cap pauses the old
-way, by ending its session. ``release()`` ends them all; a backtest calls it when its looks are over, since its
-branches are then forked from, never resumed.
+Bounds: at most ``cap`` live sessions a worker (``launcher.live_sessions``; with several workers, each has its own);
+a look past the cap pauses the old way, by ending its session. A session whose run another worker went on with
+(its look found this worker busy) is ended at this worker's next look. ``release()`` ends them all; a backtest calls
+it when its looks are over, since its branches are then forked from, never resumed.
 
 Each session trains in a thread of its own (a daemon: a worker exiting does not wait for it); only one of them
 trains at a time, the one whose look the worker was asked for, while the others wait at their pause.
@@ -43,6 +44,7 @@ class _Session:
     def __init__(self, name: str):
         self.name = name
         self.step = self.target = 0
+        self.run_dir: Path | None = None
         self._next: queue.Queue[Any] = queue.Queue()  # the worker's orders: the next stop_at, or _END
         self._out: queue.Queue[tuple[str, Any]] = queue.Queue()  # the session's answers
         self._thread: threading.Thread | None = None
@@ -61,6 +63,7 @@ class _Session:
 
     def _hold(self, result: JobResult, target: int) -> int | None:
         self.name, self.step, self.target = result.name, result.steps_done, target
+        self.run_dir = Path(result.run_dir)
         self._out.put(("paused", result))
         order = self._next.get()
         if order is _END:
@@ -81,6 +84,16 @@ class _Session:
         self._next.put(_END)
         self.answer()
 
+    def stale(self) -> bool:
+        """Whether its run on disk is no longer the pause it wrote (another worker or process resumed it)."""
+        import json
+
+        try:
+            meta = json.loads((self.run_dir / "meta.json").read_text()) if self.run_dir is not None else {}
+        except (OSError, ValueError):
+            return True
+        return meta.get("status") != "paused" or meta.get("paused_at") != self.step
+
 
 _SESSIONS: dict[str, _Session] = {}
 _LOCK = threading.Lock()  # one look at a time per worker (the pool's calls are sequential; this makes sure)
@@ -97,6 +110,12 @@ def run(spec: JobSpec, home: Path, fork: str | None, resume: str | None, stop_at
                     return _settle(live, got)
             else:
                 live.end()  # not a look it can train to: the runner says why, below
+            _collect()
+        # sessions whose runs another worker went on with (a look that found this worker busy) hold memory for nothing
+        if stale := [name for name, s in _SESSIONS.items() if s.stale()]:
+            for name in stale:
+                _SESSIONS.pop(name).end()
+            _collect()
         if stop_at is None or len(_SESSIONS) >= cap:
             return run_job(spec, home, resume=resume, fork=fork, stop_at=stop_at)
         session = _Session(resume or spec.name or "")
@@ -107,6 +126,8 @@ def run(spec: JobSpec, home: Path, fork: str | None, resume: str | None, stop_at
 def _settle(session: _Session, got: tuple[str, Any]) -> JobResult:
     kind, value = got
     if kind == "paused":
+        if (old := _SESSIONS.get(session.name)) is not None and old is not session:
+            old.end()  # the same run reached under another reference (its id, a path): one session per run
         _SESSIONS[session.name] = session
         return value
     if kind == "error":
@@ -123,7 +144,22 @@ def release() -> int:
         _SESSIONS.clear()
         for s in sessions:
             s.end()
+        if sessions:
+            _collect()
         return len(sessions)
+
+
+def _collect() -> None:
+    """On a GPU, free the device memory ended sessions held, now: a Trainer is full of reference cycles, and the next
+    session's ``gc.freeze()`` would pin them for its whole length. On a CPU the normal collections get them later; a
+    full collection there costs ~0.3 s of a worker that has unfrozen its imports, at every release."""
+    import torch
+
+    if torch.cuda.is_available():
+        import gc
+
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def live_names() -> list[str]:

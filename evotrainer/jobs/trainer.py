@@ -250,12 +250,14 @@ class EvidenceCallback(TrainerCallback):
             self._run_eval(step)
         if self.stop_at is not None and step >= self.stop_at and step < self.max_steps:
             control.should_save = True
-            control.should_training_stop = self.pause is None
+            if self.pause is None:
+                control.should_training_stop = True
         return control
 
     def on_save(self, args, state, control, **kw):
         self.recorder.wait()
         self.on_checkpoint(state.global_step)
-        if self.pause is not None and self.stop_at is not None and state.global_step == self.stop_at:
+        if (self.pause is not None and self.stop_at is not None and state.global_step == self.stop_at
+                and state.global_step < self.max_steps):  # the target is the job's end, never a pause
             # the checkpoint (with its random state), the look's evaluation and the flushed evidence are on disk
             self.stop_at = self.pause(state.global_step)

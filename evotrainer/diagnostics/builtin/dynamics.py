@@ -405,7 +405,8 @@ class Plateau(BuiltinDiagnostic):
             gain, gain_se = change_over(acc, lo, hi), change_se_over(acc, lo, hi)
             more = {"accuracy_gain": gain, "accuracy_gain_se": gain_se, "max_gain": p.max_gain,
                     "accuracy_gain_heldout": float(source == "held-out")}
-            decided = decided and gain + z * (gain_se if np.isfinite(gain_se) else 0.0) <= p.max_gain
+            # too few points to say how noisy the gain is (NaN): not decided
+            decided = decided and bool(np.isfinite(gain_se)) and gain + z * gain_se <= p.max_gain
         return decided, more
 
     def _flat(self, ev: Evidence, tail: pd.Series) -> tuple[bool, dict[str, float]]:
