@@ -699,7 +699,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     from evotrainer.data import build_pool, needs_pass_stats, selection_weights, stream_problems, to_dataset
     from evotrainer.evaluation import evaluate, heldout_problems, write_outcomes
     from evotrainer.evidence import RolloutRecorder
-    from evotrainer.jobs.trainer import EvidenceCallback, EvoGRPOTrainer
+    from evotrainer.jobs.trainer import EvidenceCallback, EvoGRPOTrainer, rng_state, set_rng_state
     from evotrainer.policy import load_policy
     from evotrainer.rewards import build_reward_funcs
 
@@ -815,21 +815,21 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
 
     def _pause(step: int) -> int | None:
         gc.unfreeze()
-        rng = _rng_state()
+        rng = rng_state()
         result = _close_session(step, paused=True)
         nxt = handover(result)
         tracker.reopen(run_id)
         meta.pop("mlflow_synced_step", None)  # as a resumed session drops it: it is about to log more
         meta["status"] = "running"
         _write_meta(run_dir, meta)
-        _set_rng_state(rng)
+        set_rng_state(rng)
         session.update(t=time.perf_counter(), setup_s=0.0, eval0=cb.eval_seconds, start=step, parts={})
         gc.freeze()
         return nxt
 
     def _close_session(step: int, paused: bool) -> JobResult:
         """Record the session that ends at ``step`` (paused there, or finished) and what it returns."""
-        live = session["start"] != start_step  # this session went on from a live pause
+        first = session["start"] == start_step  # else this session went on from a live pause
         ckpts = complete_checkpoints(run_dir)
         final = ckpts.get(target) or (ckpts[max(ckpts)] if ckpts else None)
         for f in ("metrics.jsonl", "data_report.json"):
@@ -845,16 +845,16 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
             meta.pop("paused_at", None)
         meta.pop("error", None)
         now = time.perf_counter()
-        train_s = now - t_train if session["start"] == start_step else now - session["t"]
+        train_s = now - t_train if first else now - session["t"]
         eval_s = cb.eval_seconds - session["eval0"]
         # where this session's seconds went (one entry per start, resume or live look): a campaign's overhead is
         # read from these
         meta.setdefault("timings", []).append({
             "start_step": session["start"],
-            "steps_done": step, "warm_start_s": round(warm_s, 2) if session["start"] == start_step else 0.0,
+            "steps_done": step, "warm_start_s": round(warm_s, 2) if first else 0.0,
             "setup_s": round(session["setup_s"], 2), "train_s": round(train_s, 2),
             "eval_s": round(eval_s, 2), "wall_s": round(now - session["t"], 2),
-            "setup_parts": {k: round(v, 2) for k, v in session["parts"].items()}, **({"live": True} if live else {})})
+            "setup_parts": {k: round(v, 2) for k, v in session["parts"].items()}, **({} if first else {"live": True})})
         _write_meta(run_dir, meta)
         tracker.end_run(run_id, "FINISHED")  # a resume (or the live session's next look) reopens it
         from evotrainer.evidence import read_metrics
@@ -874,7 +874,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
             train_seconds=round(train_s, 2),
             eval_seconds=round(eval_s, 2),
             setup_seconds=round(session["setup_s"], 2),
-            warm_start_seconds=round(warm_s, 2) if session["start"] == start_step else 0.0,
+            warm_start_seconds=round(warm_s, 2) if first else 0.0,
         )
 
     cb = EvidenceCallback(
@@ -899,26 +899,3 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
         recorder.close()  # the last steps' rollouts are on disk before the run is marked finished or failed
     return _close_session(trainer.state.global_step, paused=trainer.state.global_step < target)
 
-
-def _rng_state() -> dict[str, Any]:
-    """The process's random streams (Python's, NumPy's, torch's on every device), as a checkpoint saves them."""
-    import random
-
-    import numpy as np
-    import torch
-
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    import random
-
-    import numpy as np
-    import torch
-
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["cpu"])
-    if state["cuda"] is not None:
-        torch.cuda.set_rng_state_all(state["cuda"])

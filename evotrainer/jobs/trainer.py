@@ -29,6 +29,27 @@ from trl import GRPOTrainer
 from evotrainer.evidence import RolloutRecorder, append_metrics
 
 
+def rng_state() -> dict[str, Any]:
+    """The process's random streams (Python's, NumPy's, torch's on every device), as a checkpoint saves them."""
+    import numpy as np
+    import torch
+
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Put back what :func:`rng_state` took."""
+    import numpy as np
+    import torch
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["cpu"])
+    if state["cuda"] is not None:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
 @contextmanager
 def untouched_rng():
     """Run a block without moving the process's random streams (Python's, NumPy's, torch's on every device).
@@ -39,16 +60,11 @@ def untouched_rng():
     one evaluated every 4), and a segment that evaluated its end left its continuation on another path than a
     single run of the same length.
     """
-    import numpy as np
-    import torch
-
-    py, nps = random.getstate(), np.random.get_state()
-    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []):
-        try:
-            yield
-        finally:
-            random.setstate(py)
-            np.random.set_state(nps)
+    state = rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(state)
 
 
 class EvoGRPOTrainer(GRPOTrainer):

@@ -296,6 +296,18 @@ class NonFinite(BuiltinDiagnostic):
 # ------------------------------------------------------------------------------------------------ progress
 
 
+def accuracy_progress(ev: Evidence, lo: int, hi: int, min_eval_points: int) -> tuple[pd.Series, str, bool] | None:
+    """Accuracy over steps ``lo..hi`` as a progress signal: held-out greedy accuracy when it has ``min_eval_points``
+    there, else strict train accuracy; with what it is and whether it is held-out. None when the run has neither."""
+    evals = metric_series(ev.metrics, "eval/greedy_accuracy")
+    if evals is not None and len(between(evals, lo, hi)) >= min_eval_points:
+        return between(evals, lo, hi), "held-out greedy accuracy", True
+    train = metric_or_rollout(ev, "accuracy", "correct")
+    if train is None:
+        return None
+    return between(train.values, lo, hi), f"strict train accuracy ({train.source})", False
+
+
 class Plateau(BuiltinDiagnostic):
     """Reward flat while accuracy is below the ceiling: learning has stalled.
 
@@ -392,22 +404,16 @@ class Plateau(BuiltinDiagnostic):
     def _decided(self, ev: Evidence, lo: int, hi: int) -> tuple[bool, dict[str, float]]:
         """Whether noise could not hide progress (``decided_z``): the accuracy's fitted gain over ``lo..hi`` lies
         ``decided_z`` standard errors below ``max_gain`` (True when the run has no accuracy to read)."""
-        p, z = self.params, self.params.decided_z
-        decided = True
-        evals = metric_series(ev.metrics, "eval/greedy_accuracy")
-        if evals is not None and len(between(evals, lo, hi)) >= p.min_eval_points:
-            acc, source = evals, "held-out"
-        else:
-            train = metric_or_rollout(ev, "accuracy", "correct")
-            acc, source = (train.values, "train") if train is not None else (None, None)
-        more: dict[str, float] = {}
-        if acc is not None and len(between(acc, lo, hi)) >= 2:
-            gain, gain_se = change_over(acc, lo, hi), change_se_over(acc, lo, hi)
-            more = {"accuracy_gain": gain, "accuracy_gain_se": gain_se, "max_gain": p.max_gain,
-                    "accuracy_gain_heldout": float(source == "held-out")}
-            # too few points to say how noisy the gain is (NaN): not decided
-            decided = decided and bool(np.isfinite(gain_se)) and gain + z * gain_se <= p.max_gain
-        return decided, more
+        p = self.params
+        progress = accuracy_progress(ev, lo, hi, p.min_eval_points)
+        if progress is None or len(progress[0]) < 2:
+            return True, {}
+        acc, held = progress[0], progress[2]
+        gain, gain_se = change_over(acc, lo, hi), change_se_over(acc, lo, hi)
+        more = {"accuracy_gain": gain, "accuracy_gain_se": gain_se, "max_gain": p.max_gain,
+                "accuracy_gain_heldout": float(held)}
+        # too few points to say how noisy the gain is (NaN): not decided
+        return bool(np.isfinite(gain_se)) and gain + p.decided_z * gain_se <= p.max_gain, more
 
     def _flat(self, ev: Evidence, tail: pd.Series) -> tuple[bool, dict[str, float]]:
         p = self.params
@@ -467,16 +473,11 @@ class LearnsNothing(BuiltinDiagnostic):
         if len(s) < W:
             return self.not_enough(f"at least {W} steps of reward")
         lo, hi = int(s.index[-W]), int(s.index[-1])
-        evals = metric_series(ev.metrics, "eval/greedy_accuracy")
-        held = evals is not None and len(between(evals, lo, hi)) >= p.min_eval_points
-        if held:
-            progress, source = between(evals, lo, hi), "held-out greedy accuracy"
-        else:
-            train = metric_or_rollout(ev, "accuracy", "correct")
-            if train is None:
-                return self.not_enough(f"{p.min_eval_points}+ points of 'eval/greedy_accuracy' within the last {W} steps "
-                                       "or strict train accuracy (metric 'accuracy' or rollout 'correct')")
-            progress, source = between(train.values, lo, hi), f"strict train accuracy ({train.source})"
+        found = accuracy_progress(ev, lo, hi, p.min_eval_points)
+        if found is None:
+            return self.not_enough(f"{p.min_eval_points}+ points of 'eval/greedy_accuracy' within the last {W} steps "
+                                   "or strict train accuracy (metric 'accuracy' or rollout 'correct')")
+        progress, source, held = found
         if len(progress) < 2:
             return self.not_enough(f"accuracy at 2+ steps within the last {W} steps")
         gain = change_over(progress, lo, hi)
