@@ -21,8 +21,9 @@ This module is what the three share, so that they see the same text:
   argument, and the tool's own error says what is missing.
 - ``call_tool``: TRL's dispatch, reproduced: an unknown tool or a tool that raises becomes an
   ``{'error': ...}`` observation, never an exception.
-- ``run_episodes``: the batched loop with ``model.generate``, mirroring ``GRPOTrainer._tool_call_loop``: the
-  same completion budget (observations count), the same bound on tool rounds, the same suffix tokens.
+- ``run_episodes``: the batched loop, mirroring ``GRPOTrainer._tool_call_loop``: the same completion budget
+  (observations count), the same bound on tool rounds, the same suffix tokens; decoded by ``_Turns``, which keeps
+  each episode's KV cache between its turns.
 - ``scripted_episode`` / ``sft_example``: a demonstration played in a real environment, and its tokens with
   the loss on the policy's turns only.
 - ``turn_records`` / ``transcript``: what the rollout evidence stores for an episode.
@@ -284,27 +285,112 @@ class Episode:
     model_tokens: int = 0  # tokens the policy wrote
 
 
-@torch.no_grad()
-def _generate(model, tokenizer, seqs: list[list[int]], max_new: list[int], do_sample: bool, temperature: float,
-              batch_size: int) -> list[list[int]]:
-    """One turn for each sequence: new tokens up to and including the first EOS, at most ``max_new[i]``."""
-    out: list[list[int]] = [[] for _ in seqs]
-    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))  # similar lengths pad less
-    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
-    for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size]
-        width = max(len(seqs[i]) for i in idx)
-        ids = torch.tensor([[pad] * (width - len(seqs[i])) + seqs[i] for i in idx], device=model.device)
-        mask = torch.tensor([[0] * (width - len(seqs[i])) + [1] * len(seqs[i]) for i in idx], device=model.device)
-        gen = model.generate(
-            input_ids=ids, attention_mask=mask, max_new_tokens=max(max_new[i] for i in idx), do_sample=do_sample,
-            temperature=temperature if do_sample else None, top_p=1.0 if do_sample else None,
-            top_k=0 if do_sample else None, pad_token_id=pad, eos_token_id=eos,
-        )[:, width:].tolist()
-        for i, row in zip(idx, gen, strict=True):
-            row = row[: max_new[i]]
-            out[i] = row[: row.index(eos) + 1] if eos in row else row
-    return out
+class _Turns:
+    """Each episode's turns decoded in one batch, with every episode's KV cache kept between its turns.
+
+    Why not ``model.generate`` per turn (what this loop did, and TRL's does): it re-reads each episode's whole
+    history (prompt, earlier turns, observations) at every turn, and it keeps a batch decoding until its longest
+    row stops, rows that have ended their turn included; at the ``agentic`` task's 500-episode held-out
+    evaluation that was most of the loop's time (bench/RESULTS.md §7 session 26, §6 session 34). Here a turn
+    feeds each row only its new tokens (its last sampled token and the observation), and a row leaves the batch
+    the step it ends its turn (its EOS, or its budget); its cache, holes dropped, waits for its next turn.
+    Session 26 tried keeping a fixed batch's cache alone: sampled turns, whose lengths diverge, got slower.
+
+    Rows of different lengths share a batch through holes: positions left empty are masked out and each row
+    carries its own position ids, so a row attends to exactly its own tokens at their own positions. Greedy
+    choice is ``argmax`` and sampling draws from ``softmax(logits / temperature)`` (``generate`` with top-k 0,
+    top-p 1); the numbers can differ from ``generate``'s in the last bits (other batch shapes), so a greedy
+    episode may rarely take another token on a near tie.
+    """
+
+    def __init__(self, model, eos: int, pad: int, do_sample: bool, temperature: float):
+        self.model, self.eos, self.pad = model, eos, pad
+        self.do_sample, self.temperature = do_sample, temperature
+        self.max_pos = int(getattr(model.config.get_text_config(), "max_position_embeddings", 1 << 30)) - 1
+        self.kv: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}  # episode -> per layer (K, V) [heads, n, dim]
+        self.unfed: dict[int, list[int]] = {}  # episode -> its last sampled token, not yet in its cache
+
+    def drop(self, i: int) -> None:
+        self.kv.pop(i, None)
+        self.unfed.pop(i, None)
+
+    def _pick(self, logits: torch.Tensor) -> torch.Tensor:
+        if not self.do_sample:
+            return logits.argmax(-1)
+        probs = torch.softmax(logits.float() / self.temperature, dim=-1)
+        return torch.multinomial(probs, 1).squeeze(1)
+
+    def _forward(self, ids, mask, pos, cache):
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True,
+                         logits_to_keep=1)
+        return out.logits[:, -1], out.cache
+
+    @torch.no_grad()
+    def turn(self, feeds: dict[int, list[int]], max_new: dict[int, int], last: bool = False) -> dict[int, list[int]]:
+        """Feed each episode its new tokens, then decode its turn: up to ``max_new[i]`` tokens, EOS included.
+        ``last``: no episode has another turn (nothing is kept)."""
+        from transformers import DynamicCache
+
+        out: dict[int, list[int]] = {i: [] for i in feeds}
+        keys = [i for i in feeds if max_new[i] > 0]
+        if not keys:
+            return out
+        dev = self.model.device
+        toks = [self.unfed.pop(i, []) + list(feeds[i]) for i in keys]
+        past = [self.kv[i][0][0].shape[1] if i in self.kv else 0 for i in keys]
+        c_max, p_max, b_n = max(past), max(len(t) for t in toks), len(keys)
+        ids = torch.full((b_n, p_max), self.pad, dtype=torch.long)
+        mask = torch.zeros((b_n, c_max + p_max), dtype=torch.long)
+        pos = torch.zeros((b_n, p_max), dtype=torch.long)
+        for b, (t, c) in enumerate(zip(toks, past, strict=True)):  # each row's cache and new tokens end aligned
+            ids[b, p_max - len(t):] = torch.tensor(t, dtype=torch.long)
+            mask[b, c_max - c : c_max] = 1
+            mask[b, c_max + p_max - len(t):] = 1
+            pos[b, p_max - len(t):] = torch.arange(c, c + len(t))
+        cache = DynamicCache(config=self.model.config)
+        if c_max:  # the rows' caches, each ending where its new tokens begin
+            longest = self.kv[keys[past.index(c_max)]]
+            for layer, (rk, rv) in enumerate(longest):
+                k = rk.new_zeros((b_n, rk.shape[0], c_max, rk.shape[2]))
+                v = rv.new_zeros((b_n, rv.shape[0], c_max, rv.shape[2]))
+                for b, (i, c) in enumerate(zip(keys, past, strict=True)):
+                    if c:
+                        k[b, :, c_max - c :], v[b, :, c_max - c :] = self.kv[i][layer]
+                cache.layers[layer].update(k, v)
+        for i in keys:
+            self.kv.pop(i, None)
+        logits, cache = self._forward(ids.to(dev), mask.to(dev), pos.to(dev), cache)
+        mask, nxt = mask.to(dev), pos[:, -1].to(dev) + 1
+        rows = list(keys)  # batch row -> episode
+        # a row's own tokens in the batch's cache: its old cache, then everything from its new tokens on
+        spans = [(c_max - c, c_max, c_max + p_max - len(t)) for t, c in zip(toks, past, strict=True)]
+        dead: set[int] = set()  # rows whose turn has ended, still in the batch until enough of them are
+        while True:
+            tok = self._pick(logits)
+            for b, (i, t) in enumerate(zip(rows, tok.tolist(), strict=True)):
+                if b in dead:
+                    continue
+                out[i].append(t)
+                if t == self.eos or len(out[i]) >= max_new[i]:
+                    dead.add(b)
+                    if not last:  # the row's cache without its holes, for its next turn
+                        a0, a1, b0 = spans[b]
+                        self.kv[i] = [(torch.cat([layer.keys[b][:, a0:a1], layer.keys[b][:, b0:]], dim=1),
+                                       torch.cat([layer.values[b][:, a0:a1], layer.values[b][:, b0:]], dim=1))
+                                      for layer in cache.layers]
+                        self.unfed[i] = [t]
+            if len(dead) == len(rows):
+                return out
+            # dropping rows copies the cache: worth it once an eighth of the batch decodes for nothing
+            if len(dead) * 8 >= len(rows):
+                keep = [b for b in range(len(rows)) if b not in dead]
+                sel = torch.tensor(keep, device=dev)
+                cache.batch_select_indices(sel)
+                rows, mask, nxt, tok = [rows[b] for b in keep], mask[sel], nxt[sel], tok[sel]
+                spans, dead = [spans[b] for b in keep], set()
+            mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
+            logits, cache = self._forward(tok[:, None], mask, nxt[:, None], cache)
+            nxt = (nxt + 1).clamp(max=self.max_pos)  # only an ended row, decoding for nothing, could pass it
 
 
 def run_episodes(model, tokenizer, env_factory: Callable[[], Any], rows: list[dict[str, Any]], max_completion_length: int,
@@ -334,40 +420,41 @@ def run_episodes(model, tokenizer, env_factory: Callable[[], Any], rows: list[di
         schemas.append(by_class[type(env)])
         episodes.append(Episode(env, prompt_ids(tokenizer, messages, schemas[-1])))
     try:
-        active = list(range(len(episodes)))
-        rounds = 0
-        while active:
-            seqs = [episodes[i].prompt_ids + episodes[i].completion_ids for i in active]
-            budget = [max(0, min(max_completion_length - len(episodes[i].completion_ids), max_len - len(s)))
-                      for i, s in zip(active, seqs, strict=True)]
-            new = _generate(model, tokenizer, seqs, [max(1, b) for b in budget], do_sample, temperature, batch_size)
-            calling = []
-            for i, seq, ids, b in zip(active, seqs, new, budget, strict=True):
-                ep = episodes[i]
-                ids = ids[:b]
-                if not ids:
-                    continue
-                msg = parse_response(tokenizer, ids, prefix=seq, tools=schemas[i])
-                ep.messages.append(msg)
-                ep.completion_ids += ids
-                ep.model_tokens += len(ids)
-                if msg.get("tool_calls") and rounds < max_rounds:
-                    calling.append(i)
-            active = []
-            for i in calling:
-                ep = episodes[i]
-                results = [tool_message(*call_tool(tools[i], c)) for c in ep.messages[-1]["tool_calls"]]
-                key = json.dumps(results, sort_keys=True, default=str)
-                if key not in suffixes:
-                    suffixes[key] = tool_suffix_ids(tokenizer, results)
-                suffix = suffixes[key]
-                total = len(ep.completion_ids) + len(suffix)
-                if total > max_completion_length or len(ep.prompt_ids) + total >= max_len:
-                    continue  # TRL drops the results and ends the episode
-                ep.messages += results
-                ep.completion_ids += suffix
-                active.append(i)
-            rounds += 1
+        for start in range(0, len(episodes), batch_size):  # a chunk plays to its end: its caches, not all, in memory
+            turns = _Turns(model, tokenizer.eos_token_id, tokenizer.pad_token_id, do_sample, temperature)
+            feeds = {i: episodes[i].prompt_ids for i in range(start, min(start + batch_size, len(episodes)))}
+            rounds = 0
+            while feeds:
+                budget = {i: max(0, min(max_completion_length - len(episodes[i].completion_ids),
+                                        max_len - len(episodes[i].prompt_ids) - len(episodes[i].completion_ids)))
+                          for i in feeds}
+                new = turns.turn(feeds, budget, last=rounds >= max_rounds)  # no tool round follows the last
+                feeds = {}
+                for i, ids in new.items():
+                    ep = episodes[i]
+                    if not ids:
+                        turns.drop(i)
+                        continue
+                    msg = parse_response(tokenizer, ids, prefix=ep.prompt_ids + ep.completion_ids, tools=schemas[i])
+                    ep.messages.append(msg)
+                    ep.completion_ids += ids
+                    ep.model_tokens += len(ids)
+                    if not (msg.get("tool_calls") and rounds < max_rounds):
+                        turns.drop(i)
+                        continue
+                    results = [tool_message(*call_tool(tools[i], c)) for c in msg["tool_calls"]]
+                    key = json.dumps(results, sort_keys=True, default=str)
+                    if key not in suffixes:
+                        suffixes[key] = tool_suffix_ids(tokenizer, results)
+                    suffix = suffixes[key]
+                    total = len(ep.completion_ids) + len(suffix)
+                    if total > max_completion_length or len(ep.prompt_ids) + total >= max_len:
+                        turns.drop(i)
+                        continue  # TRL drops the results and ends the episode
+                    ep.messages += results
+                    ep.completion_ids += suffix
+                    feeds[i] = suffix
+                rounds += 1
     finally:
         if was_training:
             model.train()
