@@ -67,7 +67,7 @@ def test_a_row_that_ends_its_turn_leaves_the_batch_and_the_rest_go_on():
     torch.manual_seed(0)
     got = turns.turn({0: [5, 6, 7], 1: [8, 9], 2: [10]}, {0: 1, 1: 12, 2: 6})
     assert len(got[0]) == 1 and 1 <= len(got[1]) <= 12 and 1 <= len(got[2]) <= 6
-    for i, new in got.items():  # each stops at its EOS or its budget, whichever comes first
+    for new in got.values():  # each stops at its EOS or its budget, whichever comes first
         assert tok.eos_token_id not in new[:-1]
     turns.drop(1)
     assert set(turns.kv) == {0, 2}
