@@ -291,7 +291,7 @@ class _Turns:
     Why not ``model.generate`` per turn (what this loop did, and TRL's does): it re-reads each episode's whole
     history (prompt, earlier turns, observations) at every turn, and it keeps a batch decoding until its longest
     row stops, rows that have ended their turn included; at the ``agentic`` task's 500-episode held-out
-    evaluation that was most of the loop's time (bench/RESULTS.md §7 session 26, §6 session 34). Here a turn
+    evaluation that was most of the loop's time (bench/RESULTS.md §7, sessions 26 and 34). Here a turn
     feeds each row only its new tokens (its last sampled token and the observation), and a row leaves the batch
     the step it ends its turn (its EOS, or its budget); its cache, holes dropped, waits for its next turn.
     Session 26 tried keeping a fixed batch's cache alone: sampled turns, whose lengths diverge, got slower.
@@ -299,14 +299,20 @@ class _Turns:
     Rows of different lengths share a batch through holes: positions left empty are masked out and each row
     carries its own position ids, so a row attends to exactly its own tokens at their own positions. Greedy
     choice is ``argmax`` and sampling draws from ``softmax(logits / temperature)`` (``generate`` with top-k 0,
-    top-p 1); the numbers can differ from ``generate``'s in the last bits (other batch shapes), so a greedy
-    episode may rarely take another token on a near tie.
+    top-p 1), from the logits alone: a checkpoint's ``generation_config`` (a repetition penalty, suppressed
+    tokens) is not applied. The numbers can differ from ``generate``'s in the last bits (other batch shapes), so a
+    greedy episode may rarely take another token on a near tie. The cache is transformers' plain ``DynamicCache``
+    whatever the model's config says: a sliding window would count the holes, and an episode here is far shorter
+    than any window.
     """
 
     def __init__(self, model, eos: int, pad: int, do_sample: bool, temperature: float):
         self.model, self.eos, self.pad = model, eos, pad
         self.do_sample, self.temperature = do_sample, temperature
         self.max_pos = int(getattr(model.config.get_text_config(), "max_position_embeddings", 1 << 30)) - 1
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT adapter's model
+        # transformers 5 renamed the forward's ``past_key_values`` to ``cache`` (the old name warns until 5.40)
+        self.cache_kw = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
         self.kv: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}  # episode -> per layer (K, V) [heads, n, dim]
         self.unfed: dict[int, list[int]] = {}  # episode -> its last sampled token, not yet in its cache
 
@@ -321,9 +327,9 @@ class _Turns:
         return torch.multinomial(probs, 1).squeeze(1)
 
     def _forward(self, ids, mask, pos, cache):
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True,
-                         logits_to_keep=1)
-        return out.logits[:, -1], out.cache
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
+                         **{self.cache_kw: cache})
+        return out.logits[:, -1], getattr(out, self.cache_kw)
 
     @torch.no_grad()
     def turn(self, feeds: dict[int, list[int]], max_new: dict[int, int], last: bool = False) -> dict[int, list[int]]:
@@ -335,6 +341,8 @@ class _Turns:
         keys = [i for i in feeds if max_new[i] > 0]
         if not keys:
             return out
+        if lost := [i for i in keys if self.unfed.get(i) and i not in self.kv]:
+            raise RuntimeError(f"episodes {lost} have a turn behind them but no cache (dropped, or fed twice)")
         dev = self.model.device
         toks = [self.unfed.pop(i, []) + list(feeds[i]) for i in keys]
         past = [self.kv[i][0][0].shape[1] if i in self.kv else 0 for i in keys]
@@ -347,16 +355,17 @@ class _Turns:
             mask[b, c_max - c : c_max] = 1
             mask[b, c_max + p_max - len(t):] = 1
             pos[b, p_max - len(t):] = torch.arange(c, c + len(t))
-        cache = DynamicCache(config=self.model.config)
+        cache = DynamicCache()
         if c_max:  # the rows' caches, each ending where its new tokens begin
-            longest = self.kv[keys[past.index(c_max)]]
-            for layer, (rk, rv) in enumerate(longest):
+            layers = []
+            for layer, (rk, rv) in enumerate(self.kv[keys[past.index(c_max)]]):
                 k = rk.new_zeros((b_n, rk.shape[0], c_max, rk.shape[2]))
                 v = rv.new_zeros((b_n, rv.shape[0], c_max, rv.shape[2]))
                 for b, (i, c) in enumerate(zip(keys, past, strict=True)):
                     if c:
                         k[b, :, c_max - c :], v[b, :, c_max - c :] = self.kv[i][layer]
-                cache.layers[layer].update(k, v)
+                layers.append((k, v))
+            cache = DynamicCache(ddp_cache_data=layers)
         for i in keys:
             self.kv.pop(i, None)
         logits, cache = self._forward(ids.to(dev), mask.to(dev), pos.to(dev), cache)

@@ -35,12 +35,12 @@ def test_turns_decode_each_row_as_a_whole_sequence_would_across_turns():
     def text(n: int) -> list[int]:
         return [vocab[int(i)] for i in torch.randint(len(vocab), (n,), generator=g)]
 
-    rows = 7
-    seqs = {i: text(3 + 2 * i) for i in range(rows)}  # prompts of 3..15 tokens
+    rows = 17  # enough that rows which ended their turn stay in the batch (it drops them an eighth at a time)
+    seqs = {i: text(3 + i % 9) for i in range(rows)}  # prompts of 3..11 tokens
     turns = _Turns(model, eos=eos, pad=pad, do_sample=False, temperature=1.0)
     feeds = dict(seqs)
     for turn in range(3):
-        budgets = {i: 2 + (i * 5 + turn * 3) % 9 for i in feeds}  # 2..10 new tokens, different per row and turn
+        budgets = {i: 2 + (i * 5 + turn * 3) % 9 for i in feeds}  # 2..10 new tokens; rows share and differ
         if turn == 0:
             budgets[0] = 0  # a row with no budget left writes nothing and stays out of the batch
         got = turns.turn(feeds, budgets)
@@ -58,6 +58,10 @@ def test_turns_decode_each_row_as_a_whole_sequence_would_across_turns():
     # the kept caches hold each row's tokens so far, except its last sampled one (fed with its next turn)
     for i in range(1, rows):
         assert turns.kv[i][0][0].shape[1] == len(seqs[i]) - len(feeds[i]) - 1
+    # a last turn keeps nothing, and decodes as the others did
+    got = turns.turn(feeds, dict.fromkeys(feeds, 4), last=True)
+    assert all(got[i] == _reference(model, seqs[i], 4, eos) for i in feeds)
+    assert not turns.kv and not turns.unfed
 
 
 def test_a_row_that_ends_its_turn_leaves_the_batch_and_the_rest_go_on():
