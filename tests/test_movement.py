@@ -442,3 +442,80 @@ def test_a_campaign_without_stuck_rounds_reloads_from_its_stored_spec(tmp_path):
     stored = {**spec.model_dump(mode="json"), "source_dir": str(tmp_path)}
     again = spec_of(SimpleNamespace(spec=stored))
     assert again.backtest.stuck_share is None and again.backtest.stuck_margin == spec.backtest.stuck_margin
+
+
+# --------------------------------------------------------------------------- the larger step (stuck rounds)
+def _bracket_round(tmp_path, big_ups: tuple[int, ...], small_ups: tuple[int, ...] = (75, 75, 75),
+                   big_down: tuple[int, ...] = (0, 0, 0), stuck: bool = True):
+    """Round 1 of a stuck campaign whose ×27 (p0) and ×243 (p1) raises were backtested for one look of three: each
+    seed's branch flips ``*_ups`` wrong answers of the base right (and ``big_down`` right ones of p1's wrong); the
+    control stays at the base. Returns (ctx, state) for :func:`decide_node`."""
+    from evotrainer.domain import BranchResult
+
+    ctx = _round_one(tmp_path, history=False).ctx
+    store = ctx.store
+    h = HarnessSpec().with_knob("optim.learning_rate", 1e-6)
+    store.log_event("c", "movement", {"round": 1, "stuck": stuck, "moved": 0.0 if stuck else 0.1,
+                                      "threshold": 0.05, "reason": "the round's verdict"})
+    hyp = Hypothesis(symptom="plateau", cause="stuck", change="raise", expected_effect="accuracy up")
+    for i, new in enumerate((2.7e-5, 2.43e-4)):
+        store.add_proposal(Proposal(id=f"c:r01:p{i}", campaign_id="c", round=1, knob="optim.learning_rate", old=1e-6,
+                                    new=new, hypothesis=hyp, rationale="", cited_skills=[], brain="heuristic",
+                                    status="backtesting", harness_version=h.version, created=NOW))
+    store.add_policy_version(_pv("c:r01:segment", "seg1", 70, parent="c:r00:control", h=h.version))
+    _run(tmp_path, "seg1", {70: BASE})
+    store.add_backtest("c:r01:backtest", "c", 1, ["c:r01:p0", "c:r01:p1"], [0, 1, 2], 30)
+    wrong = [i for i, o in enumerate(BASE) if not o]
+    right = [i for i, o in enumerate(BASE) if o]
+    arms = [(None, "control", (0, 0, 0), (0, 0, 0)), ("c:r01:p0", "treatment", small_ups, (0, 0, 0)),
+            ("c:r01:p1", "treatment", big_ups, big_down)]
+    for pid, role, ups, downs in arms:
+        for seed, (up, down) in enumerate(zip(ups, downs)):
+            out = list(BASE)
+            for i in wrong[:up]:
+                out[i] = True
+            for i in right[:down]:
+                out[i] = False
+            name = f"{role}{pid or ''}-{seed}".replace(":", "_")
+            _run(tmp_path, name, {80: out})
+            look = {"look": 1, "status": "finished", "eval_accuracy": sum(out) / 500, "train_reward": 0.1, "step": 80,
+                    "gate_passed": True if pid else None, "gate_reasons": []}
+            store.add_branch(BranchResult(backtest_id="c:r01:backtest", proposal_id=pid, role=role, seed=seed,
+                                          run_name=name, status="finished", eval_accuracy=look["eval_accuracy"],
+                                          step=80, gate_passed=look["gate_passed"], looks=[look]))
+    return ctx, {"campaign_id": "c", "round": 1, "mainline": "c:r01:segment", "harness_version": h.version,
+                 "backtest_id": "c:r01:backtest"}
+
+
+def test_a_stuck_round_adopts_the_larger_raise_the_data_do_not_show_worse(tmp_path):
+    """×27 gains 15 points on every seed at look 1 and is promoted early; ×243 gains 14, 14 and 2, too spread to
+    decide at look 1 and not shown worse than ×27: the larger raise is adopted in its place (agentic seeds 0 and 3,
+    bench/RESULTS.md §7 session 35)."""
+    from evotrainer.agent.nodes import decide_node
+
+    ctx, state = _bracket_round(tmp_path, big_ups=(70, 70, 10))
+    out = decide_node(state, SimpleNamespace(context=ctx))
+    assert out.update["promoted"] == "c:r01:p1"
+    small, big = ctx.store.get_decision("c:r01:p0"), ctx.store.get_decision("c:r01:p1")
+    assert big.outcome == "promote" and big.stats.rule == "larger_step" and big.stats.look == 1, big.reasons
+    assert "in place of 2.7e-05" in big.reasons[-1] and "worst +0.020" in big.reasons[-1]
+    assert small.outcome == "inconclusive" and small.stats.ci_low > 0 and "adopted in its place" in small.reasons[-1]
+    assert ctx.store.get_proposal("c:r01:p1").status == "promoted"
+
+
+@pytest.mark.parametrize("case", ["diverged", "worse", "off", "not_stuck"])
+def test_the_larger_raise_is_not_adopted_when_a_seed_diverged_it_is_shown_worse_or_the_rule_is_off(tmp_path, case):
+    from evotrainer.agent.nodes import decide_node
+
+    # diverged: two seeds 16 points up, one 3 below its control (a raise too far); worse: 5 under ×27 on every seed
+    big = {"diverged": (80, 80, 0), "worse": (50, 50, 50)}.get(case, (70, 70, 10))
+    ctx, state = _bracket_round(tmp_path, big_ups=big, big_down=(0, 0, 15) if case == "diverged" else (0, 0, 0),
+                                stuck=case != "not_stuck")
+    if case == "off":
+        ctx.spec = ctx.spec.model_copy(update={"backtest": ctx.spec.backtest.model_copy(
+            update={"stuck_prefer_larger": False})})
+    out = decide_node(state, SimpleNamespace(context=ctx))
+    assert out.update["promoted"] == "c:r01:p0"
+    d = ctx.store.get_decision("c:r01:p1")
+    assert d.outcome == "inconclusive" and d.stats.effect > 0.03 and d.stats.look == 1  # a candidate all the same
+    assert ctx.store.get_decision("c:r01:p0").stats.rule == "superiority"

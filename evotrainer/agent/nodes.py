@@ -1043,6 +1043,74 @@ def backtest(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command
     return Command(goto="decide", update={"backtest_id": bt_id})
 
 
+def _larger_step(ctx: CampaignContext, best: Decision, decisions: list[Decision],
+                 branches: list[BranchResult]) -> tuple[Decision, str] | None:
+    """A stuck round's larger raise to adopt in place of the promoted smaller one ``best`` (spec
+    ``backtest.stuck_prefer_larger``), with why; None when there is none.
+
+    The candidates are the round's other proposals on ``best``'s knob that raise the update further, left open (an
+    ``inconclusive`` decision) at the look ``best`` was promoted at. One is adopted when the data do not show it
+    worse: its effect over the control is positive, every branch finished with its gate passed, no seed sits more
+    than ``backtest.stuck_margin`` below its control (a raise that diverged on one seed is a raise too far), and its
+    per-problem paired interval against ``best``'s branches (:func:`evotrainer.backtest.effect_interval`, at
+    ``backtest.confidence``) reaches 0. Of several, the largest. Why: a look 10-30 steps in is biased toward the
+    smaller step (short-horizon bias, Wu et al. 2018, "Understanding Short-Horizon Bias in Stochastic
+    Meta-Optimization"): a larger step's gain compounds over the steps the mainline has left, and a smaller one that
+    merely reads level after 10 steps can stall there (agentic seeds 0 and 3, bench/RESULTS.md §7 session 35). This
+    proves no gain over the control (rule ``larger_step``); the selection-split rollback (:func:`_keep_best`) guards
+    the mainline after it.
+    """
+    from evotrainer.backtest import effect_interval
+    from evotrainer.evaluation import read_outcomes
+
+    b = ctx.spec.backtest
+    if not b.stuck_prefer_larger or b.stuck_margin is None or best.stats is None:
+        return None
+    p = ctx.store.get_proposal(best.proposal_id)
+    if not enlarges_update(p.knob, p.old, p.new) or not round_stuck(ctx, p.round):
+        return None
+    look = best.stats.look
+
+    def arm(pid: str | None) -> dict[int, BranchResult]:
+        return {x.seed: _at_look(x, look) for x in branches
+                if (x.role == "control" if pid is None else x.proposal_id == pid)}
+
+    def outcomes(x: BranchResult) -> list[int] | None:
+        return read_outcomes(ctx.home / "jobs" / x.run_name, x.step) if x.step is not None else None
+
+    control, small = arm(None), arm(best.proposal_id)
+    found: list[tuple[float, Decision, str]] = []
+    for d in decisions:
+        q = ctx.store.get_proposal(d.proposal_id)
+        if (d.outcome != "inconclusive" or d.stats is None or d.stats.look != look or d.stats.effect <= 0
+                or q.knob != p.knob or not enlarges_update(q.knob, p.new, q.new)):
+            continue
+        big = arm(q.id)
+        if (len(big) < 2 or set(big) != set(small) or not set(big) <= set(control)
+                or any(x.status != "finished" or x.gate_passed is not True for x in big.values())):
+            continue
+        seeds = sorted(big)
+        worst = min(big[s].eval_accuracy - control[s].eval_accuracy for s in seeds)
+        if worst < -b.stuck_margin:
+            continue
+        pairs = [(outcomes(big[s]), outcomes(small[s])) for s in seeds]
+        if any(g is None or m is None or len(g) != len(m) for g, m in pairs) or len({len(g) for g, _ in pairs}) != 1:
+            continue
+        effect, _, _, half = effect_interval([[x - y for x, y in zip(g, m)] for g, m in pairs], b.confidence)
+        if effect + half < 0:
+            continue
+        found.append((float(q.new), d, (
+            f"{q.knob} → {q.new!r} adopted in place of {p.new!r} ({best.proposal_id}, promoted at look {look}): "
+            f"a stuck round's larger raise the data do not show worse — against it {effect:+.3f} "
+            f"({b.confidence:.0%} CI {effect - half:+.3f}..{effect + half:+.3f}), over the control "
+            f"{d.stats.effect:+.3f}, no seed more than {b.stuck_margin:g} below its control (worst {worst:+.3f}); "
+            "a short look favours the smaller step (backtest.stuck_prefer_larger)")))
+    if not found:
+        return None
+    _, d, why = max(found, key=lambda f: f[0] * STEP_SIZE_KNOBS[p.knob])  # the furthest raise
+    return d, why
+
+
 def decide_node(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[Literal["distill"]]:
     """Each proposal's decision at the look its branches stopped at (the rule the backtest stopped them by)."""
     ctx = runtime.context
@@ -1070,7 +1138,19 @@ def decide_node(state: CampaignState, runtime: Runtime[CampaignContext]) -> Comm
     promoted = [d for d in decisions if d.outcome == "promote"]
     # a change shown better outranks one shown only not worse (a stuck round's non-inferiority), then the effect
     best = max(promoted, key=lambda d: (d.stats.rule == "superiority", d.stats.effect)).proposal_id if promoted else None
-    for d in decisions:
+    larger = None if best is None else _larger_step(ctx, next(d for d in promoted if d.proposal_id == best), decisions,
+                                                    branches)
+    if larger is not None:
+        d, why = larger
+        decisions = [x.model_copy(update={"outcome": "promote", "reasons": [*x.reasons, why],
+                                          "stats": x.stats.model_copy(update={"rule": "larger_step"})})
+                     if x.proposal_id == d.proposal_id else x for x in decisions]
+        decisions = [x.model_copy(update={"outcome": "inconclusive", "reasons": [
+            *x.reasons, f"{d.proposal_id}, a larger raise of the same knob, was adopted in its place"]})
+            if x.proposal_id == best else x for x in decisions]
+        best = d.proposal_id
+    # the adopted decision is stored first, so a resume after a kill between the writes adopts the same change
+    for d in sorted(decisions, key=lambda d: d.proposal_id != best):
         if d.outcome == "promote" and d.proposal_id != best:
             d = d.model_copy(update={"outcome": "inconclusive", "reasons": [
                 *d.reasons, f"{best} had a larger effect and was promoted this round; re-test on the new mainline"]})

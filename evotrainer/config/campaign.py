@@ -163,6 +163,18 @@ class BacktestSpec(_S):
                     "control gains nothing however long it trains "
                     "(evotrainer/backtest.py). 0.02 is 10 of 500 decision problems, far below what a working learning "
                     "rate gains over a campaign. null = superiority only.")
+    stuck_prefer_larger: bool = Field(
+        True,
+        description="In a stuck round, when a smaller raise of a step-size knob is promoted beside a larger raise of the "
+                    "same knob that is still open, adopt the larger one instead when the data do not show it worse: "
+                    "its effect over the control positive, every branch finished with its gate passed, no seed more "
+                    "than stuck_margin below its control, and its paired interval against the promoted one (at "
+                    "`confidence`) reaching 0. Why: a 10-30-step look is biased toward the smaller step (short-horizon "
+                    "bias, Wu et al. 2018): on agentic the ×27 raise read level with ×243 after 10 steps on seeds 0 "
+                    "and 3, then learned nothing more in 290 steps, while a static run at 3e-4 from the same warm "
+                    "starts ended 15 points above it (bench/RESULTS.md §7, sessions 27 and 35). Such an adoption "
+                    "proves no gain (decision rule `larger_step`): the rollback on the selection split still guards "
+                    "it. Applies only with stuck_share and stuck_margin set. false = keep the promoted smaller raise.")
 
     @model_validator(mode="after")
     def _looks(self) -> BacktestSpec:
