@@ -63,6 +63,14 @@ too little to prove superiority, and a re-test from the still-stuck mainline mea
 then kept the 1e-6 mainline that learns nothing (bench/RESULTS.md §7, session 23). Superiority still decides
 first, and only at the final look (planned, or the one the budget made the last) is the margin consulted.
 
+**Stuck rounds: the larger step** (``backtest.stuck_prefer_larger``, applied by ``decide_node`` in
+``evotrainer/agent/nodes.py``, not here). When a stuck round promotes a raise of a step-size knob while a larger raise
+of the same knob is still open at that look, the larger one is adopted instead if the data do not show it worse than
+the promoted one (its per-problem paired interval against it reaches 0), its effect over the control is positive, and
+no seed sits more than ``stuck_margin`` below its control. It proves no gain (``stats.rule`` ``larger_step``): it
+corrects the short-horizon bias of a 10-30-step look toward the smaller step, and the selection-split rollback guards
+the mainline after it.
+
 The outcomes:
 
 - **failed**: fewer than two complete pairs (a branch crashed or produced NaN);
@@ -72,7 +80,8 @@ The outcomes:
   reach, stays flat or drops). A high score reached by an exploit must never be promoted, and the record
   says it was blocked, not merely unhelpful; a trip stops the proposal at the look it shows up;
 - **promote**: the look's efficacy interval lies above ``min_effect`` and every treatment branch passed the gate;
-  or, in a stuck round at the final look, the non-inferiority rule above (``stats.rule``);
+  or, in a stuck round at the final look, the non-inferiority rule above (``stats.rule``); or a stuck round's larger
+  step above;
 - **reject** (refuted): the mean effect is ≤ 0 or the interval lies entirely below the futility threshold
   (at the last look), or the futility rule fires (earlier);
 - **inconclusive**: anything else at the last look (the interval straddles ``min_effect``).
