@@ -501,6 +501,13 @@ def test_a_stuck_round_adopts_the_larger_raise_the_data_do_not_show_worse(tmp_pa
     assert "in place of 2.7e-05" in big.reasons[-1] and "worst +0.020" in big.reasons[-1]
     assert small.outcome == "inconclusive" and small.stats.ci_low > 0 and "adopted in its place" in small.reasons[-1]
     assert ctx.store.get_proposal("c:r01:p1").status == "promoted"
+    # killed after the first write (the adopted decision is stored first): the resume adopts the same change
+    (tmp_path / "resumed").mkdir()
+    ctx2, state2 = _bracket_round(tmp_path / "resumed", big_ups=(70, 70, 10))
+    ctx2.store.add_decision(big)
+    assert decide_node(state2, SimpleNamespace(context=ctx2)).update["promoted"] == "c:r01:p1"
+    again = ctx2.store.get_decision("c:r01:p0")
+    assert again.outcome == "inconclusive" and "adopted in its place" in again.reasons[-1]
 
 
 @pytest.mark.parametrize("case", ["diverged", "worse", "off", "not_stuck"])

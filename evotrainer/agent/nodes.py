@@ -1136,27 +1136,29 @@ def decide_node(state: CampaignState, runtime: Runtime[CampaignContext]) -> Comm
             d = d.model_copy(update={"reasons": [*d.reasons, why]})
         decisions.append(d)
     promoted = [d for d in decisions if d.outcome == "promote"]
-    # a change shown better outranks one shown only not worse (a stuck round's non-inferiority), then the effect
-    best = max(promoted, key=lambda d: (d.stats.rule == "superiority", d.stats.effect)).proposal_id if promoted else None
-    larger = None if best is None else _larger_step(ctx, next(d for d in promoted if d.proposal_id == best), decisions,
-                                                    branches)
+    # a change shown better outranks one shown only not worse (a stuck round's non-inferiority), then the effect; a
+    # larger step adopted before a kill (it is stored first) stays adopted on resume
+    top = max(promoted, key=lambda d: (d.stats.rule == "larger_step", d.stats.rule == "superiority", d.stats.effect),
+              default=None)
+    larger = None if top is None or top.stats.rule == "larger_step" else _larger_step(ctx, top, decisions, branches)
     if larger is not None:
         d, why = larger
         decisions = [x.model_copy(update={"outcome": "promote", "reasons": [*x.reasons, why],
                                           "stats": x.stats.model_copy(update={"rule": "larger_step"})})
                      if x.proposal_id == d.proposal_id else x for x in decisions]
-        decisions = [x.model_copy(update={"outcome": "inconclusive", "reasons": [
-            *x.reasons, f"{d.proposal_id}, a larger raise of the same knob, was adopted in its place"]})
-            if x.proposal_id == best else x for x in decisions]
-        best = d.proposal_id
-    # the adopted decision is stored first, so a resume after a kill between the writes adopts the same change
-    for d in sorted(decisions, key=lambda d: d.proposal_id != best):
+        top = next(x for x in decisions if x.proposal_id == d.proposal_id)
+    best = top.proposal_id if top is not None else None
+    displaced = (f"{best}, a larger raise of the same knob, was adopted in its place" if top is not None
+                 and top.stats.rule == "larger_step" else
+                 f"{best} had a larger effect and was promoted this round; re-test on the new mainline")
+    for d in sorted(decisions, key=lambda d: d.proposal_id != best):  # the adopted one first (see above)
         if d.outcome == "promote" and d.proposal_id != best:
-            d = d.model_copy(update={"outcome": "inconclusive", "reasons": [
-                *d.reasons, f"{best} had a larger effect and was promoted this round; re-test on the new mainline"]})
+            d = d.model_copy(update={"outcome": "inconclusive", "reasons": [*d.reasons, displaced]})
         ctx.store.add_decision(d)
         ctx.store.set_proposal_status(d.proposal_id, STATUS_OF[d.outcome])
-        ctx.log(f"decision {d.proposal_id}: {d.outcome} — {d.reasons[0]}")
+        # a promotion whose interval straddles 0 says by which rule it was adopted
+        rule = f"; {d.reasons[-1]}" if d.outcome == "promote" and d.stats and d.stats.rule != "superiority" else ""
+        ctx.log(f"decision {d.proposal_id}: {d.outcome} — {d.reasons[0]}{rule}")
     return Command(goto="distill", update={"promoted": best})
 
 
