@@ -71,7 +71,8 @@ def changed_share(start: list[int], end: list[int]) -> float:
     return sum(a != b for a, b in zip(start, end)) / len(end)
 
 
-def _outcomes_at(home: Path, run_name: str | None, step: int | None) -> list[int] | None:
+def outcomes_at(home: Path, run_name: str | None, step: int | None) -> list[int] | None:
+    """A job's recorded per-problem outcomes at ``step`` (None when there is no such run, step or evaluation)."""
     if not run_name or step is None:
         return None
     return read_outcomes(home / "jobs" / run_name, step)
@@ -80,12 +81,12 @@ def _outcomes_at(home: Path, run_name: str | None, step: int | None) -> list[int
 def segment_movement(home: Path, segment: PolicyVersion, parent: PolicyVersion | None) -> dict[str, Any] | None:
     """{"moved", "steps", "changed", "n"} over ``segment``'s training, or None when its start or end has no
     recorded per-problem outcomes (a run from before they were written, or a failed evaluation)."""
-    end = _outcomes_at(home, segment.run_name, segment.step)
+    end = outcomes_at(home, segment.run_name, segment.step)
     if parent is not None and parent.run_name:
-        start, start_step = _outcomes_at(home, parent.run_name, parent.step), parent.step
+        start, start_step = outcomes_at(home, parent.run_name, parent.step), parent.step
     else:  # the campaign's first segment, or one from the base policy (no run), evaluates its own start
         first = next((s for s in eval_steps(home / "jobs" / segment.run_name) if s < segment.step), None)
-        start, start_step = _outcomes_at(home, segment.run_name, first), first
+        start, start_step = outcomes_at(home, segment.run_name, first), first
     if not end or not start or len(end) != len(start) or start_step is None:
         return None
     changed = sum(a != b for a, b in zip(start, end))
@@ -179,7 +180,7 @@ def noninferiority(ctx: CampaignContext, pid: str, parent: PolicyVersion,
     if b.stuck_margin is None or b.stuck_share is None or not enlarges_update(p.knob, p.old, p.new) \
             or not round_stuck(ctx, p.round):
         return None, False
-    start = _outcomes_at(ctx.home, parent.run_name, parent.step)
+    start = outcomes_at(ctx.home, parent.run_name, parent.step)
 
     def mean_moved(role: str) -> float | None:
         shares = [changed_share(start, o) for o in arms.get(role, []) if start and len(o) == len(start)]

@@ -21,7 +21,14 @@ from langgraph.types import Command, interrupt
 from evotrainer.agent.brains.base import BrainContext, RefutedChange
 from evotrainer.agent.fallback import BRAIN as BUILTIN
 from evotrainer.agent.fallback import step_draft
-from evotrainer.agent.movement import STUCK_WHY, moves, noninferiority, round_movement, round_stuck
+from evotrainer.agent.movement import (
+    STUCK_WHY,
+    moves,
+    noninferiority,
+    outcomes_at,
+    round_movement,
+    round_stuck,
+)
 from evotrainer.agent.regression import REGRESSED_WHY, regressed, regression_finding
 from evotrainer.agent.state import CampaignContext, CampaignState, segment_id
 from evotrainer.backtest import decide, regression_margin
@@ -917,15 +924,13 @@ def _decide_look(ctx: CampaignContext, pid: str, branches: list[BranchResult], l
     branches forked from; in a stuck round a change that enlarges the update may be promoted on non-inferiority
     when its branches moved away from the parent's answers and the control's did not
     (:func:`evotrainer.agent.movement.noninferiority`)."""
-    from evotrainer.evaluation import read_outcomes
-
     b = ctx.spec.backtest
     control = [_at_look(x, look) for x in branches if x.role == "control"]
     treat = [_at_look(x, look) for x in branches if x.proposal_id == pid]
     outcomes: dict[tuple[str, int], list[int]] = {}
     for x in [*control, *treat]:
-        if x.status == "finished" and x.step is not None:
-            o = read_outcomes(ctx.home / "jobs" / x.run_name, x.step)
+        if x.status == "finished":
+            o = outcomes_at(ctx.home, x.run_name, x.step)
             if o is not None:
                 outcomes[("control" if x.role == "control" else pid, x.seed)] = o
     step = next((x.step for x in treat if x.step is not None), None)
@@ -1061,7 +1066,6 @@ def _larger_step(ctx: CampaignContext, best: Decision, decisions: list[Decision]
     the mainline after it.
     """
     from evotrainer.backtest import effect_interval
-    from evotrainer.evaluation import read_outcomes
 
     b = ctx.spec.backtest
     if not b.stuck_prefer_larger or b.stuck_margin is None or best.stats is None:
@@ -1074,9 +1078,6 @@ def _larger_step(ctx: CampaignContext, best: Decision, decisions: list[Decision]
     def arm(pid: str | None) -> dict[int, BranchResult]:
         return {x.seed: _at_look(x, look) for x in branches
                 if (x.role == "control" if pid is None else x.proposal_id == pid)}
-
-    def outcomes(x: BranchResult) -> list[int] | None:
-        return read_outcomes(ctx.home / "jobs" / x.run_name, x.step) if x.step is not None else None
 
     control, small = arm(None), arm(best.proposal_id)
     found: list[tuple[float, Decision, str]] = []
@@ -1093,7 +1094,8 @@ def _larger_step(ctx: CampaignContext, best: Decision, decisions: list[Decision]
         worst = min(big[s].eval_accuracy - control[s].eval_accuracy for s in seeds)
         if worst < -b.stuck_margin:
             continue
-        pairs = [(outcomes(big[s]), outcomes(small[s])) for s in seeds]
+        pairs = [(outcomes_at(ctx.home, big[s].run_name, big[s].step),
+                  outcomes_at(ctx.home, small[s].run_name, small[s].step)) for s in seeds]
         if any(g is None or m is None or len(g) != len(m) for g, m in pairs) or len({len(g) for g, _ in pairs}) != 1:
             continue
         effect, _, _, half = effect_interval([[x - y for x, y in zip(g, m)] for g, m in pairs], b.confidence)
