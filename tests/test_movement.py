@@ -47,6 +47,29 @@ def _pv(id_: str, run: str, step: int, parent: str | None = None, h: str = "h") 
                          run_name=run, mlflow_run_id=None, eval_accuracy=0.3, step=step, created=NOW)
 
 
+def _branch(home: Path, name: str, backtest_id: str, proposal_id: str | None, seed: int, up: int = 0, down: int = 0, *,
+            step: int, looks: int = 1, tail: bool = False):
+    """A finished branch whose answers at ``step`` are BASE with ``up`` wrong answers made right and ``down`` right
+    ones made wrong, taken from the end of the split with ``tail``; a treatment (``proposal_id`` set) passed its gate.
+    Each of its ``looks`` records the same outcome."""
+    from evotrainer.domain import BranchResult
+
+    wrong = [i for i, o in enumerate(BASE) if not o]
+    right = [i for i, o in enumerate(BASE) if o]
+    out = list(BASE)
+    for i in (wrong[::-1] if tail else wrong)[:up]:
+        out[i] = True
+    for i in (right[::-1] if tail else right)[:down]:
+        out[i] = False
+    _run(home, name, {step: out})
+    gate = True if proposal_id else None
+    look = {"status": "finished", "eval_accuracy": sum(out) / len(out), "train_reward": 0.1, "step": step,
+            "gate_passed": gate, "gate_reasons": []}
+    return BranchResult(backtest_id=backtest_id, proposal_id=proposal_id, role="treatment" if proposal_id else "control",
+                        seed=seed, run_name=name, status="finished", eval_accuracy=look["eval_accuracy"], step=step,
+                        gate_passed=gate, looks=[{"look": n, **look} for n in range(1, looks + 1)])
+
+
 def test_what_enlarges_the_update():
     assert enlarges_update("optim.learning_rate", 1e-6, 2.43e-4)
     assert not enlarges_update("optim.learning_rate", 3e-4, 1.5e-4)  # lower-lr shrinks it
@@ -366,28 +389,15 @@ def test_the_stuck_rounds_learning_rate_retest_is_adopted_on_non_inferiority(rou
     """The node's side: the round's movement verdict, the proposal's direction and the branches' movement from
     the parent's recorded answers decide whether the margin applies (nodes._decide_look)."""
     from evotrainer.agent.nodes import _decide_look
-    from evotrainer.domain import BranchResult
 
     round_one(changed=0)
     ctx = round_one.ctx
     (p,) = ctx.store.list_proposals("c", round=1)
     parent = ctx.store.get_policy_version("c:r01:segment")
-    wrong = [i for i, o in enumerate(BASE) if not o]
-    right = [i for i, o in enumerate(BASE) if o]
 
     def branch(role, seed, up=0, down=0, tail=False):
-        out = list(BASE)
-        for i in (wrong[::-1] if tail else wrong)[:up]:
-            out[i] = True
-        for i in (right[::-1] if tail else right)[:down]:
-            out[i] = False
-        name = f"{role}{seed}"
-        _run(tmp_path, name, {100: out})
-        look = {"status": "finished", "eval_accuracy": sum(out) / 500, "train_reward": 0.1, "step": 100,
-                "gate_passed": True if role == "treatment" else None, "gate_reasons": []}
-        return BranchResult(backtest_id="bt", proposal_id=p.id if role == "treatment" else None, role=role, seed=seed,
-                            run_name=name, status="finished", eval_accuracy=look["eval_accuracy"], step=100,
-                            gate_passed=look["gate_passed"], looks=[look] * 3)
+        return _branch(tmp_path, f"{role}{seed}", "bt", p.id if role == "treatment" else None, seed, up, down,
+                       step=100, looks=3, tail=tail)
 
     ctrl = [branch("control", s) for s in range(3)]
     moving = [branch("treatment", s, up, 20) for s, up in enumerate((25, 22, 28))]
@@ -450,8 +460,6 @@ def _bracket_round(tmp_path, big_ups: tuple[int, ...], small_ups: tuple[int, ...
     """Round 1 of a stuck campaign whose ×27 (p0) and ×243 (p1) raises were backtested for one look of three: each
     seed's branch flips ``*_ups`` wrong answers of the base right (and ``big_down`` right ones of p1's wrong); the
     control stays at the base. Returns (ctx, state) for :func:`decide_node`."""
-    from evotrainer.domain import BranchResult
-
     ctx = _round_one(tmp_path, history=False).ctx
     store = ctx.store
     h = HarnessSpec().with_knob("optim.learning_rate", 1e-6)
@@ -465,24 +473,12 @@ def _bracket_round(tmp_path, big_ups: tuple[int, ...], small_ups: tuple[int, ...
     store.add_policy_version(_pv("c:r01:segment", "seg1", 70, parent="c:r00:control", h=h.version))
     _run(tmp_path, "seg1", {70: BASE})
     store.add_backtest("c:r01:backtest", "c", 1, ["c:r01:p0", "c:r01:p1"], [0, 1, 2], 30)
-    wrong = [i for i, o in enumerate(BASE) if not o]
-    right = [i for i, o in enumerate(BASE) if o]
     arms = [(None, "control", (0, 0, 0), (0, 0, 0)), ("c:r01:p0", "treatment", small_ups, (0, 0, 0)),
             ("c:r01:p1", "treatment", big_ups, big_down)]
     for pid, role, ups, downs in arms:
         for seed, (up, down) in enumerate(zip(ups, downs)):
-            out = list(BASE)
-            for i in wrong[:up]:
-                out[i] = True
-            for i in right[:down]:
-                out[i] = False
             name = f"{role}{pid or ''}-{seed}".replace(":", "_")
-            _run(tmp_path, name, {80: out})
-            look = {"look": 1, "status": "finished", "eval_accuracy": sum(out) / 500, "train_reward": 0.1, "step": 80,
-                    "gate_passed": True if pid else None, "gate_reasons": []}
-            store.add_branch(BranchResult(backtest_id="c:r01:backtest", proposal_id=pid, role=role, seed=seed,
-                                          run_name=name, status="finished", eval_accuracy=look["eval_accuracy"],
-                                          step=80, gate_passed=look["gate_passed"], looks=[look]))
+            store.add_branch(_branch(tmp_path, name, "c:r01:backtest", pid, seed, up, down, step=80))
     return ctx, {"campaign_id": "c", "round": 1, "mainline": "c:r01:segment", "harness_version": h.version,
                  "backtest_id": "c:r01:backtest"}
 
