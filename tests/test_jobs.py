@@ -25,6 +25,7 @@ from evotrainer.config.harness import HarnessSpec
 from evotrainer.config.job import JobSpec
 from evotrainer.config.policy import PolicySpec
 from evotrainer.errors import ConfigError, RunNotFound, TaskError
+from evotrainer.evaluation import eval_steps
 from evotrainer.evidence import ROLLOUT_SCHEMA, read_metrics, read_rollouts, undocumented_metrics
 from evotrainer.jobs.runner import complete_checkpoints, run_job
 from tests.conftest import REPO, TINY_HARNESS
@@ -367,8 +368,10 @@ def test_a_paused_job_resumes_to_the_same_run_as_one_that_never_paused(first_run
                and t["setup_parts"]["policy"] > 0 and t["setup_parts"]["trainer"] > 0 for t in timings)
     assert gc.get_freeze_count() == 0  # the objects frozen for training are handed back to the collector
     assert _comparable(run_dir) == _comparable(Path(straight.run_dir))
-    # a fork checkpoints on its own interval (3), not its parent's (2), whose TrainerState it restores
-    assert sorted(complete_checkpoints(Path(straight.run_dir))) == [2, 3, 6, 8]
+    # a fork checkpoints and evaluates on its own interval (3), not its parent's (2), whose TrainerState it restores,
+    # counted from its fork point (2 → 5 → 8), not from step 0 (3, 6: off the job's own steps)
+    assert sorted(complete_checkpoints(Path(straight.run_dir))) == [2, 5, 8]
+    assert eval_steps(Path(straight.run_dir)) == [2, 5, 8]  # its start (eval.at_start), then every 3 of its own steps
     # checkpoints keep the newest log_history row only (metrics.jsonl has every step), and a resume from them is
     # the run above step for step
     for ckpt in complete_checkpoints(run_dir).values():

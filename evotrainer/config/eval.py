@@ -11,7 +11,8 @@ class EvalSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    every: int = Field(50, ge=0, le=1_000_000, description="Evaluate every N steps (and at the first and last step); 0 = never.")
+    every: int = Field(50, ge=0, le=1_000_000, description="Evaluate every N steps of the job, counted from its start (a fork's fork "
+                       "point), and at its first and last step; 0 = never.")
     at_start: bool = Field(True, description="Also evaluate before the first step (a fork's start equals its parent's end).")
     n: int = Field(200, ge=1, le=100_000, description="Held-out problems evaluated.")
     k: int = Field(8, ge=1, le=256, description="Samples per problem for pass@k (temperature 1.0).")

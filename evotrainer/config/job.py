@@ -39,7 +39,8 @@ class JobSpec(BaseModel):
         "auto", description="Where the warm start, training and evaluation run: 'auto' = CUDA when available (unless "
                             "$EVOTRAINER_DEVICE=cpu), else the CPU. A GPU computes in bf16 autocast, a CPU in fp32.")
     eval: EvalSpec = Field(default_factory=EvalSpec, description="Held-out evaluation.")
-    save_every: int = Field(25, ge=1, le=1_000_000, description="Checkpoint every N steps (and at the last step).")
+    save_every: int = Field(25, ge=1, le=1_000_000, description="Checkpoint every N steps of the job, counted from its start (a fork's "
+                          "fork point), and at the last step.")
     keep_checkpoints: int = Field(0, ge=0, le=100_000, description="Keep only the newest N checkpoints (0 = keep all, so any step can be forked).")
     name: str | None = Field(None, description="Run name; default {task}__{harness}__s{seed}__{time}.")
     tags: dict[str, str] = Field(default_factory=dict, description="Extra MLflow tags (campaigns add proposal ids, roles).")

@@ -880,7 +880,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     cb = EvidenceCallback(
         run_dir, recorder, _log, _on_ckpt, _eval if spec.eval.every else None, spec.eval.every, spec.eval.at_start, target,
         skip_upto=skip_upto, progress=_progress, stop_at=stop_at,
-        first_step=meta["start_step"], pause=_pause if handover is not None else None,
+        first_step=meta["start_step"], pause=_pause if handover is not None else None, save_every=spec.save_every,
     )
     trainer.add_callback(cb)
     _part("trainer")

@@ -158,12 +158,15 @@ class EvidenceCallback(TrainerCallback):
         stop_at: int | None = None,
         first_step: int = 0,
         pause: Callable[[int], int | None] | None = None,
+        save_every: int = 0,
     ):
         self.run_dir, self.recorder = run_dir, recorder
         self.log_metrics, self.on_checkpoint = log_metrics, on_checkpoint
         self.evaluate, self.eval_every, self.max_steps = evaluate, eval_every, max_steps
         self.eval_at_start = eval_at_start
         self.first_step = first_step  # the job's own start (its fork point): the only step eval_at_start means
+        # checkpoints every save_every steps of the job, counted like evaluations (see _due); 0: the Trainer's own
+        self.save_every = save_every
         self.skip_upto = skip_upto  # MLflow already has steps ≤ this (resume after a crash)
         self.progress = progress
         self.stop_at = stop_at  # pause here: checkpoint and stop (a resume goes on to max_steps)
@@ -184,6 +187,16 @@ class EvidenceCallback(TrainerCallback):
         if step > self.skip_upto:
             self.log_metrics(step, clean)
         self.last.update(clean)
+
+    def _due(self, step: int, every: int) -> bool:
+        """Whether ``step`` is on an every-``every`` schedule counted from the job's own start, or is its last step.
+
+        Why from the start and not the Trainer's ``global_step % every``: a fork continues its parent's step
+        numbering, and a fork point that is not a multiple of ``every`` put the schedule off the job's own steps. A
+        campaign's last segment (30 → 320, every 290) evaluated and saved at step 290 for nothing, and a backtest
+        branch forked at step 25 with looks every 10 evaluated at 30 and 40 while its looks paused at 35 and 45.
+        """
+        return step == self.max_steps or (every > 0 and (step - self.first_step) % every == 0)
 
     def _run_eval(self, step: int) -> None:
         if self.evaluate is None:
@@ -262,8 +275,10 @@ class EvidenceCallback(TrainerCallback):
         self.step_times.append(time.perf_counter() - self._t)
         self.recorder.flush(wait=False)
         step = state.global_step
-        if self.eval_every and (step % self.eval_every == 0 or step == self.max_steps):
+        if self.eval_every and self._due(step, self.eval_every):
             self._run_eval(step)
+        if self.save_every:  # in place of the Trainer's global_step % save_steps (DefaultFlowCallback runs first)
+            control.should_save = self._due(step, self.save_every)
         if self.stop_at is not None and step >= self.stop_at and step < self.max_steps:
             control.should_save = True
             if self.pause is None:
