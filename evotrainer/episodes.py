@@ -31,6 +31,7 @@ This module is what the three share, so that they see the same text:
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from collections.abc import Callable, Sequence
@@ -285,6 +286,60 @@ class Episode:
     model_tokens: int = 0  # tokens the policy wrote
 
 
+@functools.cache
+def _growing_layer():
+    """transformers' ``DynamicLayer``, appending in place into spare room instead of concatenating.
+
+    Why: ``DynamicLayer.update`` builds a new tensor of the whole cache at every decoded token (``torch.cat``), so a
+    step's cost grows with the cache already there; at 60-100 cached tokens that copy was a quarter to a third of a
+    forward of the tiny policy (256 rows; a one-off timing in session 38, bench/RESULTS.md §7). Here the keys and
+    values live in a buffer with ``SPARE`` columns of room; a step writes its column, and ``keys``/``values`` are
+    views of the filled part (what attention reads, exactly as before). The buffer grows ``SPARE`` columns at a time.
+    Made on first use, so that importing this module does not import transformers.
+    """
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        SPARE = 32
+
+        def __init__(self, keys: torch.Tensor | None = None, values: torch.Tensor | None = None, filled: int = 0):
+            super().__init__()
+            self.n = 0
+            if keys is not None:  # a buffer already holding ``filled`` columns
+                self.bk, self.bv, self.n = keys, values, filled
+                self.device, self.is_initialized = keys.device, True
+                self._views()
+
+        def _views(self) -> None:
+            self.keys, self.values = self.bk[..., : self.n, :], self.bv[..., : self.n, :]
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            n = self.n + key_states.shape[-2]
+            if not self.is_initialized or n > self.bk.shape[-2]:
+                shape = (*key_states.shape[:2], n + self.SPARE, key_states.shape[-1])
+                bk, bv = key_states.new_empty(shape), value_states.new_empty(shape)
+                if self.n:
+                    bk[..., : self.n, :], bv[..., : self.n, :] = self.keys, self.values
+                self.bk, self.bv, self.device, self.is_initialized = bk, bv, key_states.device, True
+            self.bk[..., self.n : n, :], self.bv[..., self.n : n, :] = key_states, value_states
+            self.n = n
+            self._views()
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self.n
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            if self.n:
+                self.bk, self.bv = self.bk[indices], self.bv[indices]
+                self._views()
+
+        def crop(self, tokens_to_remove: int) -> None:
+            raise NotImplementedError("an episode's cache is never cropped")
+
+    return GrowingLayer
+
+
 class _Turns:
     """Each episode's turns decoded in one batch, with every episode's KV cache kept between its turns.
 
@@ -355,17 +410,19 @@ class _Turns:
             mask[b, c_max - c : c_max] = 1
             mask[b, c_max + p_max - len(t):] = 1
             pos[b, p_max - len(t):] = torch.arange(c, c + len(t))
+        grow = _growing_layer()
         cache = DynamicCache()
-        if c_max:  # the rows' caches, each ending where its new tokens begin
-            layers = []
+        cache.layer_class_to_replicate = grow  # a first turn's layers, made as the forward reaches them
+        if c_max:  # the rows' caches, each ending where its new tokens begin; holes zeroed (masked, never NaN)
+            room = c_max + p_max + min(max(max_new[i] for i in keys), grow.SPARE)
+            cache.layers = []
             for layer, (rk, rv) in enumerate(self.kv[keys[past.index(c_max)]]):
-                k = rk.new_zeros((b_n, rk.shape[0], c_max, rk.shape[2]))
-                v = rv.new_zeros((b_n, rv.shape[0], c_max, rv.shape[2]))
+                k = rk.new_zeros((b_n, rk.shape[0], room, rk.shape[2]))
+                v = rv.new_zeros((b_n, rv.shape[0], room, rv.shape[2]))
                 for b, (i, c) in enumerate(zip(keys, past, strict=True)):
                     if c:
-                        k[b, :, c_max - c :], v[b, :, c_max - c :] = self.kv[i][layer]
-                layers.append((k, v))
-            cache = DynamicCache(ddp_cache_data=layers)
+                        k[b, :, c_max - c : c_max], v[b, :, c_max - c : c_max] = self.kv[i][layer]
+                cache.layers.append(grow(k, v, c_max))
         for i in keys:
             self.kv.pop(i, None)
         logits, cache = self._forward(ids.to(dev), mask.to(dev), pos.to(dev), cache)
