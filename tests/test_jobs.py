@@ -340,6 +340,7 @@ def test_a_paused_job_resumes_to_the_same_run_as_one_that_never_paused(first_run
     meta = json.loads((run_dir / "meta.json").read_text())
     assert legs.status == "paused" and meta["status"] == "paused" and meta["paused_at"] == 5
     assert max(complete_checkpoints(run_dir)) == 5
+    assert eval_steps(run_dir) == [2, 5]  # the look (5) is on the job's own schedule (every 3 from 2): it has its evaluation
     assert [r["step"] for r in _comparable(run_dir) if "loss" in r] == [3, 4, 5]
     assert meta["mlflow_synced_step"] == 5  # a clean pause: MLflow holds every step up to it, and none after
     # killed right after it checkpointed at the look, before it recorded the pause (found by bench/soak.py: the
