@@ -37,6 +37,8 @@ class JobTiming(BaseModel):
         "setup_s part by part: open (the run's directory, lock and MLflow run), policy (loading it), rewards, pool "
         "(the data pool and its selection weights, ancestors' pass statistics included), data (the stream window "
         "and the held-out problems), tracking (steps MLflow lacks), trainer (building it); empty before 2026-11-28."))
+    threads: int | None = Field(None, description="torch intra-op threads the session computed with (JobSpec.threads, "
+                                                  "or its worker's share of the cores); None before 2026-11-29.")
 
 
 class RunMeta(BaseModel):

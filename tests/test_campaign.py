@@ -241,6 +241,19 @@ def test_crashed_hung_and_out_of_memory_branches_are_recorded_failed_and_the_cam
     (d,) = store.list_decisions(camp.id)
     assert d.outcome == "failed" and "complete pair" in d.reasons[0]
     assert not [r for r in store.list_processes(camp.id) if procs.alive(r.pid, r.started)]  # no worker left behind
+    # the branches side by side shared the cores, a segment (alone) had them all, and every session of a job computed
+    # with the count its first one recorded (JobSpec.threads)
+    from evotrainer.runmeta import read_run_meta
+
+    cores, seen = os.cpu_count() or 1, set()
+    for run in sorted((home / "jobs").iterdir()):
+        meta = read_run_meta(run)
+        if meta is None or not meta.timings:  # the crashed and the hung branch; the seeds' average (no training)
+            continue
+        want = cores if run.name.endswith("__segment") else max(1, cores // 2)
+        assert meta.spec["threads"] == want and {t.threads for t in meta.timings} == {want}, (run.name, meta.timings)
+        seen.add(run.name.rsplit("__", 2)[-2] if "__s1000" in run.name else "segment")
+    assert {"segment", "control"} <= seen
 
 
 def _alive(refs) -> list[int]:

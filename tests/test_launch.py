@@ -84,6 +84,12 @@ def test_launcher_settings_are_checked_and_name_what_to_set():
         make_launcher("slurm")
     with pytest.raises(ConfigError, match="give 1 or more worker processes"):
         LocalLauncher(workers=0)
+    # jobs side by side share the cores; one alone (a segment, a scoring call) gets them all; one worker has them all
+    import os
+
+    cores, two = os.cpu_count() or 1, LocalLauncher(workers=2)
+    assert (two._cores_for(1), two._cores_for(9)) == (cores, max(1, cores // 2))
+    assert LocalLauncher(workers=1)._cores_for(9) is None and LocalLauncher(workers=64)._cores_for(64) == 1
 
 
 def test_a_campaign_on_ray_runs_a_looks_arms_side_by_side_and_resumes_after_its_owner_is_killed(tmp_path):

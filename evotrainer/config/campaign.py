@@ -282,8 +282,9 @@ class LauncherSpec(_S):
     workers: int | None = Field(
         None, ge=1, le=256,
         description="Jobs run side by side: a backtest look submits every arm × seed at once and this many run at a "
-                    "time. local: worker processes (null = 1; each gets cores/workers torch threads when more than "
-                    "one); ray: a cap on tasks in flight (null = as many as the cluster's resources fit).")
+                    "time. local: worker processes (null = 1; with more than one, the jobs side by side share the "
+                    "cores as torch threads, and a job alone, such as a segment, gets them all); ray: a cap on tasks "
+                    "in flight (null = as many as the cluster's resources fit).")
     address: str | None = Field(
         None, description="ray only: 'ray://HOST:PORT' (Ray Client) or 'auto' (the cluster this machine is part of); "
                           "null starts a local Ray head that ends with the campaign.")

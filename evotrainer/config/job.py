@@ -44,6 +44,13 @@ class JobSpec(BaseModel):
     keep_checkpoints: int = Field(0, ge=0, le=100_000, description="Keep only the newest N checkpoints (0 = keep all, so any step can be forked).")
     name: str | None = Field(None, description="Run name; default {task}__{harness}__s{seed}__{time}.")
     tags: dict[str, str] = Field(default_factory=dict, description="Extra MLflow tags (campaigns add proposal ids, roles).")
+    threads: int | None = Field(
+        None, ge=1, le=1024,
+        description="torch intra-op threads this job computes with, in a launcher's worker (null: the worker's own "
+                    "share of the cores). A local launcher with several workers sets it when the job is first "
+                    "submitted: the cores divided among the jobs of its batch that run side by side (a segment alone "
+                    "gets them all). It is kept in the job's record, so a resumed job computes as it began: the thread "
+                    "count changes the order of floating-point sums, so the same job on another count is another run.")
 
     @model_validator(mode="after")
     def _keep_harness_dir(self) -> JobSpec:

@@ -194,7 +194,19 @@ class LocalLauncher(_Closing):
             self._holder.pop(req.resume or req.name, None)
         return outcome
 
+    def _cores_for(self, jobs: int) -> int | None:
+        """torch threads for each of ``jobs`` jobs run at once (None with one worker: it has every core already)."""
+        if self.workers == 1:
+            return None
+        return max(1, (os.cpu_count() or 1) // min(self.workers, max(jobs, 1)))
+
     def run_many(self, requests: list[JobRequest]) -> list[JobOutcome]:
+        # the cores are shared among the jobs that run side by side: a lone job (a segment) gets them all; a job
+        # that already has a count (its record's, on a resume) keeps it
+        threads = self._cores_for(len(requests))
+        if threads is not None:
+            requests = [r if r.job.get("threads") else r.model_copy(update={"job": {**r.job, "threads": threads}})
+                        for r in requests]
         if len(requests) <= 1 or self.workers == 1:
             outcomes = [self._one(r) for r in requests]
         else:
@@ -208,7 +220,7 @@ class LocalLauncher(_Closing):
     def score(self, request: dict[str, Any]) -> dict[str, Any]:
         slot = self._take()
         try:
-            return slot.score(request)
+            return slot.score(request, threads=self._cores_for(1))  # a campaign scores with no job running
         finally:
             self._give(slot)
 

@@ -418,6 +418,10 @@ def run_job(
         meta = None
         target = spec.steps
     task = get_task(spec.task, spec.task_options)
+    if spec.threads:  # in the thread that trains (a live session's own): torch's count holds per thread
+        import torch
+
+        torch.set_num_threads(spec.threads)
     from evotrainer.data import check_range, difficulty_range
 
     diff = difficulty_range(task, harness)
@@ -694,6 +698,8 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     ``hold``; each pause then closes a session on disk as one that ended there would, and the next opens in place."""
     import warnings
 
+    import torch
+
     # TRL 1.16 calls transformers APIs deprecated for v6 on every step; the warnings say nothing to our users.
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers(\.|$)")
     from evotrainer.data import build_pool, needs_pass_stats, selection_weights, stream_problems, to_dataset
@@ -854,7 +860,8 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
             "steps_done": step, "warm_start_s": round(warm_s, 2) if first else 0.0,
             "setup_s": round(session["setup_s"], 2), "train_s": round(train_s, 2),
             "eval_s": round(eval_s, 2), "wall_s": round(now - session["t"], 2),
-            "setup_parts": {k: round(v, 2) for k, v in session["parts"].items()}, **({} if first else {"live": True})})
+            "setup_parts": {k: round(v, 2) for k, v in session["parts"].items()}, "threads": torch.get_num_threads(),
+            **({} if first else {"live": True})})
         _write_meta(run_dir, meta)
         tracker.end_run(run_id, "FINISHED")  # a resume (or the live session's next look) reopens it
         from evotrainer.evidence import read_metrics
