@@ -23,7 +23,8 @@ points where the 500-problem split's is ~2 (``bench/confirm_noise.py`` measured 
 space is small, the wide split is a harder mix than the 500 (distinct problems lean to rare ones): compare arms
 on it, not its numbers with the 500-problem ones. The campaign also reports
 its decisions, its useful share (steps in the final mainline's lineage / steps spent), and the share of its
-wall time outside trainer steps (a trainer step being the Trainer's whole optimiser step, ``step_wall_time``).
+wall time outside trainer steps (a trainer step being the Trainer's whole optimiser step, ``step_wall_time``; with
+jobs side by side, ``--workers``, the union of the steps' intervals, so the share is the wall time no step runs in).
 A warm start the campaign's first job had to build (no cached base policy for that seed) is a one-off cost of the
 policy, not of the campaign: it is left out of that share's wall time and reported as ``warm_start_s``.
 
@@ -163,16 +164,20 @@ def run_campaign(task: str, harness: Path, seed: int, a: Any, home: Path) -> dic
                          "futility_effect": 0.01, "merge_seeds": a.merge_seeds == "on",
                          **({} if a.bracket_factor is None else {"bracket_factor": a.bracket_factor})},
             "autonomy": "auto", "eval": {"every": 0, "n": a.eval_n, "k": 1}, "stop": {"plateau_rounds": 100},
-            **({} if a.live_sessions is None else {"launcher": {"live_sessions": a.live_sessions}})}
+            **({} if a.live_sessions is None and a.workers is None else {"launcher": {
+                **({} if a.live_sessions is None else {"live_sessions": a.live_sessions}),
+                **({} if a.workers is None else {"workers": a.workers})}})}
     spec_file = home / f"{spec['name']}.yaml"
     spec_file.write_text(yaml.safe_dump(spec))
     if harness.stem == "demo-start":  # the demo itself: `make demo SEED=seed`, in the bench's home
         spec_file = DEMO_SPEC
-        if a.live_sessions is not None:  # the demo with its launcher's live sessions changed, nothing else
+        if a.live_sessions is not None or a.workers is not None:  # the demo with its launcher changed, nothing else
             doc = yaml.safe_load(DEMO_SPEC.read_text())
             doc["harness"] = str((DEMO_SPEC.parent / doc["harness"]).resolve())
-            doc["launcher"] = {**(doc.get("launcher") or {}), "live_sessions": a.live_sessions}
-            spec_file = home / f"arith-demo-live{a.live_sessions}.yaml"
+            doc["launcher"] = {**(doc.get("launcher") or {}),
+                               **({} if a.live_sessions is None else {"live_sessions": a.live_sessions}),
+                               **({} if a.workers is None else {"workers": a.workers})}
+            spec_file = home / f"arith-demo-live{a.live_sessions}-w{a.workers}.yaml"
             spec_file.write_text(yaml.safe_dump(doc, sort_keys=False))
     t = time.perf_counter()
     cid = start_campaign(spec_file, home, log=lambda m: print(f"  [{task} {harness.stem} s{seed}] {m}", flush=True),
@@ -180,12 +185,18 @@ def run_campaign(task: str, harness: Path, seed: int, a: Any, home: Path) -> dic
     wall = time.perf_counter() - t
     summary = campaign_summary(home, cid)
     train_s = trl_s = 0.0
+    spans: list[tuple[float, float]] = []  # (start, end) of every trainer step, when the run recorded its end
     store = Store.for_home(home)
     for run in {e.run_name for e in store.ledger(cid)}:
         m = read_metrics(home / "jobs" / run)
         trl = float(m["step_time"].dropna().sum()) if "step_time" in m else 0.0
         trl_s += trl
         train_s += float(m["step_wall_time"].dropna().sum()) if "step_wall_time" in m else trl
+        if "step_end_time" in m:
+            done = m[["step_end_time", "step_wall_time"]].dropna()
+            spans += [(e - w, e) for e, w in zip(done["step_end_time"], done["step_wall_time"])]
+    if spans:  # jobs side by side (launcher.workers > 1) overlap: the time in which some trainer step runs
+        train_s = _union(spans)
     conf = summary["confirmation"] or {}
     warm = summary["seconds"].get("warm_start", 0.0)
     final = final_policy({"campaign": cid}, home) if conf else None
@@ -197,6 +208,16 @@ def run_campaign(task: str, harness: Path, seed: int, a: Any, home: Path) -> dic
             "outside_trl_step_time_share": round(1 - trl_s / (wall - warm), 3),
             "wall_s": round(wall, 1), "warm_start_s": warm, "job_seconds": summary["seconds"],
             "outside_jobs_s": round(wall - summary["seconds"]["jobs"], 1), "trainer_steps_s": round(train_s, 1)}
+
+
+def _union(spans: list[tuple[float, float]]) -> float:
+    """Length of the union of (start, end) intervals."""
+    total, reach = 0.0, float("-inf")
+    for lo, hi in sorted(spans):
+        if hi > reach:
+            total += hi - max(lo, reach)
+            reach = hi
+    return total
 
 
 def search_space(harness, task: str) -> dict[str, Any]:
@@ -330,6 +351,9 @@ def main() -> None:
     p.add_argument("--healthy-share", type=float, default=None,
                    help="the campaign arm's budget.healthy_explore_share (default: the spec's default; the demo start "
                         "runs campaigns/arith-demo.yaml as committed)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="the campaign arm's launcher.workers (default: the spec's; with more than one, jobs run side by "
+                        "side and the trainer-step time is the union of their steps' intervals)")
     p.add_argument("--live-sessions", type=int, default=None,
                    help="the campaign arm's launcher.live_sessions (default: the spec's default; 0 rebuilds every look "
                         "from its checkpoint: the A/B of jobs/live.py). With the demo start, a copy of "

@@ -358,6 +358,8 @@ METRIC_DOCS: dict[str, str] = {
     "step_time": "TRL: seconds spent in this optimiser step's generation, scoring and backward pass.",
     "step_wall_time": "EvoTrainer: seconds from the Trainer's step begin to step end: step_time plus the optimiser "
                       "update (gradient clipping, AdamW step, learning-rate schedule).",
+    "step_end_time": "EvoTrainer: wall-clock time (Unix seconds) at the step's end; with step_wall_time, when the "
+                     "step ran (jobs side by side overlap: bench/campaign.py measures the time no step runs).",
     "update_skipped": "EvoTrainer: 1 on a step whose gradient was NaN/inf, so its weight update was skipped (the "
                       "weights kept their values); absent on every other step.",
     "reward": "TRL: mean weighted total reward of the step's completions.",

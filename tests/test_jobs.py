@@ -68,6 +68,11 @@ def test_train_updates_every_parameter_and_writes_evidence(first_run, shared_hom
     # the whole optimiser step is timed, and it contains TRL's part of it
     m = read_metrics(run_dir).dropna(subset=["loss"])
     assert len(m) == 3 and (m["step_wall_time"] >= m["step_time"]).all()
+    # when each step ran (bench/campaign.py unions these over jobs side by side): one after another, in the job's life
+    began, ended = (m["step_end_time"] - m["step_wall_time"]).tolist(), m["step_end_time"].tolist()
+    assert all(b >= e - 0.01 for b, e in zip(began[1:], ended[:-1])), (began, ended)
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert ended[-1] - began[0] <= meta["timings"][0]["wall_s"] + 0.01
     assert sorted(int(f.name[5:11]) for f in (run_dir / "rollouts").glob("step_*.parquet")) == [1, 2, 3]
 
 

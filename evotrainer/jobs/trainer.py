@@ -175,6 +175,7 @@ class EvidenceCallback(TrainerCallback):
         self.pause = pause
         self.last: dict[str, Any] = {}
         self.step_times: list[float] = []
+        self.step_ended_at = 0.0  # Unix time of the last step's end
         self._t = time.perf_counter()
         self.eval_seconds = 0.0
         self.skipped_updates: list[int] = []  # steps whose non-finite gradient was not applied
@@ -252,6 +253,7 @@ class EvidenceCallback(TrainerCallback):
             logs.pop(k, None)
         if "loss" in logs and self.step_times:
             logs["step_wall_time"] = self.step_times[-1]
+            logs["step_end_time"] = self.step_ended_at
         if logs:
             self._emit(state.global_step, logs)  # NaN included: it is evidence for the `nan` diagnostic
         if self.progress is not None:
@@ -273,6 +275,7 @@ class EvidenceCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kw):
         # the whole optimiser step as the Trainer runs it (TRL's step_time stops before the optimiser update)
         self.step_times.append(time.perf_counter() - self._t)
+        self.step_ended_at = round(time.time(), 3)
         self.recorder.flush(wait=False)
         step = state.global_step
         if self.eval_every and self._due(step, self.eval_every):
