@@ -50,7 +50,7 @@ class JobSpec(BaseModel):
                     "share of the cores). A local launcher with several workers sets it when the job is first "
                     "submitted: the cores divided among the jobs of its batch that run side by side (a segment alone "
                     "gets them all). It is kept in the job's record, so a resumed job computes as it began: the thread "
-                    "count changes the order of floating-point sums, so the same job on another count is another run.")
+                    "count may change the order of floating-point sums, and with it the run.")
 
     @model_validator(mode="after")
     def _keep_harness_dir(self) -> JobSpec:
