@@ -95,8 +95,8 @@ def use_threads(n: int | None) -> None:
     share of the cores).
 
     Why per call: a local launcher with several workers runs a backtest look's branches side by side, one core each,
-    but a mainline segment or a scoring call alone; with its worker's one thread, a step of the demo's segment took
-    0.52 s instead of 0.34 s on two (bench/RESULTS.md §14, session 39). The count is the calling thread's: a thread
+    but a mainline segment or a scoring call alone; with its worker's one thread, a step of the demo's start took
+    0.52 s instead of 0.34 s on two (bench/RESULTS.md, log of session 39). The count is the calling thread's: a thread
     started later takes torch's last count for its own parallel loops but not for its matrix products, so the runner
     sets a job's count again in the thread that trains it (``JobSpec.threads``)."""
     import torch
