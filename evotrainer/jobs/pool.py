@@ -87,34 +87,20 @@ def _cap_address_space(headroom_mb: int) -> tuple[int, int]:
     return old
 
 
-_OWN_THREADS: int | None = None  # this worker's own share of the cores: torch's thread count before any job set one
-
-
-def use_threads(n: int | None) -> None:
-    """Compute with ``n`` torch intra-op threads from here on in this thread of the worker (None: the worker's own
-    share of the cores).
-
-    Why per call: a local launcher with several workers runs a backtest look's branches side by side, one core each,
-    but a mainline segment or a scoring call alone; with its worker's one thread, a step of the demo's start took
-    0.52 s instead of 0.34 s on two (bench/RESULTS.md, log of session 39). The count is the calling thread's: a thread
-    started later takes torch's last count for its own parallel loops but not for its matrix products, so the runner
-    sets a job's count again in the thread that trains it (``JobSpec.threads``)."""
-    import torch
-
-    global _OWN_THREADS
-    if _OWN_THREADS is None:
-        _OWN_THREADS = torch.get_num_threads()
-    want = n or _OWN_THREADS
-    if torch.get_num_threads() != want:
-        torch.set_num_threads(want)
-
-
 def score_branch(request: dict[str, Any], threads: int | None = None) -> dict[str, Any]:
-    """Worker entry point: ``evotrainer.jobs.scoring.score_policies`` with ``threads`` torch threads."""
+    """Worker entry point: ``evotrainer.jobs.scoring.score_policies`` with ``threads`` torch intra-op threads (None:
+    as the worker has them).
+
+    Why a count per call: a local launcher with several workers runs a look's branches side by side, a core each, but
+    a scoring call alone, and it should have every core (a job's own count, ``JobSpec.threads``, is set by the runner
+    in the thread that trains it: torch's count holds per thread)."""
     from evotrainer.jobs.scoring import score_policies
 
     try:
-        use_threads(threads)
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
     except BaseException as err:  # noqa: BLE001 - like score_policies, never raises
         return {"ok": False, "error": f"{type(err).__name__}: {err}"}
     return score_policies(request)
@@ -168,9 +154,6 @@ def run_branch(job: dict[str, Any], home: str, fork: str | None, resume: str | N
                 bytearray(256 << 20)
             from evotrainer.config.job import JobSpec
 
-            # this thread's count (a job with none gets the worker's share); the runner sets the job's recorded count
-            # again in the thread that trains (a live session's, or this one)
-            use_threads(job.get("threads"))
             if live:
                 from evotrainer.jobs import live as sessions
 

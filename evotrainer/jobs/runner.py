@@ -418,7 +418,10 @@ def run_job(
         meta = None
         target = spec.steps
     task = get_task(spec.task, spec.task_options)
-    if spec.threads:  # in the thread that trains (a live session's own): torch's count holds per thread
+    # in the thread that trains (a live session's own): a thread takes torch's last count for its parallel loops but
+    # not for its matrix products. With its worker's one thread, a step of the demo's start took 0.52 s instead of
+    # 0.34 s on two (bench/RESULTS.md, log of session 39).
+    if spec.threads:
         import torch
 
         torch.set_num_threads(spec.threads)
