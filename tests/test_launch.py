@@ -151,3 +151,30 @@ def test_a_campaign_on_ray_runs_a_looks_arms_side_by_side_and_resumes_after_its_
         steps = list(m.loc[m["loss"].notna(), "step"])
         assert sum(e.steps for e in led if e.run_name == run) == len(steps) == len(set(steps)), \
             (run, steps, [(e.key, e.steps) for e in led if e.run_name == run])
+
+
+def test_a_score_request_splits_evenly_among_workers_and_joins_back_in_order():
+    """What a launcher with several workers scores where (:func:`evotrainer.jobs.scoring.split_request`): about as
+    many evaluations each, copies of one path together (loaded once), the merge with the fewest; and the parts'
+    answers come back as the whole request's, in its order, or as the first failed part's error."""
+    from evotrainer.jobs.scoring import join_answers, split_request
+
+    req = {"task": "arith", "eval": {"n": 4}, "outcomes": True,
+           "policies": [["a", 4], ["b", 4], ["c", 4]], "merge": {"name": "m"}}
+    parts = split_request(req, 2)
+    assert [idx for _, idx in parts] == [[1, 3], [0, 2]]  # the merged checkpoint's index is 3: it comes last
+    assert [p["policies"] for p, _ in parts] == [[["b", 4]], [["a", 4], ["c", 4]]]
+    assert "merge" in parts[0][0] and "merge" not in parts[1][0] and parts[1][0]["task"] == "arith"
+    answers = [{"ok": True, "accuracies": [0.2, 0.9], "n": 4, "merged": "/m", "outcomes": [[0], [1]]},
+               {"ok": True, "accuracies": [0.1, 0.3], "n": 4, "merged": None, "outcomes": [[2], [3]]}]
+    assert join_answers(parts, answers) == {"ok": True, "accuracies": [0.1, 0.2, 0.3, 0.9], "n": 4, "merged": "/m",
+                                            "outcomes": [[2], [0], [3], [1]]}
+    bad = join_answers(parts, [answers[0], {"ok": False, "error": "boom"}])
+    assert not bad["ok"] and bad["error"] == "part 2 of 2: boom"
+    # the base within two budgets is one policy loaded once: it stays in one part
+    conf = split_request({"policies": [["base", 4], ["end", 8], ["base", 8]]}, 2)
+    assert [idx for _, idx in conf] == [[0, 2], [1]]
+    # one worker, or one evaluation: the request as it is
+    assert split_request(req, 1) == [(req, [0, 1, 2, 3])]
+    assert split_request({"policies": [["a", 4]]}, 4) == [({"policies": [["a", 4]]}, [0])]
+    assert len(split_request(req, 8)) == 4  # never more parts than evaluations

@@ -98,3 +98,32 @@ def test_a_score_request_can_merge_first_and_scores_the_average_last(seeds):
                           "merge": {"home": str(home), "name": "m-scored-2", "sources": [["m-seed-a", 3], ["m-seed-c", 3]],
                                     "max_new_tokens": 6}})
     assert not bad["ok"] and "different harnesses" in bad["error"]
+
+
+def test_two_workers_score_a_split_request_as_one_process_scores_it_whole(seeds):
+    """A launcher with two workers splits a scoring request between them (the seeds, the base within two budgets, the
+    merge: :func:`evotrainer.jobs.scoring.split_request`): the answer is the one the whole request gets in one
+    process with the same thread count, in the request's order, the merged checkpoint last."""
+    import os
+
+    from evotrainer.jobs.launch import LocalLauncher
+
+    home, _, a, b, _ = seeds
+    req = {"task": "arith", "eval": {"n": 16, "k": 1, "difficulty": [1, 1]}, "split": "selection", "outcomes": True,
+           "policies": [[a.checkpoint, 6], [b.checkpoint, 6], [a.checkpoint, 3]],
+           "merge": {"home": str(home), "name": "m-split", "sources": [["m-seed-a", 3], ["m-seed-b", 3]],
+                     "max_new_tokens": 6}}
+    with LocalLauncher(workers=2) as launcher:
+        split = launcher.score(req)
+    assert split["ok"], split
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))  # each part's share of the cores
+    try:
+        whole = score_policies(req)  # the merge exists now: made once, the same checkpoint is scored
+    finally:
+        torch.set_num_threads(threads)
+    assert whole["ok"], whole
+    assert split["merged"] == whole["merged"] == str(complete_checkpoints(home / "jobs" / "m-split")[3])
+    assert split["accuracies"] == whole["accuracies"] and split["outcomes"] == whole["outcomes"]
+    assert len(split["accuracies"]) == 4 and split["n"] == 16
+    assert len({tuple(o) for o in whole["outcomes"]}) > 1  # the policies answer differently: order is checked

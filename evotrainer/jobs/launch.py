@@ -90,7 +90,8 @@ class Launcher(Protocol):
         when the owner asked to stop while they ran (the jobs are resumable)."""
 
     def score(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Greedy accuracies of saved policies on a held-out split (``evotrainer.jobs.scoring``)."""
+        """Greedy accuracies of saved policies on a held-out split (``evotrainer.jobs.scoring``), the policies split
+        among as many workers as run jobs side by side."""
 
     def release(self) -> None:
         """Let go of paused jobs kept alive between looks (a backtest whose looks are over; they stay paused on
@@ -218,11 +219,23 @@ class LocalLauncher(_Closing):
         return outcomes
 
     def score(self, request: dict[str, Any]) -> dict[str, Any]:
-        slot = self._take()
-        try:
-            return slot.score(request, threads=self._cores_for(1))  # a campaign scores with no job running
-        finally:
-            self._give(slot)
+        # a campaign scores with no job running: the policies are split among the workers, which share the cores
+        from evotrainer.jobs.scoring import join_answers, split_request
+
+        parts = split_request(request, self.workers)
+        threads = self._cores_for(len(parts))
+
+        def one(part: dict[str, Any]) -> dict[str, Any]:
+            slot = self._take()
+            try:
+                return slot.score(part, threads=threads)
+            finally:
+                self._give(slot)
+
+        if len(parts) == 1:
+            return one(parts[0][0])
+        with ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="evotrainer-score") as ex:
+            return join_answers(parts, list(ex.map(one, [p for p, _ in parts])))
 
     def release(self) -> None:
         self._holder.clear()
@@ -457,13 +470,15 @@ class RayLauncher(_Closing):
         """Nothing to let go of: a Ray task holds nothing between calls (each look resumes from its checkpoint)."""
 
     def score(self, request: dict[str, Any]) -> dict[str, Any]:
-        from evotrainer.jobs.scoring import score_policies
+        from evotrainer.jobs.scoring import join_answers, score_policies, split_request
 
         ray = self._connect()
+        parts = split_request(request, self._parallel())  # a task per part, as many as jobs run side by side
         try:
-            return ray.get(self._submit(score_policies, request))
+            answers = ray.get([self._submit(score_policies, p) for p, _ in parts])
         except Exception as err:  # noqa: BLE001 - reported like a worker's own error
             return {"ok": False, "error": f"Ray {type(err).__name__}: {str(err)[:500]}"}
+        return answers[0] if len(parts) == 1 else join_answers(parts, answers)
 
     def stop(self) -> None:
         self._stopping = True  # run_many cancels what is in flight at its next poll (no Ray call in a signal handler)
