@@ -368,9 +368,13 @@ def train_segment(state: CampaignState, runtime: Runtime[CampaignContext]) -> Co
                        created=_now())
     pv = ctx.store.add_policy_version(pv)
     if pv.selection_accuracy is None:  # what a rollback compares: the selection split (see _keep_best)
-        sel = _score(ctx, [(pv.checkpoint, harness.grpo.max_completion_length)])
+        # the first segment's start (the base policy) is judged on the same split: scored in the same call, beside it
+        base = _unscored_start(ctx, pv)
+        sel = _score(ctx, [(pv.checkpoint, harness.grpo.max_completion_length)] + ([base] if base else []))
         if sel:
             pv = ctx.store.set_selection_accuracy(pv.id, sel[0])
+            if base:
+                _record_start(ctx, base[0], sel[1])
     ctx.log(f"round {rnd}: segment of {steps} steps done, held-out accuracy {res['eval_accuracy']} "
             f"(selection split {pv.selection_accuracy})")
     keep = _keep_best(ctx, rnd, pv)  # the backtest forks from here; the segment's evidence is still diagnosed
@@ -697,10 +701,28 @@ def _start_selection(ctx: CampaignContext, pv: PolicyVersion, harness: HarnessSp
     if meta is None or not meta.base_policy:
         return None
     acc = _score(ctx, [(meta.base_policy, harness.grpo.max_completion_length)])
-    if not acc:
+    return _record_start(ctx, meta.base_policy, acc[0]) if acc else None
+
+
+def _record_start(ctx: CampaignContext, policy: str, accuracy: float) -> float:
+    ctx.store.log_event(ctx.campaign_id, "explore_start", {"policy": policy, "accuracy": accuracy})
+    return accuracy
+
+
+def _unscored_start(ctx: CampaignContext, first: PolicyVersion) -> tuple[str, int] | None:
+    """(base policy, the start harness's budget) when ``first`` is the campaign's first segment and the base has no
+    selection-split score yet, but a rollback, ``budget.improving_z`` or ``budget.healthy_explore_share`` will read
+    one (:func:`_start_selection`); else None."""
+    sp = ctx.spec
+    if first.parent_id is not None or not first.run_name or not (
+            sp.rollback.enabled or sp.budget.improving_z is not None or sp.budget.healthy_explore_share is not None) \
+            or any(True for _ in ctx.store.events(ctx.campaign_id, kind="explore_start")):
         return None
-    ctx.store.log_event(ctx.campaign_id, "explore_start", {"policy": meta.base_policy, "accuracy": acc[0]})
-    return acc[0]
+    meta = read_run_meta(ctx.home / "jobs" / first.run_name)
+    start = ctx.store.get_campaign(ctx.campaign_id).spec.get("initial_harness_version")
+    if meta is None or not meta.base_policy or start is None:
+        return None
+    return meta.base_policy, _harness(ctx, start).grpo.max_completion_length
 
 
 RETEST = "retest-"  # id prefix of a re-test candidate (:func:`_retests`)
