@@ -240,8 +240,9 @@ class KeptBranch(_Doc):
                                                               "selection_accuracy, decision_accuracy.")
     merged: dict[str, Any] | None = Field(None, description="The average of the arm's seeds (backtest.merge_seeds): "
                                                             "run, step, from (the seeds' runs), selection_accuracy, "
-                                                            "kept (false: it scored below every seed), "
-                                                            "decision_accuracy (when kept).")
+                                                            "kept (false: it scored below every seed). Its "
+                                                            "decision-split accuracy is its policy version's "
+                                                            "eval_accuracy, scored when a later round reads it.")
 
 
 class HeldRound(_Doc):

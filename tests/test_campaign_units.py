@@ -733,6 +733,45 @@ def test_a_backtest_look_runs_only_within_the_budget_and_the_exploration_share(t
     assert _explore_spent(ctx, mainline)  # 20 + 2 × 2 × 10 − 10 = 50 > 30
 
 
+def test_a_merged_average_is_scored_on_the_decision_split_only_when_something_will_read_it(tmp_path):
+    """distill scores a merged average's decision split (its movement baseline, the stop rules' accuracy) unless no
+    round follows: no segment fits, or the next trains the rest (train_segment's own tests), and neither
+    ``stop.target_accuracy`` nor ``stop.plateau_rounds`` reads it now."""
+    from datetime import datetime, timezone
+    from pathlib import Path
+
+    from evotrainer.agent.nodes import _last_round
+    from evotrainer.agent.state import CampaignContext
+    from evotrainer.config.campaign import CampaignSpec
+    from evotrainer.domain import LedgerEntry, PolicyVersion
+    from evotrainer.store import Store
+
+    now = datetime.now(timezone.utc)
+    spec = CampaignSpec(name="m", segment_steps=10, budget={"total_steps": 100, "explore_share": 0.4},
+                        backtest={"branch_steps": 5, "seeds": 2}, stop={"plateau_rounds": 3})
+    store = Store.for_home(tmp_path)
+    store.create_campaign("m", "m", spec.model_dump(mode="json"), "m")
+    ctx = CampaignContext(campaign_id="m", spec=spec, home=Path(tmp_path), store=store, brain=None, pool=None,
+                          tracker=None)
+    store.ledger_add(LedgerEntry(campaign_id="m", key="seg", kind="segment", run_name="seg", steps=10, at=now))
+    store.ledger_add(LedgerEntry(campaign_id="m", key="br@15", kind="branch", run_name="br", steps=20, at=now))
+    merged = PolicyVersion(id="m:r00:control", campaign_id="m", parent_id=None, harness_version="h", checkpoint="c",
+                           run_name="merged", mlflow_run_id=None, eval_accuracy=None, step=15, created=now)
+    # 70 steps left and a look still fits the 40-step share (15 outside the mainline): a round follows the segment
+    assert not _last_round(ctx, merged, 0, True, 0)
+    # the share spent (0.2 × 100 = 20 < 15 + 2 × 2 × 5 − 5): the next segment trains the 70 left, and nothing follows
+    ctx.spec = spec.model_copy(update={"budget": spec.budget.model_copy(update={"explore_share": 0.2})})
+    assert _last_round(ctx, merged, 0, True, 0)
+    # ... unless a stop rule reads the accuracy now: a target, or a plateau this round may complete
+    assert _last_round(ctx, merged, 0, False, 1) and not _last_round(ctx, merged, 0, False, 2)
+    target = ctx.spec.model_copy(update={"stop": ctx.spec.stop.model_copy(update={"target_accuracy": 0.9})})
+    assert not _last_round(CampaignContext(**{**vars(ctx), "spec": target}), merged, 0, True, 0)
+    # fewer steps left than a segment: no segment, no round
+    store.ledger_add(LedgerEntry(campaign_id="m", key="seg2", kind="segment", run_name="seg2", steps=65, at=now))
+    ctx.spec = spec
+    assert _last_round(ctx, merged, 0, True, 0)
+
+
 def test_an_inconclusive_gain_is_offered_once_more_while_its_knob_is_where_it_was_tested_from(tmp_path):
     from datetime import datetime, timezone
     from pathlib import Path
@@ -843,7 +882,7 @@ def test_exploration_waits_while_the_mainline_still_improves_and_not_when_it_sta
                 id=f"c:v{i}", campaign_id="c", parent_id=parent, harness_version=h.version, checkpoint=f"/ck/{i}",
                 run_name=f"run{i}", mlflow_run_id=None, eval_accuracy=sel, step=step,
                 created=datetime(2026, 1, 1, i, tzinfo=timezone.utc)))
-            return store.set_selection_accuracy(pv.id, sel)
+            return store.set_version_accuracy(pv.id, sel)
 
         def state(pv):
             return {"mainline": pv.id, "segment_run": pv.run_name}
@@ -911,7 +950,7 @@ def test_a_healthy_round_explores_within_the_healthy_share_and_a_troubled_one_wi
             pv = store.add_policy_version(PolicyVersion(
                 id=f"c:v{i}", campaign_id="c", parent_id=None, harness_version=h.version, checkpoint=f"/ck/{i}",
                 run_name=f"run{i}", mlflow_run_id=None, eval_accuracy=sel, step=step, created=now))
-            return store.set_selection_accuracy(pv.id, sel)
+            return store.set_version_accuracy(pv.id, sel)
 
         def mode(rnd):
             return next(e.message for e in store.events("c", kind="explore_mode") if e.message["round"] == rnd)
@@ -992,7 +1031,7 @@ def test_a_moving_mainline_is_healthy_unless_it_is_below_the_start_and_a_stuck_o
                 id=segment_id("c", rnd), campaign_id="c", parent_id=None, harness_version=h.version,
                 checkpoint=f"/ck/{rnd}", run_name=f"seg{rnd}", mlflow_run_id=None, eval_accuracy=sel, step=20,
                 created=now))
-            return {"mainline": store.set_selection_accuracy(pv.id, sel).id}
+            return {"mainline": store.set_version_accuracy(pv.id, sel).id}
 
         def mode(rnd):
             return ExploreMode.model_validate(

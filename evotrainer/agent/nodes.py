@@ -285,6 +285,17 @@ def _base_version(ctx: CampaignContext, root: PolicyVersion, budget: int) -> Pol
                          created=_now(), selection_accuracy=acc)
 
 
+def _decision_scored(ctx: CampaignContext, pv: PolicyVersion) -> PolicyVersion:
+    """``pv`` with its decision-split accuracy and per-problem outcomes, scored now (and recorded as its run's
+    evaluation at its step) when no job evaluated it: a merged average of seeds (:func:`_keep_branch`)."""
+    if pv.eval_accuracy is not None or not pv.run_name or not pv.checkpoint:
+        return pv
+    run_dir = ctx.home / "jobs" / pv.run_name
+    dec = _score(ctx, [(pv.checkpoint, _harness(ctx, pv.harness_version).grpo.max_completion_length)],
+                 split="decision", record=[(run_dir, pv.step)])
+    return ctx.store.set_version_accuracy(pv.id, dec[0], split="decision") if dec else pv
+
+
 def _fork_of(pv: PolicyVersion | None) -> str | None:
     """The ``fork`` a job continuing from ``pv`` names: its run at its step; None (a new job from the base policy)
     for no version or the base's."""
@@ -372,7 +383,7 @@ def train_segment(state: CampaignState, runtime: Runtime[CampaignContext]) -> Co
         base = _unscored_start(ctx, pv)
         sel = _score(ctx, [(pv.checkpoint, harness.grpo.max_completion_length)] + ([base] if base else []))
         if sel:
-            pv = ctx.store.set_selection_accuracy(pv.id, sel[0])
+            pv = ctx.store.set_version_accuracy(pv.id, sel[0])
             if base:
                 _record_start(ctx, base[0], sel[1])
     ctx.log(f"round {rnd}: segment of {steps} steps done, held-out accuracy {res['eval_accuracy']} "
@@ -1255,14 +1266,8 @@ def _keep_branch(ctx: CampaignContext, rnd: int, bt_id: str, best: str | None, v
             merged = {"run": merge["name"], "step": cands[0][0].step, "selection_accuracy": sel[len(cands)],
                       "from": [x.run_name for x, _ in cands]}
             # a merge that broke something scores below every seed it came from
-            if merged["selection_accuracy"] < min(sel[: len(cands)]):
-                merged["kept"] = False
-            else:
-                merged["kept"] = True
-                run_dir = ctx.home / "jobs" / merged["run"]
-                dec = _score(ctx, [(str(complete_checkpoints(run_dir)[merged["step"]]), budget)], split="decision",
-                             record=[(run_dir, merged["step"])])
-                merged["decision_accuracy"] = dec[0] if dec else None
+            # (its decision split is scored when a round follows, which reads it: _decision_scored)
+            merged["kept"] = merged["selection_accuracy"] >= min(sel[: len(cands)])
         ctx.store.log_event(ctx.campaign_id, "kept_branch", {
             "round": rnd, "arm": best or "control", "chosen": merged["run"] if merged and merged["kept"]
             else chosen.run_name, "split": "selection", "n": ctx.spec.eval.n, "merged": merged, "candidates": [
@@ -1337,13 +1342,16 @@ def distill(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
         if pv is not None:
             mainline = _keep_best(ctx, rnd, pv).id
             ctx.store.set_campaign(ctx.campaign_id, mainline_version=mainline)
-    acc = ctx.store.get_policy_version(mainline).eval_accuracy
+    held = int(state.get("hold_steps") or 0)  # a round that held exploration: its next segment trains as long again
+    freed = _freed(ctx, bt_id) + held
+    pv = ctx.store.get_policy_version(mainline)
+    if not _last_round(ctx, pv, freed, bool(best or held), state.get("rounds_without_promotion", 0)):
+        pv = _decision_scored(ctx, pv)
+    acc = pv.eval_accuracy
     prev_best = state.get("best_accuracy")
     improved = acc is not None and (prev_best is None or acc > prev_best + ctx.spec.backtest.min_effect)
-    held = int(state.get("hold_steps") or 0)  # a round that held exploration: its next segment trains as long again
     streak = 0 if best or improved or held else state.get("rounds_without_promotion", 0) + 1
     seen = [a for a in (acc, prev_best) if a is not None]
-    freed = _freed(ctx, bt_id) + held
     update = {"round": rnd + 1, "mainline": mainline, "harness_version": version, "rounds_without_promotion": streak,
               "best_accuracy": max(seen) if seen else None, "bonus_steps": freed, "hold_steps": None,
               "proposal_ids": [], "approved_ids": [], "backtest_id": None, "promoted": None, "segment_run": None}
@@ -1360,6 +1368,24 @@ def distill(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
     if _out_of_time(ctx):
         return Command(goto="finish", update={**update, "stop_reason": "wall-clock cap reached"})
     return Command(goto="train_segment", update=update)
+
+
+def _last_round(ctx: CampaignContext, mainline: PolicyVersion, bonus: int, reset: bool, streak: int) -> bool:
+    """Whether no round follows this distill's: fewer steps are left than a segment needs, or the next segment
+    trains the rest of the budget and the campaign then finishes (:func:`train_segment`'s own tests). With no stop
+    rule reading it now either, nothing reads the mainline's decision-split accuracy, and :func:`_decision_scored`
+    need not score a merged average on that split.
+
+    Why: a round after the next segment reads it (its movement, :mod:`evotrainer.agent.movement`; the check of a
+    promotion that fell, :mod:`evotrainer.agent.revise`), as do ``stop.target_accuracy`` and, unless the round
+    promoted or held (``reset``), ``stop.plateau_rounds``. Without those an evaluation of 500 greedy episodes (~3 s of
+    agentic's 400-step campaign) is thrown away. The same test as :func:`train_segment`'s for its last segment.
+    """
+    stop, steps = ctx.spec.stop, ctx.spec.segment_steps
+    if stop.target_accuracy is not None or (not reset and streak + 1 >= stop.plateau_rounds):
+        return False
+    rest = _remaining(ctx)
+    return rest < steps or (rest > steps and _explore_spent(ctx, mainline, min(steps + bonus, rest)))
 
 
 def _tell_optimizer(ctx: CampaignContext, rnd: int, harness: HarnessSpec) -> None:

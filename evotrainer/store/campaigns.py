@@ -109,11 +109,14 @@ class CampaignsMixin(StoreBase):
 
         return self._once(lambda s: s.get(PolicyVersionRow, pv.id), make, _policy)
 
-    def set_selection_accuracy(self, id: str, accuracy: float) -> PolicyVersion:
-        """Record a policy version's accuracy on the selection split (measured after the version was made)."""
+    def set_version_accuracy(self, id: str, accuracy: float, split: str = "selection") -> PolicyVersion:
+        """Record a policy version's accuracy on the selection split, or with ``split="decision"`` its
+        ``eval_accuracy`` (either measured after the version was made: a merged average is scored by the campaign)."""
+        if split not in ("selection", "decision"):
+            raise ValueError(f"split={split!r}: a policy version records 'selection' or 'decision' accuracy")
         with self._write() as s:
             r = self._get(s, PolicyVersionRow, id, "policy version")
-            r.selection_accuracy = float(accuracy)
+            setattr(r, "selection_accuracy" if split == "selection" else "eval_accuracy", float(accuracy))
             s.flush()
             return _policy(r)
 
