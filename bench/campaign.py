@@ -24,7 +24,9 @@ space is small, the wide split is a harder mix than the 500 (distinct problems l
 on it, not its numbers with the 500-problem ones. The campaign also reports
 its decisions, its useful share (steps in the final mainline's lineage / steps spent), and the share of its
 wall time outside trainer steps (a trainer step being the Trainer's whole optimiser step, ``step_wall_time``; with
-jobs side by side, ``--workers``, the union of the steps' intervals, so the share is the wall time no step runs in).
+jobs side by side, ``--workers``, the union of the steps' intervals, so the share is the wall time no step runs in;
+``outside_core_share`` weighs each step by the share of the cores its job had, so a worker that evaluates while
+another trains counts as outside: the machine's time, where the other is the wall's).
 A warm start the campaign's first job had to build (no cached base policy for that seed) is a one-off cost of the
 policy, not of the campaign: it is left out of that share's wall time and reported as ``warm_start_s``.
 
@@ -184,14 +186,23 @@ def run_campaign(task: str, harness: Path, seed: int, a: Any, home: Path) -> dic
                          seed=seed)
     wall = time.perf_counter() - t
     summary = campaign_summary(home, cid)
-    train_s = trl_s = 0.0
+    import os
+
+    from evotrainer.runmeta import read_run_meta
+
+    train_s = trl_s = core_s = 0.0
+    cores = os.cpu_count() or 1
     spans: list[tuple[float, float]] = []  # (start, end) of every trainer step, when the run recorded its end
     store = Store.for_home(home)
     for run in {e.run_name for e in store.ledger(cid)}:
         m = read_metrics(home / "jobs" / run)
         trl = float(m["step_time"].dropna().sum()) if "step_time" in m else 0.0
         trl_s += trl
-        train_s += float(m["step_wall_time"].dropna().sum()) if "step_wall_time" in m else trl
+        steps_s = float(m["step_wall_time"].dropna().sum()) if "step_wall_time" in m else trl
+        train_s += steps_s
+        meta = read_run_meta(home / "jobs" / run)
+        threads = max((t.threads or cores for t in meta.timings), default=cores) if meta else cores
+        core_s += steps_s * min(threads, cores) / cores  # a step on one core of two is half the machine training
         if "step_end_time" in m:
             done = m[["step_end_time", "step_wall_time"]].dropna()
             spans += [(e - w, e) for e, w in zip(done["step_end_time"], done["step_wall_time"])]
@@ -206,6 +217,9 @@ def run_campaign(task: str, harness: Path, seed: int, a: Any, home: Path) -> dic
             "decisions": [(d["knob"], d["new"], d["outcome"]) for d in summary["decisions"]],
             "outside_trainer_share": round(1 - train_s / (wall - warm), 3),
             "outside_trl_step_time_share": round(1 - trl_s / (wall - warm), 3),
+            # the cores' time outside trainer steps: with jobs side by side, one that evaluates while another trains
+            # is outside here but not in outside_trainer_share (the same with one worker, whose jobs use every core)
+            "outside_core_share": round(1 - core_s / (wall - warm), 3),
             "wall_s": round(wall, 1), "warm_start_s": warm, "job_seconds": summary["seconds"],
             "outside_jobs_s": round(wall - summary["seconds"]["jobs"], 1), "trainer_steps_s": round(train_s, 1)}
 
