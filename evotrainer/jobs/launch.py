@@ -90,8 +90,8 @@ class Launcher(Protocol):
         when the owner asked to stop while they ran (the jobs are resumable)."""
 
     def score(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Greedy accuracies of saved policies on a held-out split (``evotrainer.jobs.scoring``), the policies split
-        among as many workers as run jobs side by side."""
+        """Greedy accuracies of saved policies on a held-out split (``evotrainer.jobs.scoring``); a local launcher
+        splits the policies among its workers."""
 
     def release(self) -> None:
         """Let go of paused jobs kept alive between looks (a backtest whose looks are over; they stay paused on
@@ -470,15 +470,15 @@ class RayLauncher(_Closing):
         """Nothing to let go of: a Ray task holds nothing between calls (each look resumes from its checkpoint)."""
 
     def score(self, request: dict[str, Any]) -> dict[str, Any]:
-        from evotrainer.jobs.scoring import join_answers, score_policies, split_request
+        # one task, not one per policy as a local launcher splits it: a task that finds no idle worker starts a new
+        # one, whose torch/TRL imports (~7 s) cost more than a few evaluations side by side save
+        from evotrainer.jobs.scoring import score_policies
 
         ray = self._connect()
-        parts = split_request(request, self._parallel())  # a task per part, as many as jobs run side by side
         try:
-            answers = ray.get([self._submit(score_policies, p) for p, _ in parts])
+            return ray.get(self._submit(score_policies, request))
         except Exception as err:  # noqa: BLE001 - reported like a worker's own error
             return {"ok": False, "error": f"Ray {type(err).__name__}: {str(err)[:500]}"}
-        return answers[0] if len(parts) == 1 else join_answers(parts, answers)
 
     def stop(self) -> None:
         self._stopping = True  # run_many cancels what is in flight at its next poll (no Ray call in a signal handler)
