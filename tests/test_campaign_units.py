@@ -692,25 +692,35 @@ def test_effect_interval_adds_the_problem_sample_to_the_seed_spread():
     assert effect_interval([[0, 0], [0, 0]], 0.8)[1:] == (0.0, 1.0, 0.0)
 
 
-def test_a_backtest_look_runs_only_within_the_budget_and_the_exploration_share(tmp_path):
+def _spent_30_of_100(tmp_path, cid: str, **spec_fields):
+    """A campaign of 100 steps (segments of 10, one look of 5 steps × 2 seeds, explore_share 0.4) that has ledgered a
+    10-step segment and 20 branch steps: (context, spec, now)."""
     from datetime import datetime, timezone
     from pathlib import Path
 
-    from evotrainer.agent.nodes import _explore_spent, _look_budget
     from evotrainer.agent.state import CampaignContext
     from evotrainer.config.campaign import CampaignSpec
-    from evotrainer.domain import LedgerEntry, PolicyVersion
+    from evotrainer.domain import LedgerEntry
     from evotrainer.store import Store
 
     now = datetime.now(timezone.utc)
-    spec = CampaignSpec(name="b", segment_steps=10, budget={"total_steps": 100, "explore_share": 0.4},
-                        backtest={"branch_steps": 5, "seeds": 2})  # one look of 5 steps
+    spec = CampaignSpec(name=cid, segment_steps=10, budget={"total_steps": 100, "explore_share": 0.4},
+                        backtest={"branch_steps": 5, "seeds": 2}, **spec_fields)
     store = Store.for_home(tmp_path)
-    store.create_campaign("b", "b", spec.model_dump(mode="json"), "b")
-    ctx = CampaignContext(campaign_id="b", spec=spec, home=Path(tmp_path), store=store, brain=None, pool=None,
+    store.create_campaign(cid, cid, spec.model_dump(mode="json"), cid)
+    ctx = CampaignContext(campaign_id=cid, spec=spec, home=Path(tmp_path), store=store, brain=None, pool=None,
                           tracker=None)
-    store.ledger_add(LedgerEntry(campaign_id="b", key="seg", kind="segment", run_name="seg", steps=10, at=now))
-    store.ledger_add(LedgerEntry(campaign_id="b", key="br@15", kind="branch", run_name="br", steps=20, at=now))
+    store.ledger_add(LedgerEntry(campaign_id=cid, key="seg", kind="segment", run_name="seg", steps=10, at=now))
+    store.ledger_add(LedgerEntry(campaign_id=cid, key="br@15", kind="branch", run_name="br", steps=20, at=now))
+    return ctx, spec, now
+
+
+def test_a_backtest_look_runs_only_within_the_budget_and_the_exploration_share(tmp_path):
+
+    from evotrainer.agent.nodes import _explore_spent, _look_budget
+    from evotrainer.domain import PolicyVersion
+
+    ctx, spec, now = _spent_30_of_100(tmp_path, "b")
     mainline = PolicyVersion(id="v", campaign_id="b", parent_id=None, harness_version="h", checkpoint="c", run_name="seg",
                              mlflow_run_id=None, eval_accuracy=None, step=10, created=now)
     # 20 steps already outside the mainline; control + 1 proposal could discard 2 × 2 × 5 − 5 = 15 more: 35 ≤ 40
@@ -737,24 +747,13 @@ def test_a_merged_average_is_scored_on_the_decision_split_only_when_something_wi
     """distill scores a merged average's decision split (its movement baseline, the stop rules' accuracy) unless no
     round follows: no segment fits, or the next trains the rest (train_segment's own tests), and neither
     ``stop.target_accuracy`` nor ``stop.plateau_rounds`` reads it now."""
-    from datetime import datetime, timezone
-    from pathlib import Path
 
     from evotrainer.agent.nodes import _last_round
     from evotrainer.agent.state import CampaignContext
-    from evotrainer.config.campaign import CampaignSpec
     from evotrainer.domain import LedgerEntry, PolicyVersion
-    from evotrainer.store import Store
 
-    now = datetime.now(timezone.utc)
-    spec = CampaignSpec(name="m", segment_steps=10, budget={"total_steps": 100, "explore_share": 0.4},
-                        backtest={"branch_steps": 5, "seeds": 2}, stop={"plateau_rounds": 3})
-    store = Store.for_home(tmp_path)
-    store.create_campaign("m", "m", spec.model_dump(mode="json"), "m")
-    ctx = CampaignContext(campaign_id="m", spec=spec, home=Path(tmp_path), store=store, brain=None, pool=None,
-                          tracker=None)
-    store.ledger_add(LedgerEntry(campaign_id="m", key="seg", kind="segment", run_name="seg", steps=10, at=now))
-    store.ledger_add(LedgerEntry(campaign_id="m", key="br@15", kind="branch", run_name="br", steps=20, at=now))
+    ctx, spec, now = _spent_30_of_100(tmp_path, "m", stop={"plateau_rounds": 3})
+    store = ctx.store
     merged = PolicyVersion(id="m:r00:control", campaign_id="m", parent_id=None, harness_version="h", checkpoint="c",
                            run_name="merged", mlflow_run_id=None, eval_accuracy=None, step=15, created=now)
     # 70 steps left and a look still fits the 40-step share (15 outside the mainline): a round follows the segment
