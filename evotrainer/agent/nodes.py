@@ -727,7 +727,7 @@ def _unscored_start(ctx: CampaignContext, first: PolicyVersion) -> tuple[str, in
     sp = ctx.spec
     if first.parent_id is not None or not first.run_name or not (
             sp.rollback.enabled or sp.budget.improving_z is not None or sp.budget.healthy_explore_share is not None) \
-            or any(True for _ in ctx.store.events(ctx.campaign_id, kind="explore_start")):
+            or ctx.store.events(ctx.campaign_id, kind="explore_start"):
         return None
     meta = read_run_meta(ctx.home / "jobs" / first.run_name)
     start = ctx.store.get_campaign(ctx.campaign_id).spec.get("initial_harness_version")
