@@ -90,6 +90,35 @@ def test_launcher_settings_are_checked_and_name_what_to_set():
     cores, two = os.cpu_count() or 1, LocalLauncher(workers=2)
     assert (two._cores_for(1), two._cores_for(9)) == (cores, max(1, cores // 2))
     assert LocalLauncher(workers=1)._cores_for(9) is None and LocalLauncher(workers=64)._cores_for(64) == 1
+    # a batch's last jobs beyond the workers share every core among themselves
+    half, quarter = max(1, cores // 2), max(1, cores // 4)
+    assert two.shares(1) == [cores] and two.shares(2) == [half] * 2 and two.shares(4) == [half] * 4
+    assert two.shares(9) == [half] * 8 + [cores] and two.shares(3) == [half, half, cores]
+    assert LocalLauncher(workers=4).shares(10) == [quarter] * 8 + [half] * 2
+    assert LocalLauncher(workers=1).shares(3) == [None] * 3 and RayLauncher().shares(3) == [None] * 3
+
+
+def test_a_batchs_last_job_beyond_the_workers_computes_with_every_core_and_never_beside_another(tmp_path, monkeypatch):
+    """Three jobs on two workers: the third has both cores, so it waits for the cores of the first, not only for
+    a free worker. 'slow' waits at a meeting point for one more job; only 'last' could join it there, and it starts
+    only once 'slow' is gone (ended by its per-job timeout), so 'slow' times out and 'last' then goes on."""
+    import os
+
+    cores = os.cpu_count() or 1
+    if cores < 2:
+        pytest.skip("one core: the last job has no more cores to take than the others")
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    monkeypatch.setenv("EVOTRAINER_MEET_RUNS", r"^(slow|last)$")
+    monkeypatch.setenv("EVOTRAINER_MEET_DIR", str(meet))
+    monkeypatch.setenv("EVOTRAINER_MEET_COUNT", "2")
+    with LocalLauncher(workers=2, timeout_s=10) as launcher:
+        launcher.warm()
+        out = launcher.run_many(_batch(tmp_path, "slow", "quick", "last"))
+    assert "timed out" in out[0].error, out[0].error  # nobody came while it ran: 'last' did not start beside it
+    for o in out[1:]:  # 'quick' ended at once, yet 'last' waited; then it found 'slow''s mark and went on
+        assert "unknown task 'no-such-task'" in o.error, o.error
+    assert sorted(f.name.split(".")[0] for f in meet.iterdir()) == ["last", "slow"]
 
 
 def test_a_campaign_on_ray_runs_a_looks_arms_side_by_side_and_resumes_after_its_owner_is_killed(tmp_path):

@@ -92,7 +92,10 @@ def _run_many(ctx: CampaignContext, jobs: list[tuple[str, HarnessSpec, int, int,
     then read back from the job directories in the given order, so the ledger is written in the same order
     whatever finished first, and a ``kill -9`` in between leaves jobs that a re-run reads back or resumes.
     """
-    requests = [_request(ctx, *job) for job in jobs]
+    # each new job's torch threads are its share of the whole list (the launcher's ``shares``), not of what is left
+    # to train: a re-run after ``kill -9`` gives a job that had not started the count it would have had
+    shares = ctx.pool.shares(len(jobs))
+    requests = [_request(ctx, *job, threads=n) for job, n in zip(jobs, shares, strict=True)]
     todo = [r for r in requests if r is not None]
     if todo:
         _while_workers_import(ctx)
@@ -126,9 +129,11 @@ def _while_workers_import(ctx: CampaignContext) -> None:
 
 
 def _request(ctx: CampaignContext, name: str, harness: HarnessSpec, steps: int, seed: int, fork: str | None,
-             eval_every: int, tags: dict[str, str], stop_at: int | None):
+             eval_every: int, tags: dict[str, str], stop_at: int | None, threads: int | None = None):
     """The ``JobRequest`` that brings job ``name`` to ``stop_at``; None when there is nothing to train (paused at or
-    past ``stop_at``, finished, or failed: a failed branch is a result, not something to retry)."""
+    past ``stop_at``, finished, or failed: a failed branch is a result, not something to retry). ``threads``: a new
+    job's torch threads; a resumed one computes with its record's, which the request carries so that the launcher
+    knows the cores it takes."""
     from evotrainer.jobs.launch import JobRequest
 
     meta = read_run_meta(ctx.home / "jobs" / name)
@@ -152,6 +157,7 @@ def _request(ctx: CampaignContext, name: str, harness: HarnessSpec, steps: int, 
                             "at_start": fork is None and tags.get("evotrainer.role") == "segment"}).model_dump(mode="json"),
         "save_every": eval_every, "name": name,
         "tags": {"mlflow.parentRunId": ctx.mlflow_run_id or "", "evotrainer.campaign": ctx.campaign_id, **tags},
+        "threads": meta.spec.get("threads") if meta else threads,
     }
     job["tags"] = {k: v for k, v in job["tags"].items() if v}
     upto = "" if stop_at is None else f" to step {stop_at}"

@@ -49,8 +49,10 @@ class JobSpec(BaseModel):
         description="torch intra-op threads this job computes with, in a launcher's worker (null: the worker's own "
                     "share of the cores). A local launcher with several workers sets it when the job is first "
                     "submitted: the cores divided among the jobs of its batch that run side by side (a segment alone "
-                    "gets them all). It is kept in the job's record, so a resumed job computes as it began: the thread "
-                    "count may change the order of floating-point sums, and with it the run.")
+                    "gets them all, and so do a batch's last jobs beyond a multiple of the workers, which start once "
+                    "those cores are free: LocalLauncher.shares). It is kept in the job's record, so a resumed job "
+                    "computes as it began: the thread count may change the order of floating-point sums, and with it "
+                    "the run.")
 
     @model_validator(mode="after")
     def _keep_harness_dir(self) -> JobSpec:
