@@ -361,6 +361,12 @@ def test_kill_9_mid_segment_then_kill_only_the_owner_mid_branch_then_resume_with
     from evotrainer.evidence import read_metrics
 
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    # the campaign's run plots the mainline's accuracy for the rounds that scored it, and no NaN for one that did not
+    import math
+
+    plotted = client.get_metric_history(camp.mlflow_run_id, "campaign/mainline_accuracy")
+    rounds = {m.step for m in client.get_metric_history(camp.mlflow_run_id, "campaign/budget_spent")}
+    assert rounds and all(math.isfinite(m.value) for m in plotted) and {m.step for m in plotted} <= rounds
     by_run: dict[str, int] = {}
     for e in led:  # a branch is trained one look at a time: one ledger entry per leg (run@step)
         assert e.key == e.run_name or e.key.startswith(f"{e.run_name}@"), e.key

@@ -1361,8 +1361,8 @@ def distill(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
     update = {"round": rnd + 1, "mainline": mainline, "harness_version": version, "rounds_without_promotion": streak,
               "best_accuracy": max(seen) if seen else None, "bonus_steps": freed, "hold_steps": None,
               "proposal_ids": [], "approved_ids": [], "backtest_id": None, "promoted": None, "segment_run": None}
-    if ctx.mlflow_run_id:
-        ctx.tracker.log_metrics(ctx.mlflow_run_id, rnd, {"campaign/mainline_accuracy": acc if acc is not None else float("nan"),
+    if ctx.mlflow_run_id:  # a kept average not scored on the decision split (a last round) has no point to plot
+        ctx.tracker.log_metrics(ctx.mlflow_run_id, rnd, {**({} if acc is None else {"campaign/mainline_accuracy": acc}),
                                                          "campaign/budget_spent": ctx.store.ledger_total(ctx.campaign_id),
                                                          "campaign/promoted": 1.0 if best else 0.0})
     target = ctx.spec.stop.target_accuracy
