@@ -716,7 +716,6 @@ def _spent_30_of_100(tmp_path, cid: str, **spec_fields):
 
 
 def test_a_backtest_look_runs_only_within_the_budget_and_the_exploration_share(tmp_path):
-
     from evotrainer.agent.nodes import _explore_spent, _look_budget
     from evotrainer.domain import PolicyVersion
 
@@ -747,7 +746,6 @@ def test_a_merged_average_is_scored_on_the_decision_split_only_when_something_wi
     """distill scores a merged average's decision split (its movement baseline, the stop rules' accuracy) unless no
     round follows: no segment fits, or the next trains the rest (train_segment's own tests), and neither
     ``stop.target_accuracy`` nor ``stop.plateau_rounds`` reads it now."""
-
     from evotrainer.agent.nodes import _last_round
     from evotrainer.agent.state import CampaignContext
     from evotrainer.domain import LedgerEntry, PolicyVersion

@@ -144,13 +144,14 @@ class LocalLauncher(_Closing):
         self.workers = workers
         # side by side, each worker gets its share of the cores (alone, torch's default: all of them)
         self.cores = os.cpu_count() or 1
-        threads = max(1, self.cores // workers) if workers > 1 else None
-        self._slots = [BranchPool(workers=1, timeout_s=timeout, threads=threads, live=live) for _ in range(workers)]
+        self._share = max(1, self.cores // workers)  # a worker's cores when every worker runs a job
+        self._slots = [BranchPool(workers=1, timeout_s=timeout, threads=self._share if workers > 1 else None, live=live)
+                       for _ in range(workers)]
         self._idle = list(self._slots)
         self._free = threading.Condition()
         self._busy = 0  # cores the running jobs compute with (their torch threads)
         # what may run at once: every core, or each worker's share where there are more workers than cores
-        self._capacity = max(self.cores, workers * max(1, self.cores // workers))
+        self._capacity = max(self.cores, workers * self._share)
         self._holder: dict[str, BranchPool] = {}  # job name -> the slot whose worker keeps it paused and alive
         self._on_spawn: Callable[[list[int]], None] | None = None
         self.on_spawn = on_spawn
@@ -195,7 +196,7 @@ class LocalLauncher(_Closing):
 
     def _needs(self, req: JobRequest) -> int:
         """Cores a job computes with: its own thread count, else its worker's share."""
-        return int(req.job.get("threads") or max(1, self.cores // self.workers))
+        return int(req.job.get("threads") or self._share)
 
     def _one(self, req: JobRequest) -> JobOutcome:
         cores = self._needs(req)
