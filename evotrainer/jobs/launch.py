@@ -231,7 +231,8 @@ class LocalLauncher(_Closing):
         starts once the cores it needs are free (:meth:`_take`), never beside another job. It keeps its count at
         later looks, so a look in which another arm stopped but its own went on would have an odd number of
         one-core jobs, one of them alone. In the benches' homes of sessions 37-40, 4 looks of 61 had 6 branches
-        after 9, each time without the last arm (a backtest lists a seed's arms in order, the control first)."""
+        after 9, each time without the last arm (a backtest lists a seed's arms in order, the control first; counted
+        from the stores' branch records with a one-off script)."""
         if self.workers == 1:
             return [None] * jobs
         tail = jobs % self.workers if jobs > self.workers else 0
