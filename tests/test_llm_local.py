@@ -11,6 +11,9 @@ llm-server``) and sets EVOTRAINER_REQUIRE_LLAMA=1, so these fail instead of skip
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 from llama_server import LlamaServer, available
@@ -74,6 +77,23 @@ def test_a_campaign_round_with_the_local_llm_brain(server, tmp_path):
     store = Store.for_home(home)
     proposals = store.list_proposals(cid, round=0)
     assert proposals, "the round proposed nothing"
-    assert {p.brain for p in proposals} <= {"llm", "llm→heuristic"}
+    # the real path is the point: a dead or crashed server would still pass with the heuristic's proposals
+    assert any(p.brain == "llm" for p in proposals), [(p.brain, p.knob) for p in proposals]
     for p in proposals:  # whoever proposed it, it is a valid single-knob change that the round decided on
         assert p.old != p.new
+
+
+def test_the_installed_llama_cpp_build_is_portable():
+    """The CPU backend holds no AVX-512 or AMX instruction (the Makefile's LLAMA_CMAKE_ARGS): a native build for a host
+    that advertises them faults on machines of this kind (a general protection fault on the first completion)."""
+    import llama_cpp
+
+    objdump = shutil.which("objdump")
+    assert objdump, "objdump (binutils) is needed to read the build's instructions"
+    libs = sorted((Path(llama_cpp.__file__).parent / "lib").glob("libggml-cpu.so*"))
+    assert libs, "llama_cpp ships no libggml-cpu.so"
+    text = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(libs[0])], capture_output=True, text=True,
+                          check=True).stdout
+    assert "ymm" in text  # AVX2 is there (the build is not a bare SSE one)
+    for register in ("zmm", "%tmm", "tileloadd"):
+        assert register not in text, f"{libs[0].name} uses {register}: a native, non-portable build"
