@@ -44,7 +44,7 @@ def check_range(task: Task, rng, field: str) -> tuple[int, int]:
 
 
 def difficulty_range(task: Task, harness: HarnessSpec) -> tuple[int, int]:
-    return check_range(task, harness.data.difficulty or (task.default_difficulty, task.default_difficulty),
+    return check_range(task, harness.data.difficulty or task.default_range(),
                        "data.difficulty")
 
 

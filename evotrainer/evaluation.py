@@ -31,7 +31,7 @@ SPLIT_SEED_OFFSET: dict[str, int] = {"decision": 0, "confirmation": 1, "selectio
 
 def heldout_problems(task: Task, spec: EvalSpec) -> list[Problem]:
     """The decision split: ``spec.n`` held-out problems drawn with ``spec.seed`` (what every job evaluates)."""
-    rng = spec.difficulty or (task.default_difficulty, task.default_difficulty)
+    rng = spec.difficulty or task.default_range()
     return task.sample("heldout", spec.n, seed=spec.seed, difficulty_range=tuple(rng))
 
 
@@ -43,8 +43,13 @@ def _fresh(task: Task, spec: EvalSpec, seed: int, exclude: set[str], split: str,
         out = [p for p in drawn if p.id not in exclude][: spec.n]
         if len(out) == spec.n:
             return out
+    sizes = ""
+    if hasattr(task, "split_sizes"):  # a dataset: say how many rows each split gets
+        have = task.split_sizes(tuple(spec.difficulty) if spec.difficulty else None)
+        sizes = (f": the dataset has {have['heldout']} held-out rows (and {have['train']} train), which the three "
+                 f"held-out splits share, so each gets at most {have['heldout'] // 3}; {knob}={spec.n} is too many")
     raise ConfigError(f"the held-out split of '{task.name}' has fewer than {spec.n} problems at these levels outside "
-                      f"the other splits (needed for the {split} split); lower {knob}")
+                      f"the other splits (needed for the {split} split){sizes}; lower {knob}")
 
 
 def split_problems(task: Task, spec: EvalSpec, split: Split, seed: int | None = None,

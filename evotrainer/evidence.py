@@ -39,6 +39,7 @@ turns              string   extra, multi-turn tasks: JSON list of the policy's a
                             null for single-turn tasks and in files written before the column existed
 final_correct      bool     extra: the final answer the task reads from prose is right (chat-prompted
                             policies, or ``reward.correctness.match: final``; null otherwise)
+verifier_error     string   extra: why the task's verifier raised on this completion (scored 0); null otherwise
 =================  =======  ==========================================================================
 
 For a multi-turn task, ``prompt`` is the task's prompt text and ``completion`` the episode's transcript: the
@@ -105,7 +106,7 @@ ROLLOUT_SCHEMA = pa.schema(
 )
 """The columns of every rollout file."""
 EXTRA_ROLLOUT_FIELDS = [pa.field("reward_efficiency", pa.float64()), pa.field("turns", pa.string()),
-                        pa.field("final_correct", pa.bool_())]
+                        pa.field("final_correct", pa.bool_()), pa.field("verifier_error", pa.string())]
 """Columns added later, written only in files where some row has them (see the module docstring)."""
 FULL_ROLLOUT_SCHEMA = pa.schema([*ROLLOUT_SCHEMA, *EXTRA_ROLLOUT_FIELDS])
 ROLLOUT_COLUMNS = FULL_ROLLOUT_SCHEMA.names
@@ -134,6 +135,8 @@ ROLLOUT_DOCS: dict[str, str] = {  # the table above, one line per column (the ev
     "final_correct": "The final answer the task reads from prose is right (Verdict.final_correct; strict 'correct' wants "
                      "the answer alone); recorded for chat-prompted policies and under reward.correctness.match "
                      "'final', null otherwise.",
+    "verifier_error": "Why the task's verifier failed on this completion (it then scored 0: a user's verifier, "
+                      "math-verify, a reasoning-gym scorer); null when it judged normally.",
 }
 
 

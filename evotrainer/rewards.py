@@ -36,6 +36,7 @@ from evotrainer.config.harness import HarnessSpec
 from evotrainer.episodes import transcript, turn_records
 from evotrainer.evidence import RolloutRecorder
 from evotrainer.tasks import Problem, Task, Verdict
+from evotrainer.tasks.verifiers import VERIFIER_ERROR
 
 NO_SUBMISSION = Verdict(correct=False, well_formed=False, contains_answer=False, n_candidates=0,
                         reason="the episode submitted no answer")
@@ -141,6 +142,7 @@ class CorrectnessTerm(_Term):
                     "truncated": (not ended) and len(ids) >= self.max_len,
                     "difficulty": problem.difficulty,
                     "turns": turns,
+                    "verifier_error": v.reason if v.reason.startswith(VERIFIER_ERROR) else None,
                 }
             )
         log_metric = kw.get("log_metric")

@@ -53,6 +53,32 @@ class TaskList(_Doc):
     tasks: list[TaskInfo]
 
 
+class TaskSample(BaseModel):
+    id: str
+    difficulty: int
+    prompt: str
+    answer: str
+    messages: list[dict[str, str]] = Field(..., description="What a chat model is given (system message included).")
+    canonical: dict[str, Any] = Field(..., description="The verifier on the canonical answer: correct, score, reason.")
+
+
+class TaskShow(_Doc):
+    """``evotrainer tasks show TASK_OR_SPEC --json``: a user's task checked before any compute is spent on it."""
+
+    task: str
+    options: dict[str, Any]
+    levels: list[int] = Field(..., description="The levels used (the spec's eval.difficulty, else the task's default).")
+    all_levels: list[int] = Field(..., description="[min, max] level of the task.")
+    difficulty_doc: str
+    rows: dict[str, int] | None = Field(None, description="A dataset: its train and held-out rows at those levels.")
+    report: dict[str, Any] | None = Field(None, description="A dataset: rows read, skipped for nulls, duplicates, fields.")
+    splits: dict[str, int] = Field(..., description="Problems in the train sample and each held-out split, and eval_n.")
+    samples: list[TaskSample]
+    canonical_checked: int
+    canonical_failed: list[dict[str, Any]] = Field(..., description="Canonical answers scoring below 1 (first 20).")
+    ok: bool = Field(..., description="Every checked canonical answer scores 1 (else the command exits 1).")
+
+
 class TrainResult(_Doc):
     """``evotrainer train --json``: the finished job."""
 
@@ -418,7 +444,7 @@ class SchemaList(_Doc):
 
 
 SHAPES: dict[str, type[BaseModel]] = {
-    "error": ErrorDoc, "tasks": TaskList, "train": TrainResult, "harness-validation": HarnessValidation,
+    "error": ErrorDoc, "tasks": TaskList, "task-show": TaskShow, "train": TrainResult, "harness-validation": HarnessValidation,
     "harness-diff": HarnessDiff, "knobs": KnobList, "diagnosis": Diagnosis, "diagnostics": DiagnosticList,
     "revision": RevisionResult, "campaign": CampaignSummary, "campaigns": CampaignList, "confirmation": Confirmation,
     "stop": StopOutcome, "review-queue": ReviewQueue, "review": ReviewShow, "skills": SkillList, "skill": SkillShow,
@@ -429,6 +455,7 @@ SHAPES: dict[str, type[BaseModel]] = {
 # command (as typed after `evotrainer`) -> the shapes it prints on success; every one may also print "error"
 COMMANDS: dict[str, tuple[str, ...]] = {
     "tasks": ("tasks",),
+    "tasks show": ("task-show",),
     "train": ("train",),
     "harness validate": ("harness-validation",),
     "harness diff": ("harness-diff",),

@@ -15,8 +15,8 @@ completion. It exits 1 with what failed (the server's exit signal and the end of
 
 from __future__ import annotations
 
-import importlib.util
 import argparse
+import importlib.util
 import json
 import os
 import signal

@@ -35,10 +35,10 @@ def json_commands() -> set[str]:
     found: set[str] = set()
 
     def walk(cmd: Any, path: list[str]) -> None:
-        if hasattr(cmd, "commands"):  # a group (Typer carries its own copy of click)
+        if hasattr(cmd, "commands"):  # a group (Typer carries its own copy of click); it may run on its own too
             for name, sub in cmd.commands.items():
                 walk(sub, [*path, name])
-        elif any("--json" in p.opts for p in cmd.params):
+        if any("--json" in p.opts for p in cmd.params):
             found.add(" ".join(path))
 
     walk(typer.main.get_command(app), [])
@@ -89,6 +89,7 @@ def _parse(stdout: str, command: str) -> dict:
 # command -> (arguments, run as a subprocess?); every entry runs in test_json_command below
 ARGS: dict[str, tuple[Any, bool]] = {
     "tasks": (lambda w: ["tasks"], False),
+    "tasks show": (lambda w: ["tasks", "show", "countdown", "--eval-n", "20"], False),
     "train": (lambda w: ["train", "--task", "arith", "--harness", str(w["harness"]), "--steps", "1", "--policy", "nano",
                          "--sft-steps", "150", "--eval-every", "0", "--save-every", "1", "--name", "json-train"], True),
     "harness validate": (lambda w: ["harness", "validate", str(w["harness"])], False),

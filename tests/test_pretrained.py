@@ -200,3 +200,23 @@ def test_code_trap_job_rewards_a_real_models_programs_on_the_visible_examples(sm
     assert all(prompt_examples(pr) for pr in ev.rollouts["prompt"])
     found = BUILTIN_DIAGNOSTICS["hardcoding"]({"min_programs": 1}).run(ev)  # reads the real model's text
     assert not [f for f in found if Diagnostic.insufficient(f)]  # its evidence is all there
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet", "csv", "disk"])
+def test_a_user_dataset_with_unicode_multiline_prompts_trains_smollm2(smol_home, tmp_path, fmt):
+    """A user's dataset in each format, prompts in French and Japanese over two lines, answers judged by math-verify:
+    a real tokenizer takes the text as it is (the character-level policies would refuse it)."""
+    import pyarrow.parquet as pq
+    from test_user_tasks import UNICODE, _write
+
+    d = _write(tmp_path / (f"d.{fmt}" if fmt != "disk" else "d"), UNICODE, fmt)
+    h = tmp_path / "smol.yaml"
+    h.write_text(HARNESS.replace("data: {pool_size: 16, difficulty: [1, 2]}", "data: {pool_size: 16}"))
+    spec = JobSpec(task=str(d), task_options={"prompt": "q", "answer": "a", "verifier": "math",
+                                              "system": "Réponds par le nombre seul."},
+                   harness=str(h), steps=1, seed=0, policy=POLICY, name=f"smol-ds-{fmt}",
+                   eval=EvalSpec(every=0, n=2, k=1, at_start=False))
+    res = run_job(spec, smol_home)
+    assert res.steps_done == 1
+    prompts = set(pq.read_table(f"{res.run_dir}/rollouts").to_pandas()["prompt"])
+    assert any("×" in p and "数字で" in p and "\n" in p for p in prompts), prompts

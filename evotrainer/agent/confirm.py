@@ -110,7 +110,7 @@ def confirm(home: Path, cid: str, seed: int | None = None, store: Any = None, sc
         raise ConfigError(f"campaign {cid}: the confirmation could not score its policies: {out['error']}")
     accs = out["accuracies"]
     seed = spec.eval.seed + 1 if seed is None else seed
-    lo, hi = ev.difficulty or (task.default_difficulty, task.default_difficulty)
+    lo, hi = ev.difficulty or task.default_range()
     result = Confirmation(
         seed=seed, n=len(problems), difficulty=(lo, hi), mainline=mainline.id, budgets=budgets,
         start=accs[0], end=accs[1], start_at_end_budget=accs[2] if len(accs) > 2 else None,

@@ -31,6 +31,7 @@ from evotrainer.cli.evidence import (
     watch_cmd,
 )
 from evotrainer.cli.skills import skills_app
+from evotrainer.cli.tasks import tasks_app
 from evotrainer.cli.ui import ui_cmd
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -50,31 +51,10 @@ diag_app = typer.Typer(no_args_is_help=True, help="List diagnostics and revise t
 app.add_typer(diag_app, name="diagnostics")
 
 app.add_typer(skills_app, name="skills")
+app.add_typer(tasks_app, name="tasks")
 app.add_typer(evidence_app, name="evidence")
 app.command("ui")(ui_cmd)
 app.command("watch")(watch_cmd)
-
-
-@app.command("tasks")
-def tasks_cmd(as_json: bool = JsonOpt) -> None:
-    """List built-in tasks with their difficulty levels and options."""
-    from evotrainer.tasks import list_tasks
-
-    def body() -> None:
-        infos = [t.model_dump(mode="json") for t in list_tasks()]
-        if as_json:
-            _emit_json({"tasks": infos}, "tasks")
-            return
-        table = Table(title="Tasks")
-        for col in ("task", "difficulty", "options", "description"):
-            table.add_column(col)
-        for t in infos:
-            opts = "\n".join(f"{o['name']}={o['default']!r}: {o['description']}" for o in t["options"])
-            diff = f"{t['min_difficulty']}..{t['max_difficulty']} (default {t['default_difficulty']})\n{t['difficulty_doc']}"
-            table.add_row(t["name"], diff, opts, t["description"])
-        out_console.print(table)
-
-    _guard(body, as_json)
 
 
 # the `train` option behind each field of JobSpec / PolicySpec / EvalSpec (ValidationError locations)
@@ -98,7 +78,9 @@ def _option_error(err: Any, options: dict[str, str]) -> str:
 
 @app.command("train")
 def train_cmd(
-    task: str = typer.Option("arith", "--task", help="Task name (see `evotrainer tasks`) or 'module:Class'."),
+    task: str = typer.Option("arith", "--task", help="Task name (see `evotrainer tasks`), a dataset file or directory "
+                             "(with --task-opt prompt=FIELD answer=FIELD ...), reasoning_gym (--task-opt dataset=NAME) "
+                             "or 'module:Class'."),
     harness: Path = typer.Option(Path("harnesses/grpo-baseline.yaml"), "--harness", help="Harness YAML file."),
     steps: int = typer.Option(100, "--steps", min=1, help="Optimiser steps (for --fork: steps after the fork point)."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of sampling, data order and warm start."),

@@ -9,11 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 from evotrainer.config.eval import EvalSpec
 from evotrainer.config.harness import SCALE_KNOBS, load_yaml_model
 from evotrainer.config.policy import PolicySpec
+from evotrainer.tasks import task_form
 
 
 class _S(BaseModel):
@@ -316,7 +317,9 @@ class LauncherSpec(_S):
 
 class CampaignSpec(_S):
     name: str = Field(..., min_length=1, max_length=100, description="Campaign name (ids are derived from it).")
-    task: str = Field("arith", description="Task name or 'module:Class'.")
+    task: str = Field("arith", description="Task: a built-in name, a dataset file or save_to_disk directory (relative "
+                                           "to the spec file), {reasoning_gym: NAME, config: {...}}, {dataset: PATH, "
+                                           "prompt: FIELD, answer: FIELD, ...}, or 'module:Class'.")
     task_options: dict[str, Any] = Field(default_factory=dict, description="Task options.")
     policy: PolicySpec = Field(default_factory=PolicySpec, description="Policy to train.")
     harness: str = Field("harnesses/grpo-baseline.yaml", description="Starting harness (relative to the spec file).")
@@ -358,6 +361,14 @@ class CampaignSpec(_S):
                                 "held-out set has too few problems.")
     trace: bool = Field(False, description="Trace every graph node into MLflow (mlflow.langchain.autolog): inputs, outputs, timings.")
     source_dir: str | None = Field(None, exclude=True, description="Directory of the spec file.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _task_form(cls, data: Any, info: ValidationInfo) -> Any:
+        if isinstance(data, dict) and "task" in data:
+            base = (info.context or {}).get("source_dir") or data.get("source_dir")
+            data = task_form(data, base)
+        return data
 
     @model_validator(mode="after")
     def _fits(self) -> CampaignSpec:

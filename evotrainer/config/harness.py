@@ -504,7 +504,7 @@ def load_yaml_model(path: str | Path, model: type[BaseModel], what: str, *, max_
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: a {what} must be a YAML mapping, got {type(data).__name__}")
     try:
-        obj = model.model_validate(data)
+        obj = model.model_validate(data, context={"source_dir": str(p.resolve().parent)})
     except ValidationError as err:
         raise ConfigError(format_validation_error(err, str(p), model, what)) from None
     except RecursionError:  # a backstop: safe_yaml limits the depth of what it returns

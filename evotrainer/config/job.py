@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from evotrainer.config.eval import EvalSpec
 from evotrainer.config.harness import HarnessSpec, load_harness
 from evotrainer.config.policy import PolicySpec
+from evotrainer.tasks import task_form
 
 
 class JobSpec(BaseModel):
@@ -23,7 +24,9 @@ class JobSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    task: str = Field("arith", description="Built-in task name or 'module:Class' of a user task.")
+    task: str = Field("arith", description="Built-in task name, a dataset file or save_to_disk directory, "
+                                           "'reasoning_gym' (option dataset=NAME) or 'module:Class' of a user task; "
+                                           "a mapping {reasoning_gym: NAME, config: {...}} or {dataset: PATH, ...} too.")
     task_options: dict[str, Any] = Field(default_factory=dict, description="Task options (see `evotrainer tasks`).")
     harness: HarnessSpec | str = Field(
         "harnesses/grpo-baseline.yaml",
@@ -53,6 +56,13 @@ class JobSpec(BaseModel):
                     "those cores are free: LocalLauncher.shares). It is kept in the job's record, so a resumed job "
                     "computes as it began: the thread count may change the order of floating-point sums, and with it "
                     "the run.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _task_form(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "task" in data:
+            data = task_form(data)
+        return data
 
     @model_validator(mode="after")
     def _keep_harness_dir(self) -> JobSpec:

@@ -471,6 +471,13 @@ def run_job(
     say(f"device {device}, precision {precision(device)}" + (f", LoRA r={harness.model.lora_r}" if harness.model.lora_r
                                                              else "") +
         (", gradient checkpointing" if harness.model.gradient_checkpointing else ""))
+    if not spec.policy.real:  # the character-level policies know their alphabet only: refuse other text before training
+        from evotrainer.data import build_pool
+        from evotrainer.policy import CHARS
+        from evotrainer.tasks import check_alphabet
+
+        rows = getattr(task, "problems", None) or build_pool(task, harness, spec.seed)
+        check_alphabet(task, rows, frozenset(CHARS), spec.policy.size)
     if base_dir is None:
         policy_seed = spec.seed if spec.policy.seed is None else spec.policy.seed
         warm = check_range(task, spec.policy.warm_start_difficulty or diff, "policy.warm_start_difficulty")

@@ -14,16 +14,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 
 from evotrainer.errors import TaskError
 
 Split = Literal["train", "heldout"]
 SPLITS: tuple[str, ...] = ("train", "heldout")
-
-PROMPT_CHARS = frozenset(chr(c) for c in range(0x20, 0x7F))
-"""Characters a prompt may contain: printable ASCII, space to ``~`` (no newlines or tabs)."""
 
 _BOUND_NAMES = ("ge", "gt", "le", "lt", "min_length", "max_length", "multiple_of")
 
@@ -38,22 +35,12 @@ class Problem(BaseModel):
         description="Stable content id, e.g. 'arith:37+58'; the same problem has it under every seed.",
     )
     prompt: str = Field(
-        min_length=1, description="Text fed to the policy, ending with a cue; printable ASCII."
+        min_length=1, description="Text fed to the policy: any Unicode, newlines included (the built-in character-level "
+        "policies take only their alphabet, checked before training: evotrainer.tasks.check_alphabet)."
     )
     answer: str = Field(description="One canonical correct completion (used for the SFT warm start).")
     difficulty: int = Field(description="The task's difficulty level this problem was generated at.")
     meta: dict[str, Any] = Field(default_factory=dict, description="Task-specific data the verifier needs.")
-
-    @field_validator("prompt")
-    @classmethod
-    def _printable_ascii(cls, prompt: str) -> str:
-        bad = sorted({ch for ch in prompt if ch not in PROMPT_CHARS})
-        if bad:
-            raise ValueError(
-                f"prompt {prompt!r} contains {bad!r}; prompts must be printable ASCII (space to '~') "
-                "because the policy's tokenizer knows no other characters"
-            )
-        return prompt
 
 
 class Verdict(BaseModel):
@@ -271,6 +258,11 @@ class Task(ABC):
         raise NotImplementedError(f"task '{self.name}' is single-turn: it has no demonstrations")
 
     # -- shared behaviour ----------------------------------------------------------------------------------
+
+    def default_range(self) -> tuple[int, int]:
+        """The levels a job trains and evaluates on when its harness names none: the default level of a generator
+        (a dataset task: all its levels)."""
+        return self.default_difficulty, self.default_difficulty
 
     def split_of(self, problem: Problem) -> Split:
         """``"heldout"`` for a fixed ``heldout_fraction`` of problem ids, ``"train"`` for the rest.
