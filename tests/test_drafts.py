@@ -7,6 +7,7 @@ Every test goes through real HTTP to the scripted Chat Completions server and ru
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,6 +26,8 @@ from evotrainer.diagnostics.sandbox import confinement
 from evotrainer.evidence import Evidence
 from tests.llm_server import ScriptedLLM
 
+if os.environ.get("EVOTRAINER_REQUIRE_LANDLOCK") == "1" and confinement() != "landlock+signals":
+    raise RuntimeError(f"the sandbox runs as {confinement()!r}: Landlock (ABI >= 6) is required here")
 pytestmark = pytest.mark.skipif(confinement() == "unrestricted", reason="drafted code runs only under Landlock")
 
 HEADER = "from evotrainer.diagnostics.base import Diagnostic\n\n\nclass Drop(Diagnostic):\n" \

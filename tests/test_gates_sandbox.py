@@ -15,6 +15,7 @@ from evotrainer.diagnostics.registry import Registry
 from evotrainer.diagnostics.revision import Archive, evaluate_revision, history, record
 from evotrainer.errors import ConfigError
 from evotrainer.evidence import Evidence
+from tests.conftest import landlock_or_skip
 
 USER_DIAG = '''
 from evotrainer.diagnostics.base import Diagnostic
@@ -120,7 +121,9 @@ def test_sandbox_has_no_network_even_to_loopback(tmp_path):
     server.bind(("127.0.0.1", 0))
     server.listen(1)
     port = server.getsockname()[1]
-    body = (f"        import socket\n        socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+    # the C-level socket module, which a monkeypatched socket.socket would not stop: only the namespace does
+    body = (f"        import _socket\n        s = _socket.socket()\n        s.settimeout(2)\n"
+            f"        s.connect(('127.0.0.1', {port}))\n"
             "        return [self.finding('warning', 'connected')]\n")
     (tmp_path / "net.py").write_text(USER_DIAG.split("    def analyze")[0] + "    def analyze(self, ev):\n" + body)
     from evotrainer.diagnostics.registry import SandboxedDiagnostic
@@ -177,8 +180,7 @@ def test_sandbox_confines_files_and_signals_to_its_own_domain(tmp_path):
     from evotrainer.diagnostics.registry import SandboxedDiagnostic
     from evotrainer.diagnostics.sandbox import confinement
 
-    if confinement() == "unrestricted":  # then drafted code is never run (tests/test_drafts.py skips too)
-        pytest.skip("this kernel has no Landlock (Linux >= 5.13), so the sandbox cannot confine files")
+    landlock_or_skip("this kernel has no Landlock (Linux >= 5.13), so the sandbox cannot confine files")
     (tmp_path / "secret.txt").write_text("sk-secret-api-key")
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     attempts = {

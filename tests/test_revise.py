@@ -252,13 +252,10 @@ def test_a_missed_regression_no_threshold_catches_gets_a_drafted_diagnostic_once
     from evotrainer.agent.brains.heuristic import HeuristicBrain
     from evotrainer.agent.brains.llm import LLMBrain, LLMSettings
     from evotrainer.diagnostics.registry import Registry
-    from evotrainer.diagnostics.sandbox import confinement
+    from tests.conftest import landlock_or_skip
     from tests.llm_server import ScriptedLLM
 
-    if confinement() == "unrestricted":
-        import pytest
-
-        pytest.skip("drafted code runs only under Landlock")
+    landlock_or_skip("drafted code runs only under Landlock")
     harness = HarnessSpec.model_validate({"diagnostics": {"gate": [], "params": {"reward_hacking": {"gap": 0.2}}}})
     ctx = _ctx(tmp_path, harness, {"seg_r01": "lenient-reward-s0"})
     s = ctx.store
