@@ -40,6 +40,7 @@ turns              string   extra, multi-turn tasks: JSON list of the policy's a
 final_correct      bool     extra: the final answer the task reads from prose is right (chat-prompted
                             policies, or ``reward.correctness.match: final``; null otherwise)
 verifier_error     string   extra: why the task's verifier raised on this completion (scored 0); null otherwise
+reward_<name>      float    extra: a user's TRL reward function (``reward.functions``) before weighting
 =================  =======  ==========================================================================
 
 For a multi-turn task, ``prompt`` is the task's prompt text and ``completion`` the episode's transcript: the
@@ -225,7 +226,7 @@ class RolloutRecorder:
         for step, part in parts:
             path = self.dir / f"step_{int(step):06d}.parquet"
             extra = [f for f in EXTRA_ROLLOUT_FIELDS if f.name in part and part[f.name].notna().any()]
-            schema = pa.schema([*ROLLOUT_SCHEMA, *extra])
+            schema = pa.schema([*ROLLOUT_SCHEMA, *extra, *user_reward_fields(part.columns)])
             # column by column: a missing column is typed nulls, not an object column of None to convert
             table = pa.Table.from_arrays(
                 [pa.array(part[f.name], type=f.type, from_pandas=True) if f.name in part else pa.nulls(len(part), f.type)
@@ -319,11 +320,19 @@ def read_metrics(run_dir: Path) -> pd.DataFrame:
     return df
 
 
+def user_reward_fields(names) -> list[pa.Field]:
+    """``reward_<name>`` columns of the user's reward functions (``reward.functions``): floats beside the schema's."""
+    return [pa.field(c, pa.float64()) for c in names if c.startswith("reward_") and c not in ROLLOUT_COLUMNS]
+
+
 def read_rollouts(run_dir: Path, columns: list[str] | None = None) -> pd.DataFrame:
+    """Every rollout file of a run: the schema's columns, the extra ones some file has, and the user's reward
+    functions' ``reward_<name>`` columns (those of its last file: a job's harness, and so its terms, is fixed)."""
     files = sorted((run_dir / "rollouts").glob("step_*.parquet"))
     if not files:
         return ROLLOUT_SCHEMA.empty_table().to_pandas()
-    df = pq.ParquetDataset([str(f) for f in files], schema=FULL_ROLLOUT_SCHEMA).read(columns=columns).to_pandas()
+    schema = pa.schema([*FULL_ROLLOUT_SCHEMA, *user_reward_fields(pq.read_schema(files[-1]).names)])
+    df = pq.ParquetDataset([str(f) for f in files], schema=schema).read(columns=columns).to_pandas()
     if columns is None:  # an extra column no file has is left out, so a single-turn run reads as it always did
         df = df.drop(columns=[f.name for f in EXTRA_ROLLOUT_FIELDS if df[f.name].isna().all()])
     return df

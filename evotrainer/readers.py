@@ -77,6 +77,7 @@ from evotrainer.evidence import (
     read_rollouts,
 )
 from evotrainer.mapping import FieldMap, apply_field_map, detect_correctness, infer_reward_weights
+from evotrainer.redact import mask
 from evotrainer.runmeta import read_run_meta
 
 ACCEPTED = (
@@ -386,11 +387,11 @@ def read_mlflow_run(run_id: str, home: Path, fields: FieldMap | None = None) -> 
         run = client.get_run(run_id)
     except MlflowException as e:
         if e.error_code == "RESOURCE_DOES_NOT_EXIST":
-            raise RunNotFound(f"no MLflow run '{run_id}' in {uri}; accepted: {ACCEPTED}") from None
+            raise RunNotFound(f"no MLflow run '{run_id}' in {mask(uri)}; accepted: {ACCEPTED}") from None
         # an unreachable server, a URI MLflow cannot use: not "no such run", say what went wrong
-        raise RunNotFound(f"could not read MLflow run '{run_id}' from {uri} ($EVOTRAINER_MLFLOW_URI: a tracking "
+        raise RunNotFound(f"could not read MLflow run '{run_id}' from {mask(uri)} ($EVOTRAINER_MLFLOW_URI: a tracking "
                           f"server such as http://host:5000, or unset for HOME's mlflow.db): "
-                          f"{str(e.message).strip().splitlines()[0][:300]}") from None
+                          f"{mask(str(e.message).strip().splitlines()[0][:300])}") from None
     rows: dict[int, dict[str, Any]] = {}
     for key in run.data.metrics:
         for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.timestamp):
@@ -405,7 +406,7 @@ def read_mlflow_run(run_id: str, home: Path, fields: FieldMap | None = None) -> 
             skips.file(Path(f"mlflow:{run_id}/rollouts"), str(e))
         frames = _read_parquets(files, skips)
     rollouts = pd.concat(frames, ignore_index=True) if frames else ROLLOUT_SCHEMA.empty_table().to_pandas()
-    meta = {"run_id": run_id, "tracking_uri": tracking_uri(home), "status": run.info.status,
+    meta = {"run_id": run_id, "tracking_uri": mask(tracking_uri(home)), "status": run.info.status,
             "tags": dict(run.data.tags), **skips.meta()}
     return _resolve(Evidence(metrics=_metrics_frame(rows), rollouts=rollouts, source="mlflow",
                              run=run.info.run_name or run_id, meta=meta), fields)

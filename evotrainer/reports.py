@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from evotrainer.domain import PolicyVersion, Review
 from evotrainer.errors import ConfigError
+from evotrainer.redact import mask
 from evotrainer.store import Store
 
 if TYPE_CHECKING:
@@ -64,7 +65,6 @@ def campaign_summary(home: Path, cid: str, store: Store | None = None,
                      read: Callable[[Path], pd.DataFrame] | None = None) -> dict[str, Any]:
     """Status (``running`` only with a live owner, else e.g. ``interrupted``) and the command that resumes it,
     budget, held-out accuracy start → end, lineage, proposals, decisions, harness versions, where to look."""
-    from sqlalchemy import make_url
 
     from evotrainer.agent.clock import read_node_seconds, timings_path
     from evotrainer.tracking import tracking_uri
@@ -96,7 +96,7 @@ def campaign_summary(home: Path, cid: str, store: Store | None = None,
         "held": [e.message for e in store.events(cid, kind="explore_held")],
         "explore_modes": [e.message for e in store.events(cid, kind="explore_mode")],
         "movements": [e.message for e in store.events(cid, kind="movement")],
-        "where": {"mlflow": tracking_uri(home), "state": make_url(store.url).render_as_string(hide_password=True),
+        "where": {"mlflow": mask(tracking_uri(home)), "state": mask(store.url),
                   "mlflow_run_id": camp.mlflow_run_id},
     }
 

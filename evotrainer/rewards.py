@@ -19,6 +19,11 @@ Terms (before weighting):
 - ``repetition``: −(share of repeated n-grams among the completion's n-grams).
 - ``efficiency``: −(completion tokens / max_completion_length): a length / turn penalty (tool observations
   count, so every turn of an episode costs). A TRAP when strong (see ``reward.efficiency.weight``).
+- the user's TRL reward functions (``reward.functions``), called with TRL's signature: ``prompts``, ``completions``,
+  ``completion_ids``, TRL's own keywords (``trainer_state``, ...) and every column of a dataset task's rows as a
+  list, one value per completion. Each returns one float or None per completion, logged under the function's name
+  as TRL does. One that raises, returns the wrong number of values or NaN fails the job with its name and the step
+  (:class:`UserRewardError`); what was checkpointed and recorded before that step stays.
 
 A multi-turn task (one with an environment, e.g. ``agentic``) gets conversational completions (the episode's
 messages) and one environment per completion (TRL's ``environments``). Its environment owns the correctness
@@ -30,6 +35,7 @@ turn in the ``turns`` column; the text terms read the transcript.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from evotrainer.config.harness import HarnessSpec
@@ -201,6 +207,48 @@ class EfficiencyTerm(_Term):
         return [-max(0, len(ids) - (1 if ids and ids[-1] == self.eos_id else 0)) / self.max_len for ids in completion_ids]
 
 
+class UserRewardError(RuntimeError):
+    """A user's reward function misbehaved: the job fails, naming it and the step."""
+
+
+class UserRewardTerm(_Term):
+    """A user's TRL reward function, with its output checked (see the module docstring)."""
+
+    def __init__(self, name: str, path: str):
+        from evotrainer.tasks.verifiers import user_function
+
+        super().__init__(name)
+        self.path, self.fn = path, user_function(path)
+
+    def __call__(self, prompts, completions, completion_ids, **kw):
+        state = kw.get("trainer_state")
+        step = (state.global_step + 1) if state is not None else 0
+        columns: dict[str, list[Any]] = {}
+        if "meta" in kw:  # a dataset task's rows: each column as a keyword, as TRL passes a dataset's columns
+            rows = [json.loads(m).get("row") or {} for m in kw["meta"]]
+            for col in (rows[0] if rows else {}):
+                if col not in kw and col not in ("prompts", "completions", "completion_ids"):
+                    columns[col] = [r.get(col) for r in rows]
+        where = f"reward function {self.__name__} ({self.path}) at step {step}"
+        try:
+            out = self.fn(prompts=prompts, completions=completions, completion_ids=completion_ids, **kw, **columns)
+        except Exception as exc:  # noqa: BLE001 - a user's function: the job fails naming it
+            raise UserRewardError(f"{where} raised {type(exc).__name__}: {exc}") from exc
+        if not isinstance(out, (list, tuple)) or len(out) != len(completions):
+            got = f"{len(out)} values" if isinstance(out, (list, tuple)) else f"a {type(out).__name__}"
+            raise UserRewardError(f"{where} returned {got} for {len(completions)} completions; return one float "
+                                  "(or None) per completion")
+        values: list[float | None] = []
+        for i, v in enumerate(out):
+            if v is None:
+                values.append(None)
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
+                raise UserRewardError(f"{where} returned {v!r} for completion {i}; return a finite float or None")
+            values.append(float(v))
+        return values
+
+
 def build_reward_funcs(
     harness: HarnessSpec, task: Task, recorder: RolloutRecorder | None, eos_id: int, chat: bool = False
 ) -> tuple[list[_Term], list[float]]:
@@ -224,4 +272,8 @@ def build_reward_funcs(
     if r.efficiency.weight > 0:
         funcs.append(EfficiencyTerm(g.max_completion_length, eos_id))
         weights.append(r.efficiency.weight)
+    for name, user in r.functions.items():
+        if user.weight > 0:
+            funcs.append(UserRewardTerm(name, user.fn))
+            weights.append(user.weight)
     return funcs, weights

@@ -26,10 +26,17 @@ from typing import Any
 
 EXPERIMENT = "evotrainer"
 FLUSH_EVERY = 10  # buffered steps per MLflow write
+# A tracking server that does not answer fails fast: MLflow's defaults (7 retries with backoff, 120 s per request)
+# held a command ~250 s before its error. Set either variable to override.
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
 _BAD_KEY = re.compile(r"[^0-9A-Za-z_\-. :/]")
 
 
 def tracking_uri(home: Path) -> str:
+    """``$EVOTRAINER_MLFLOW_URI``, else SQLite under ``home``; whoever asks then talks to it with bounded retries."""
+    for k, v in HTTP_DEFAULTS.items():
+        os.environ.setdefault(k, v)
     return os.environ.get("EVOTRAINER_MLFLOW_URI") or f"sqlite:///{home / 'mlflow.db'}"
 
 
@@ -102,8 +109,18 @@ class Tracker:
         self.uri = tracking_uri(home)
         if self.uri.startswith("sqlite:///"):
             _create_sqlite_db(self.uri)
-        self.client = MlflowClient(tracking_uri=self.uri)
-        exp = self.client.get_experiment_by_name(EXPERIMENT)
+        try:
+            self.client = MlflowClient(tracking_uri=self.uri)
+            exp = self.client.get_experiment_by_name(EXPERIMENT)
+        except Exception as exc:  # noqa: BLE001 - an unreachable or malformed tracking URI: one line, credentials masked
+            if self.uri.startswith("sqlite:///"):
+                raise
+            from evotrainer.errors import ConfigError
+            from evotrainer.redact import mask
+
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            raise ConfigError(f"cannot reach the MLflow tracking server {mask(self.uri)} ($EVOTRAINER_MLFLOW_URI): "
+                              f"{mask(first)}; start it, fix the URI, or unset it for HOME's mlflow.db") from None
         if exp is None:
             art = (home / "mlartifacts").resolve().as_uri() if self.uri.startswith("sqlite") else None
             try:

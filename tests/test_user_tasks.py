@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import datasets
 import pandas as pd
@@ -222,3 +223,80 @@ def test_the_nano_policy_trains_on_a_dataset_and_a_reasoning_gym_task(tmp_path, 
     res = _job("reasoning_gym", {"dataset": "chain_sum", "config": {"max_terms": 2, "max_digits": 1}},
                tmp_path / "h.yaml", shared_home, "rg-nano")
     assert res.steps_done == 2 and "eval/greedy_accuracy" in res.metrics
+
+
+REWARDS = '''
+def digit_bonus(prompts, completions, completion_ids, question, **kwargs):
+    assert len(question) == len(completions) and all(q.endswith("=") for q in question)  # the dataset's column
+    assert kwargs["trainer_state"] is not None
+    return [1.0 if any(ch.isdigit() for ch in c) else 0.0 for c in completions]
+
+def fails_at_3(prompts, completions, completion_ids, trainer_state, **kwargs):
+    if trainer_state.global_step + 1 == 3:
+        raise ValueError("bad batch")
+    return [0.0] * len(completions)
+
+def too_few(prompts, completions, completion_ids, **kwargs):
+    return [0.0]
+
+def nan_out(prompts, completions, completion_ids, **kwargs):
+    return [float("nan")] * len(completions)
+'''
+
+
+def _reward_job(tmp_path, home, fn, steps, name, module="evo_user_rewards_zz"):
+    from evotrainer.jobs.runner import run_job
+
+    (tmp_path / "h.yaml").write_text(
+        "name: t\noptim: {learning_rate: 0.001}\n"
+        "grpo: {prompts_per_step: 4, num_generations: 4, max_completion_length: 6}\ndata: {pool_size: 64}\n"
+        f"reward:\n  functions:\n    - {{fn: '{module}:{fn}', weight: 0.5}}\n")
+    d = _write(tmp_path / "d.jsonl", ROWS, "jsonl")
+    spec = JobSpec(task=str(d), task_options={"prompt": "question", "verifier": "numeric"},
+                   harness=str(tmp_path / "h.yaml"), steps=steps, seed=0, name=name, save_every=1,
+                   policy=PolicySpec(size="nano", sft_steps=30), eval=EvalSpec(every=0, n=8, k=1, at_start=False))
+    return run_job(spec, home)
+
+
+def test_a_user_reward_function_is_a_term_under_trls_name(tmp_path, shared_home, monkeypatch):
+    from evotrainer.evidence import read_rollouts
+
+    (tmp_path / "evo_user_rewards_zz.py").write_text(REWARDS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    res = _reward_job(tmp_path, shared_home, "digit_bonus", 2, "user-reward")
+    assert "rewards/digit_bonus/mean" in res.metrics
+    rows = read_rollouts(Path(res.run_dir))
+    assert set(rows["reward_digit_bonus"].dropna()) <= {0.0, 1.0} and rows["reward_digit_bonus"].notna().all()
+    total = rows["reward_correctness"] * 1.0 + rows["reward_format"] * 0.1 + rows["reward_digit_bonus"] * 0.5
+    assert (rows["reward"] - total).abs().max() < 1e-6  # the function's weighted values are in the reward
+    from evotrainer.config.harness import HarnessSpec
+
+    h = HarnessSpec.model_validate({"reward": {"functions": [{"fn": "evo_user_rewards_zz:digit_bonus", "weight": 0.5}]}})
+    assert h.with_knob("reward.functions.digit_bonus.weight", 0.2).reward.functions["digit_bonus"].weight == 0.2
+    from evotrainer.config.harness import locked_knob
+
+    assert locked_knob("reward.functions.digit_bonus.fn") and not locked_knob("reward.functions.digit_bonus.weight")
+
+
+@pytest.mark.parametrize("fn,message", [("fails_at_3", "fails_at_3 .* at step 3 raised ValueError: bad batch"),
+                                         ("too_few", "too_few .* at step 1 returned 1 values for 16 completions"),
+                                         ("nan_out", "nan_out .* at step 1 returned nan")])
+def test_a_misbehaving_reward_function_fails_the_job_naming_it_and_the_step(tmp_path, shared_home, monkeypatch, fn,
+                                                                          message):
+    from evotrainer.errors import JobFailed
+
+    (tmp_path / "evo_user_rewards_zz.py").write_text(REWARDS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(JobFailed, match=message):
+        _reward_job(tmp_path, shared_home, fn, 3, f"bad-reward-{fn}")
+    run = shared_home / "jobs" / f"bad-reward-{fn}"
+    if fn == "fails_at_3":  # what was checkpointed and recorded before the step stays
+        assert (run / "trainer" / "checkpoint-2").is_dir()
+        assert sorted(p.name for p in (run / "rollouts").glob("*.parquet"))[:2] == ["step_000001.parquet",
+                                                                                   "step_000002.parquet"]
+
+
+def test_a_reward_function_that_cannot_be_imported_is_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(TaskError, match="importing module 'evo_no_such_rewards_zz' failed"):
+        _reward_job(tmp_path, tmp_path / "home", "x", 1, "never", module="evo_no_such_rewards_zz")
+    assert not (tmp_path / "home" / "jobs").exists() or not list((tmp_path / "home" / "jobs").iterdir())

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from evotrainer.errors import ConfigError
+from evotrainer.redact import mask
 
 CHECKPOINT_URL_ENV = "EVOTRAINER_CHECKPOINT_URL"
 SETUP_LOCK_KEY = 0x65766F7463  # PostgreSQL advisory lock held while the saver creates its tables ("evotc")
@@ -44,7 +45,7 @@ def postgres_saver(url: str):
     accepted. The connection stays open for the life of the process.
     """
     scheme, sep, rest = url.partition("://")
-    shown = url if "@" not in rest else f"{scheme}://…@{rest.split('@', 1)[1]}"
+    shown = mask(url)
     if not sep or scheme not in ("postgresql", "postgres", "postgresql+psycopg"):
         raise ConfigError(f"{CHECKPOINT_URL_ENV}={shown!r}: only a PostgreSQL URL is supported "
                           "(postgresql://user:password@host:5432/dbname); unset it to keep checkpoints in HOME/checkpoints.db")

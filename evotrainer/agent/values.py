@@ -96,8 +96,8 @@ def _bounds(harness: HarnessSpec, knob: str) -> tuple[float, float, bool]:
     """(low, high, integer) allowed for a numeric knob by its pydantic field."""
     section, _, leaf = knob.rpartition(".")
     model: Any = harness
-    for part in section.split("."):
-        model = getattr(model, part)
+    for part in section.split("."):  # a user's reward function sits in a mapping: reward.functions.NAME.weight
+        model = model[part] if isinstance(model, dict) else getattr(model, part)
     field = type(model).model_fields[leaf]
     lo, hi = -math.inf, math.inf
     for m in field.metadata:

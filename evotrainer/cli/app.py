@@ -715,4 +715,21 @@ def schema_cmd(name: Optional[str] = typer.Argument(None, help="A shape name (de
 
 
 def main() -> None:
-    app()
+    """The ``evotrainer`` script. With ``--json``, a usage error (an option out of range, an unknown option) is an
+    ``error`` document on stdout too, exit 2, so a script reading one JSON document always gets one."""
+    import sys
+
+    if "--json" not in sys.argv[1:]:
+        app()
+        return
+    try:
+        rc = app(standalone_mode=False)
+    except typer.Abort:
+        raise SystemExit(1) from None
+    except Exception as err:  # Typer's (vendored) click UsageError: a bad option or argument, told before any work
+        if not (hasattr(err, "format_message") and hasattr(err, "show") and getattr(err, "exit_code", None) == 2):
+            raise
+        err.show()
+        _emit_json({"error": {"type": type(err).__name__, "message": err.format_message(), "exit_code": 2}}, "error")
+        raise SystemExit(2) from None
+    raise SystemExit(rc if isinstance(rc, int) else 0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from evotrainer.config.eval import EvalSpec
 from evotrainer.config.harness import SCALE_KNOBS, load_yaml_model
@@ -203,8 +203,28 @@ class BacktestSpec(_S):
 
 
 class LLMBrainSpec(_S):
-    base_url: str = Field(..., description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (vLLM, Ollama).")
+    base_url: str = Field(..., max_length=2000,
+                          description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (vLLM, Ollama): an "
+                                      "http:// or https:// URL with a host.")
     model: str = Field(..., description="Model name at that endpoint.")
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        from urllib.parse import urlsplit
+
+        from evotrainer.redact import mask
+
+        try:
+            parts = urlsplit(v.strip())
+            port = parts.port  # a port that is not a number raises here
+        except ValueError as exc:
+            raise ValueError(f"{mask(v)!r} is not a URL ({exc}); give e.g. http://127.0.0.1:8000/v1") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{mask(v)!r} is not an http:// or https:// URL with a host; give e.g. "
+                             "http://127.0.0.1:8000/v1")
+        del port
+        return v.strip()
     api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key.")
     prompt: Literal["full", "compact"] = Field(
         "full", description="'compact' for small local models (SmolLM2-135M): a ~1.5k-character prompt with few knobs "
@@ -352,7 +372,7 @@ class CampaignSpec(_S):
                           "confirm_n (default eval.n) fresh held-out problems (seed eval.seed + 1, none of the campaign's own): the "
                           "campaign's decisions all selected on its own held-out set (agent/confirm.py).")
     confirm_n: int | None = Field(
-        None, ge=1, description="Problems in that confirmation (null: eval.n). A wider one, drawn outside the decision "
+        None, ge=1, le=100_000, description="Problems in that confirmation (null: eval.n). A wider one, drawn outside the decision "
                                 "and selection splits, narrows the start → end claim's standard error (it is "
                                 "reported) at the cost of evaluation alone: two 500-problem samples of one policy "
                                 "differ by ~2 points. Its problems are distinct, so on a task whose held-out space is "

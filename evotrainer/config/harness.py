@@ -22,7 +22,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from evotrainer.errors import ConfigError, format_validation_error
 from evotrainer.safe_yaml import MAX_BYTES, load_yaml_file
@@ -33,6 +41,17 @@ ScaleRewards = Literal["group", "batch", "none"]
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, v: Any, info: ValidationInfo) -> Any:
+        """``prompts_per_step: true`` is a mistake, not 1: pydantic's lax mode would take a bool for a number."""
+        if isinstance(v, bool) and info.field_name is not None:
+            ann = cls.model_fields[info.field_name].annotation
+            if ann in (int, float) or (getattr(ann, "__args__", None) and bool not in ann.__args__
+                                        and any(a in (int, float) for a in ann.__args__)):
+                raise ValueError(f"{v!r} is a boolean; this knob takes a number")
+        return v
 
 
 class OptimKnobs(_Section):
@@ -173,6 +192,42 @@ class EfficiencyReward(_Section):
     )
 
 
+BUILTIN_TERMS = ("correctness", "format", "overlong", "repetition", "efficiency")
+
+
+class UserReward(_Section):
+    """One of the user's TRL reward functions as a reward term."""
+
+    fn: str = Field(..., min_length=3, description="'package.module:function', called as TRL calls a reward function: "
+                    "fn(prompts=, completions=, completion_ids=, **columns) -> one float (or None) per completion.")
+    weight: float = Field(1.0, ge=0.0, le=100.0, description="Weight of the term in the total reward (0 = off).")
+
+    @model_validator(mode="after")
+    def _path(self) -> UserReward:
+        module, sep, attr = self.fn.partition(":")
+        if not sep or not module or not attr:
+            raise ValueError(f"fn={self.fn!r} must have the form 'package.module:function'")
+        return self
+
+
+def _user_rewards(v: Any) -> Any:
+    """``[{fn: m:f, weight: w}, ...]`` (the form a TRL user writes) as ``{f: {fn, weight}}``: keyed by the function's
+    name, which TRL logs it under (``rewards/<name>/mean``) and which makes each weight a knob of its own
+    (``reward.functions.<name>.weight``)."""
+    if not isinstance(v, list):
+        return v
+    out: dict[str, Any] = {}
+    for item in v:
+        if not isinstance(item, dict) or not isinstance(item.get("fn"), str):
+            raise ValueError(f"each entry of reward.functions is a mapping {{fn: 'package.module:function', weight: W}}, "
+                             f"not {item!r}")
+        name = item["fn"].rpartition(":")[2].rpartition(".")[2]
+        if name in out:
+            raise ValueError(f"two reward functions are named '{name}'; TRL logs each under its name, so rename one")
+        out[name] = item
+    return out
+
+
 class RewardKnobs(_Section):
     """Reward composition: named terms with weights; each term is logged as `rewards/<term>/mean`."""
 
@@ -181,6 +236,26 @@ class RewardKnobs(_Section):
     overlong: OverlongReward = Field(default_factory=OverlongReward, description="Soft overlong punishment term.")
     repetition: RepetitionReward = Field(default_factory=RepetitionReward, description="n-gram repetition term.")
     efficiency: EfficiencyReward = Field(default_factory=EfficiencyReward, description="Length / turn penalty term.")
+    functions: dict[str, UserReward] = Field(
+        default_factory=dict,
+        description="The user's TRL reward functions as terms: a list [{fn: 'module:function', weight: W}, ...] (or a "
+        "mapping keyed by the function's name). Each is logged under TRL's name rewards/<name>/mean, recorded per "
+        "rollout as reward_<name>, and its weight is the knob reward.functions.<name>.weight. A function that raises, "
+        "returns the wrong number of values or NaN fails the job, naming the function and the step.")
+
+    @field_validator("functions", mode="before")
+    @classmethod
+    def _functions_form(cls, v: Any) -> Any:
+        return _user_rewards(v)
+
+    @field_validator("functions")
+    @classmethod
+    def _functions_names(cls, v: dict[str, UserReward]) -> dict[str, UserReward]:
+        for name in v:
+            if name in BUILTIN_TERMS or not name.isidentifier():
+                raise ValueError(f"reward function name '{name}' must be a Python identifier other than the built-in "
+                                 f"terms ({', '.join(BUILTIN_TERMS)})")
+        return v
 
 
 class EnvKnobs(_Section):
@@ -307,12 +382,14 @@ LOCKED_KNOB_PREFIXES: tuple[str, ...] = ("diagnostics.", "model.")
 LATE_KNOBS: dict[str, Any] = {
     "reward.efficiency.weight": 0.0, "env.leak_tool": False,
     "model.gradient_checkpointing": False, "model.lora_r": 0, "model.lora_alpha": 16, "model.lora_dropout": 0.0,
-    "model.lora_target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
+    "model.lora_target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"], "reward.functions": {},
 }
 
 
 def locked_knob(path: str) -> bool:
-    return path.startswith(LOCKED_KNOB_PREFIXES)
+    """Whether no intervention may change ``path``: the judges, the model's shape, and which code a user's reward
+    function is (an intervention may reweight it, never point it at another module)."""
+    return path.startswith(LOCKED_KNOB_PREFIXES) or (path.startswith("reward.functions.") and path.endswith(".fn"))
 
 
 # Knobs whose useful values span decades: searched and moved on a log scale (agent/values.py), bracketed
@@ -365,8 +442,9 @@ class HarnessSpec(_Section):
                 f"reward.overlong.buffer={r.overlong.buffer} must be smaller than "
                 f"grpo.max_completion_length={g.max_completion_length}"
             )
-        if r.correctness.weight == 0 and r.format.weight == 0:
-            raise ValueError("reward has no positive term: give reward.correctness.weight or reward.format.weight a value > 0")
+        if r.correctness.weight == 0 and r.format.weight == 0 and not any(f.weight > 0 for f in r.functions.values()):
+            raise ValueError("reward has no positive term: give reward.correctness.weight, reward.format.weight or a "
+                             "reward.functions weight a value > 0")
         return self
 
     # ------------------------------------------------------------------ identity
@@ -517,7 +595,13 @@ def load_yaml_model(path: str | Path, model: type[BaseModel], what: str, *, max_
 
 
 def load_harness(path: str | Path) -> HarnessSpec:
-    """Read and validate a harness YAML file; raises ConfigError naming the file and field."""
+    """Read and validate a harness YAML file; raises ConfigError naming the file and field. An empty file (or one of
+    comments, or ``null``) is refused: it would validate as every default under the name 'unnamed', which is never
+    what was meant."""
+    p = Path(path)
+    if p.is_file() and not load_yaml_file(p, "harness"):
+        raise ConfigError(f"{p}: the harness is empty; give at least its name and the knobs it changes (see "
+                          "harnesses/grpo-baseline.yaml), or use that file")
     return load_yaml_model(path, HarnessSpec, "harness")
 
 

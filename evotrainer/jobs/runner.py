@@ -415,6 +415,10 @@ def run_job(
             check_name(spec.name, "run name (--name)")  # a name is a folder under HOME/jobs: never a path
         harness = spec.resolved_harness()
         Registry(harness)  # gates and diagnostics.params must name diagnostics that exist (with their parameters)
+        from evotrainer.tasks.verifiers import user_function
+
+        for user in harness.reward.functions.values():  # the user's reward functions import, before anything is written
+            user_function(user.fn)
         meta = None
         target = spec.steps
     task = get_task(spec.task, spec.task_options)

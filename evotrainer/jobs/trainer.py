@@ -120,7 +120,9 @@ class EvoGRPOTrainer(GRPOTrainer):
             for name in self.reward_func_names:
                 terms[name] = list(self._logs["rewards"][name])[-n:]
                 rec.set_term(name, terms[name])
-            totals = [sum(w * terms[name][i] for w, name in zip(weights, self.reward_func_names)) for i in range(n)]
+            # as TRL sums: a term that returned None (NaN) for a completion counts 0 there
+            totals = [sum(w * v for w, name in zip(weights, self.reward_func_names)
+                          if (v := terms[name][i]) == v) for i in range(n)]
             rec.finish_batch(totals, list(self._logs["advantages"])[-n:])
             if "tool_mask" in out:  # tokens the policy wrote: observations and the final EOS excluded
                 ids = out["completion_ids"]

@@ -28,6 +28,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 
 from evotrainer.errors import ConfigError
+from evotrainer.redact import mask
 from evotrainer.sqlite_wal import to_wal
 from evotrainer.store.base import NotFound, StoreError
 from evotrainer.store.campaigns import CampaignsMixin
@@ -51,7 +52,7 @@ DRIVER_INSTALL = {
 
 def _create_engine(url: Any, kw: dict[str, Any]) -> Engine:
     """``create_engine``, with a missing driver or unknown dialect told as what to install or set."""
-    shown = url.render_as_string(hide_password=True)
+    shown = mask(url.render_as_string(hide_password=False))
     try:
         return create_engine(url, **kw)
     except NoSuchModuleError:
@@ -91,8 +92,8 @@ class Store(CampaignsMixin, ProposalsMixin, SkillIndexMixin, OwnershipMixin):
         self.url = url
         try:
             parsed = make_url(url)
-        except ArgumentError:
-            shown = url if "@" not in url else "…@" + url.rsplit("@", 1)[1]  # never print a password
+        except (ArgumentError, ValueError):  # ValueError: a port that is not a number
+            shown = mask(url)  # never print a password
             raise ConfigError(f"state store URL {shown!r} is not a database URL; set {STATE_URL_ENV} to e.g. "
                               f"{PG_EXAMPLE}, or unset it for sqlite:///HOME/state.db") from None
         self._sqlite = parsed.get_backend_name() == "sqlite"
@@ -122,7 +123,7 @@ class Store(CampaignsMixin, ProposalsMixin, SkillIndexMixin, OwnershipMixin):
         self.close()
 
     def __repr__(self) -> str:
-        return f"Store({make_url(self.url).render_as_string(hide_password=True)!r})"
+        return f"Store({mask(self.url)!r})"
 
     # ------------------------------------------------------------------------------------------ plumbing
     def _migrate(self) -> None:
@@ -133,9 +134,8 @@ class Store(CampaignsMixin, ProposalsMixin, SkillIndexMixin, OwnershipMixin):
         except OperationalError as e:
             if self._sqlite:
                 raise
-            shown = make_url(self.url).render_as_string(hide_password=True)
-            raise ConfigError(f"cannot reach the state store {shown} ({STATE_URL_ENV}): "
-                              f"{str(e.orig).strip().splitlines()[0]}") from None
+            raise ConfigError(f"cannot reach the state store {mask(self.url)} ({STATE_URL_ENV}): "
+                              f"{mask(str(e.orig).strip().splitlines()[0])}") from None
         with conn:
             if set(MigrationContext.configure(conn).get_current_heads()) == heads:
                 return

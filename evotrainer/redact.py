@@ -1,0 +1,27 @@
+"""Credentials are never printed: one function masks them in any text that may hold a URL or a DSN.
+
+Why one place: the state store's URL, the LangGraph checkpointer's, MLflow's tracking URI and the LLM endpoint all
+reach error messages, logs and summaries, in three forms that each hide a secret differently: a URL's userinfo
+(``postgresql://u:SECRET@host/db``), a query parameter (``...?password=SECRET``, ``?token=...``), and libpq's
+keyword/value DSN (``host=h password=SECRET``). SQLAlchemy's ``render_as_string(hide_password=True)`` covers the
+first form only.
+"""
+
+from __future__ import annotations
+
+import re
+
+MASK = "***"
+_SECRET_KEYS = r"(?:password|passwd|pwd|pass|secret|token|access_token|api_key|apikey|auth|key|sslpassword)"
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^:/@\s?#]*):(?P<pw>[^@\s/]*)@")
+_QUERY = re.compile(rf"(?P<k>[?&;]{_SECRET_KEYS}=)(?P<v>[^&#\s]*)", re.IGNORECASE)
+_KEYWORD = re.compile(rf"(?P<k>(?:^|(?<=[\s,(]))(?:{_SECRET_KEYS})\s*=\s*)(?P<v>'(?:[^'\\]|\\.)*'|[^\s,)]+)",
+                      re.IGNORECASE)
+
+
+def mask(text: object) -> str:
+    """``text`` as a string with every password, token or secret in a URL or DSN replaced by ``***``."""
+    s = str(text)
+    s = _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", s)
+    s = _QUERY.sub(lambda m: f"{m['k']}{MASK}", s)
+    return _KEYWORD.sub(lambda m: f"{m['k']}{MASK}", s)
