@@ -225,6 +225,26 @@ def test_the_nano_policy_trains_on_a_dataset_and_a_reasoning_gym_task(tmp_path, 
     assert res.steps_done == 2 and "eval/greedy_accuracy" in res.metrics
 
 
+def test_a_verifier_that_raises_scores_0_and_the_rollout_says_why(tmp_path, shared_home, monkeypatch):
+    from evotrainer.evidence import read_rollouts
+
+    (tmp_path / "evo_picky_judge_zz.py").write_text(
+        "def judge(completion, row):\n"
+        "    if len(completion) % 2:\n        raise RuntimeError('odd length')\n"
+        "    return 1.0 if completion.strip() == row['answer'] else 0.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "h.yaml").write_text("name: t\noptim: {learning_rate: 0.001}\n"
+                                     "grpo: {prompts_per_step: 4, num_generations: 4, max_completion_length: 6}\n"
+                                     "data: {pool_size: 64}\n")
+    d = _write(tmp_path / "d.jsonl", ROWS, "jsonl")
+    res = _job(str(d), {"prompt": "question", "verifier": "evo_picky_judge_zz:judge"}, tmp_path / "h.yaml",
+               shared_home, "picky-nano")
+    rows = read_rollouts(Path(res.run_dir))
+    odd = rows["completion"].str.len() % 2 == 1
+    assert odd.any() and (rows.loc[odd, "verifier_error"] == f"{VERIFIER_ERROR} RuntimeError: odd length").all()
+    assert (rows.loc[odd, "reward_correctness"] == 0).all() and rows.loc[~odd, "verifier_error"].isna().all()
+
+
 REWARDS = '''
 def digit_bonus(prompts, completions, completion_ids, question, **kwargs):
     assert len(question) == len(completions) and all(q.endswith("=") for q in question)  # the dataset's column
