@@ -97,3 +97,11 @@ def test_the_installed_llama_cpp_build_is_portable():
     assert "ymm" in text  # AVX2 is there (the build is not a bare SSE one)
     for register in ("zmm", "%tmm", "tileloadd"):
         assert register not in text, f"{libs[0].name} uses {register}: a native, non-portable build"
+
+
+def test_the_setup_check_answers_one_real_completion(capsys):
+    """``make llm-server``'s last step (``tests/llama_server.py --check``) on the installed build: a real completion."""
+    from llama_server import check
+
+    assert check("") == 0
+    assert "one chat completion answered" in capsys.readouterr().out

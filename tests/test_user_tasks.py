@@ -320,3 +320,41 @@ def test_a_reward_function_that_cannot_be_imported_is_refused_before_anything_is
     with pytest.raises(TaskError, match="importing module 'evo_no_such_rewards_zz' failed"):
         _reward_job(tmp_path, tmp_path / "home", "x", 1, "never", module="evo_no_such_rewards_zz")
     assert not (tmp_path / "home" / "jobs").exists() or not list((tmp_path / "home" / "jobs").iterdir())
+
+
+def test_a_campaign_over_a_dataset_task_runs_a_round_with_disjoint_splits(tmp_path):
+    """A campaign spec whose task is a dataset file beside it (a relative path): one round end to end, and the rows it
+    trained on, decided on, selected on and confirmed on are disjoint."""
+    import yaml
+
+    from evotrainer.agent.campaign import start_campaign
+    from evotrainer.config.campaign import load_campaign_spec
+    from evotrainer.evidence import read_rollouts
+    from evotrainer.store import Store
+
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [{"question": f"{a}+{b}=", "answer": str(a + b)} for a in range(40) for b in range(40)]
+    _write(data / "sums.jsonl", rows, "jsonl")
+    (tmp_path / "h.yaml").write_text("name: ds\noptim: {learning_rate: 0.001}\n"
+                                     "grpo: {prompts_per_step: 4, num_generations: 4, max_completion_length: 4}\n"
+                                     "data: {pool_size: 64}\n")
+    spec = {"name": "ds", "task": {"dataset": "data/sums.jsonl", "prompt": "question", "verifier": "numeric"},
+            "policy": {"size": "nano", "sft_steps": 150}, "harness": "h.yaml", "segment_steps": 2,
+            "budget": {"total_steps": 12, "explore_share": 1.0, "final_share": 0.0},
+            "backtest": {"branch_steps": 2, "seeds": 2, "max_proposals": 1, "looks": 1},
+            "eval": {"every": 0, "n": 16, "k": 1}, "stop": {"plateau_rounds": 2}, "autonomy": "auto"}
+    (tmp_path / "campaign.yaml").write_text(yaml.safe_dump(spec))
+    loaded = load_campaign_spec(tmp_path / "campaign.yaml")
+    assert loaded.task == "dataset" and loaded.task_options["path"] == str(data / "sums.jsonl")  # beside the spec
+    home = tmp_path / "home"
+    cid = start_campaign(tmp_path / "campaign.yaml", home, log=lambda _m: None, max_rounds=1)
+    store = Store.for_home(home)
+    assert store.get_campaign(cid).status == "finished" and store.list_decisions(cid)
+    task = get_task(loaded.task, loaded.task_options)
+    splits = {s: {p.prompt for p in split_problems(task, loaded.eval, s)} for s in SPLITS}
+    trained = set()
+    for run in {e.run_name for e in store.ledger(cid)}:
+        trained |= set(read_rollouts(home / "jobs" / run)["prompt"])
+    assert trained and all(not (trained & s) for s in splits.values())
+    assert not (splits["decision"] & splits["selection"]) and not (splits["selection"] & splits["confirmation"])
