@@ -13,7 +13,7 @@ import re
 
 MASK = "***"
 _SECRET_KEYS = r"(?:password|passwd|pwd|pass|secret|token|access_token|api_key|apikey|auth|key|sslpassword)"
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^:/@\s?#]*):(?P<pw>[^@\s/]*)@")
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^:/@\s?#]*):(?P<pw>[^\s/]*)@")
 _QUERY = re.compile(rf"(?P<k>[?&;]{_SECRET_KEYS}=)(?P<v>[^&#\s]*)", re.IGNORECASE)
 _KEYWORD = re.compile(rf"(?P<k>(?:^|(?<=[\s,(]))(?:{_SECRET_KEYS})\s*=\s*)(?P<v>'(?:[^'\\]|\\.)*'|[^\s,)]+)",
                       re.IGNORECASE)

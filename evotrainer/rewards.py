@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from typing import Any
 
 from evotrainer.config.harness import HarnessSpec
@@ -234,6 +235,8 @@ class UserRewardTerm(_Term):
             out = self.fn(prompts=prompts, completions=completions, completion_ids=completion_ids, **kw, **columns)
         except Exception as exc:  # noqa: BLE001 - a user's function: the job fails naming it
             raise UserRewardError(f"{where} raised {type(exc).__name__}: {exc}") from exc
+        if hasattr(out, "tolist"):  # a numpy array or a tensor, as TRL accepts
+            out = out.tolist()
         if not isinstance(out, (list, tuple)) or len(out) != len(completions):
             got = f"{len(out)} values" if isinstance(out, (list, tuple)) else f"a {type(out).__name__}"
             raise UserRewardError(f"{where} returned {got} for {len(completions)} completions; return one float "
@@ -243,7 +246,7 @@ class UserRewardTerm(_Term):
             if v is None:
                 values.append(None)
                 continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
                 raise UserRewardError(f"{where} returned {v!r} for completion {i}; return a finite float or None")
             values.append(float(v))
         return values

@@ -150,7 +150,9 @@ def normalize_task(task: Any, options: dict[str, Any] | None, base_dir: str | No
     (a spec file's directory; default the working directory), so that a job reads the same file wherever it runs."""
     name, extra = task_ref(task)
     opts = {**extra, **(options or {})}
-    if name not in SOURCE_TASKS and name not in BUILTIN_TASKS and ":" not in name and looks_like_dataset(name):
+    beside = str(Path(base_dir) / name) if base_dir is not None and not Path(name).is_absolute() else name
+    if name not in SOURCE_TASKS and name not in BUILTIN_TASKS and ":" not in name and \
+            (looks_like_dataset(name) or looks_like_dataset(beside)):
         name, opts = "dataset", {"path": name, **opts}
     if name == "dataset" and isinstance(opts.get("path"), str) and opts["path"].strip():
         path = Path(opts["path"].strip()).expanduser()

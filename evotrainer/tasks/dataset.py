@@ -50,7 +50,8 @@ class DatasetOptions(TaskOptions):
     prompt: str = Field("prompt", min_length=1, description="Column of the prompt: text, or chat messages in TRL's "
                                                              "conversational format.")
     answer: str = Field("answer", min_length=1, description="Column of the reference answer.")
-    id: str | None = Field(None, description="Column of a stable row id; without it, a hash of prompt and answer.")
+    id: str | None = Field(None, description="Column of a stable row id; without it, a hash of the prompt (so a prompt "
+                                              "given twice is one problem, and never in two splits).")
     difficulty: str | None = Field(None, description="Column of a difficulty: integers are levels as they are, labels "
                                                       "become levels 1..k in sorted order; without it, one level.")
     system: str | None = Field(None, description="System prompt for chat models (a conversational prompt keeps its own).")
@@ -123,8 +124,9 @@ def read_rows(path: str, split: str | None = None):
         if suffix in _TEXT_FORMATS:
             _check_utf8(p)
         with tempfile.TemporaryDirectory(prefix="evotrainer-ds-") as cache:  # nothing left in the HF cache
+            extra = {"keep_default_na": False} if suffix == ".csv" else {}  # an answer 'NA' or 'None' is text
             return datasets.load_dataset(FORMATS[suffix], data_files=str(p), split="train", cache_dir=cache,
-                                         keep_in_memory=True)
+                                         keep_in_memory=True, **extra)
     except TaskError:
         raise
     except PermissionError:
@@ -147,6 +149,8 @@ def _jsonable(row: Mapping[str, Any]) -> dict[str, Any]:
 def _levels(values: list[Any], field: str, path: str) -> tuple[list[int], dict[str, int] | None]:
     """Each row's level: integers as they are, labels mapped to 1..k in sorted order (the mapping returned)."""
     if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return [int(v) for v in values], None
+    if all(isinstance(v, str) and v.strip().lstrip("-").isdigit() for v in values):  # a CSV's integers
         return [int(v) for v in values], None
     if all(isinstance(v, str) for v in values):
         labels = {label: i + 1 for i, label in enumerate(sorted(set(values)))}
@@ -196,7 +200,7 @@ def _build(o: DatasetOptions) -> tuple[list[Problem], dict[str, Any]]:
         if o.id is not None and r[o.id] is not None:
             pid = str(r[o.id])
         else:
-            blob = json.dumps([messages or text, answer], ensure_ascii=False, sort_keys=True)
+            blob = json.dumps(messages or text, ensure_ascii=False, sort_keys=True)  # the prompt alone: one split
             pid = hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
         if pid in seen:
             duplicates += 1
@@ -278,7 +282,11 @@ class DatasetTask(Task):
         return rows[:n]
 
     def generate(self, rng: random.Random, difficulty: int) -> Problem:
-        return rng.choice(self._by_level[self.check_difficulty(difficulty)])
+        rows = self._by_level.get(self.check_difficulty(difficulty))
+        if not rows:
+            raise TaskError(f"dataset {self.options.path} has no rows at level {difficulty}; its levels are "
+                            f"{', '.join(map(str, sorted(self._by_level)))}")
+        return rng.choice(rows)
 
     def max_answer_chars(self, difficulty: int) -> int:
         self.check_difficulty(difficulty)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import numbers
 import re
 import threading
 from collections.abc import Callable, Mapping
@@ -123,10 +124,10 @@ def scorer(fn: Callable[[str, Mapping[str, Any]], Any], name: str,
 
     def score(text: str, row: Mapping[str, Any]) -> float:
         value = fn(text, row)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                or not 0.0 <= value <= 1.0:
+        number = float(value) if isinstance(value, numbers.Real) or hasattr(value, "__float__") else math.nan
+        if not math.isfinite(number) or not 0.0 <= number <= 1.0:
             raise ValueError(f"{name} returned {value!r}; it must return a number in [0, 1]")
-        return float(value)
+        return number
 
     def judge(completion: str, answer: str, row: Mapping[str, Any]) -> Verdict:
         s = score(completion, row)
