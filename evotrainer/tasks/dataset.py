@@ -29,7 +29,7 @@ from pydantic import Field, field_validator
 
 from evotrainer.errors import TaskError
 from evotrainer.tasks import verifiers
-from evotrainer.tasks.base import Problem, Split, Task, TaskOptions, Verdict
+from evotrainer.tasks.base import Problem, Split, Task, TaskOptions, Verdict, stable_unit
 
 FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 """File suffix -> the ``datasets`` builder that reads it; a directory is read with ``load_from_disk``."""
@@ -256,8 +256,6 @@ class DatasetTask(Task):
         return self.min_difficulty, self.max_difficulty
 
     def split_of(self, problem: Problem) -> Split:
-        from evotrainer.tasks.base import stable_unit
-
         return "heldout" if stable_unit(problem.id) < self.heldout else "train"
 
     def split_sizes(self, difficulty_range: tuple[int, int] | None = None) -> dict[str, int]:

@@ -27,7 +27,6 @@ from typing import Any
 from evotrainer.errors import TaskError
 from evotrainer.tasks.base import Verdict
 
-BUILTIN_VERIFIERS = ("exact", "numeric", "math", "reasoning_gym")
 VERIFIER_ERROR = "verifier raised"
 """How ``Verdict.reason`` begins when the judge itself failed (the rollout's ``verifier_error`` column)."""
 
