@@ -56,6 +56,8 @@ class Case:
     outside: Callable[[Path], list[Path]] = lambda _d: []  # paths outside the home that must not appear
     nonzero_ok: bool = False  # diagnose on unreadable evidence: any non-zero exit with a message is clear
     timeout: int = 120
+    contained: Callable[[Path, str], bool] | None = None  # an attack (bench/hostile_boxes.py): what must still hold
+    peak_mb: int | None = None  # the CLI process's peak memory that counts as the attack going through
 
 
 @dataclass
@@ -67,6 +69,7 @@ class Outcome:
     outside: int
     seconds: float
     message: str = field(default="")
+    peak_mb: float = 0.0
 
 
 def _w(d: Path, name: str, data: str | bytes) -> Path:
@@ -229,7 +232,9 @@ def cases() -> list[Case]:
              lambda d: ["diagnose", str(_garbage_trl(d)), "--fail-on", "warning", "--home", str(d / "home")],
              lambda d: "completions_00001.parquet", nonzero_ok=True),
     ]
-    return c
+    from hostile_boxes import cli_cases
+
+    return c + cli_cases(Case)
 
 
 def _cap_memory() -> None:
@@ -248,6 +253,7 @@ def run_case(case: Case, tmp: Path, src: Path | None = None) -> Outcome:
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "evotrainer.cli", *args], cwd=d, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, preexec_fn=_cap_memory)
+    peak = _PeakRSS(proc.pid)
     try:
         out, err = proc.communicate(timeout=case.timeout)
         rc: int | None = proc.returncode
@@ -256,6 +262,7 @@ def run_case(case: Case, tmp: Path, src: Path | None = None) -> Outcome:
         out, err = proc.communicate()
         rc = None
     secs = time.perf_counter() - t0
+    peak_mb = peak.stop()
     text = (out + err).decode("utf-8", "replace")
     writes = sum(1 for _ in (d / "home").rglob("*"))
     outside = sum(1 for p in case.outside(d) if p.exists())
@@ -264,6 +271,10 @@ def run_case(case: Case, tmp: Path, src: Path | None = None) -> Outcome:
     names_it = named in text or "".join(named.split()) in flat
     if "Traceback (most recent call last)" in text or (rc is not None and rc < 0) or rc in (137, 139):
         kind = "traceback"
+    elif case.contained is not None or case.peak_mb is not None:  # an attack: did it go through?
+        held = (rc is not None and (case.contained is None or case.contained(d, text))
+                and (case.peak_mb is None or peak_mb < case.peak_mb))
+        kind = "clear" if held else "accepted"
     elif rc is None:
         kind = "traceback"  # neither refused nor finished in its time (an alias bomb grinding at the memory cap)
     elif rc == 0:
@@ -274,7 +285,36 @@ def run_case(case: Case, tmp: Path, src: Path | None = None) -> Outcome:
         kind = "unclear"
     last = [ln for ln in text.strip().splitlines() if ln.strip()]
     msg = next((ln for ln in last if "error" in ln.lower()), last[-1] if last else "")
-    return Outcome(case.id, rc, kind, writes, outside, round(secs, 1), msg.strip()[:300])
+    return Outcome(case.id, rc, kind, writes, outside, round(secs, 1), msg.strip()[:300], round(peak_mb, 1))
+
+
+class _PeakRSS:
+    """The peak resident memory of a process, sampled every 50 ms in a thread (psutil)."""
+
+    def __init__(self, pid: int) -> None:
+        import threading
+
+        import psutil
+
+        self.peak, self._done = 0.0, threading.Event()
+        try:
+            self._proc = psutil.Process(pid)
+        except psutil.Error:
+            self._proc = None
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while self._proc is not None and not self._done.wait(0.05):
+            try:
+                self.peak = max(self.peak, self._proc.memory_info().rss / 2**20)
+            except Exception:  # noqa: BLE001 - the process ended
+                return
+
+    def stop(self) -> float:
+        self._done.set()
+        self._thread.join(timeout=1)
+        return self.peak
 
 
 def main() -> None:
@@ -288,12 +328,22 @@ def main() -> None:
     chosen = [c for c in cases() if a.only is None or c.id in a.only]
     tmp = Path(tempfile.mkdtemp(prefix="evo-hostile-"))
     rows = []
+    whats = {c.id: c.what for c in chosen}
     try:
         for c in chosen:
             o = run_case(c, tmp, a.src)
             rows.append(o)
             print(f"{o.id:22} rc={o.rc!s:5} {o.kind:9} writes={o.writes:<3} outside={o.outside} {o.seconds:6.1f}s  "
                   f"{o.message[:150]}", flush=True)
+        if a.only is None or any(i.startswith(("ui-", "llm-")) for i in a.only):
+            from hostile_boxes import inprocess_cases
+
+            for cid, what, ok, detail in inprocess_cases(tmp):
+                if a.only is None or cid in a.only:
+                    whats[cid] = what
+                    o = Outcome(cid, None, "clear" if ok else "accepted", 0, 0, 0.0, detail)
+                    rows.append(o)
+                    print(f"{o.id:22} {o.kind:9} {detail}", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     kinds = {k: sum(1 for r in rows if r.kind == k) for k in ("clear", "traceback", "accepted", "unclear")}
@@ -309,7 +359,7 @@ def main() -> None:
     out.write_text(json.dumps({"bench": "hostile_inputs", "label": a.label, "src": str(a.src or ROOT),
                                "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "summary": summary,
                                "cases": [o.__dict__ for o in rows],
-                               "what": {c.id: c.what for c in chosen}}, indent=2))
+                               "what": whats}, indent=2))
 
 
 if __name__ == "__main__":

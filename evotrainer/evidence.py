@@ -50,6 +50,7 @@ policy's turns, with each tool observation on a line starting with ``=``.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from evotrainer import atomic
+from evotrainer.files import check_regular, read_text
 
 # What other tools call our fields (readers and the field mapping use these; the evidence contract publishes them)
 VERL_METRICS: tuple[tuple[str, str], ...] = (  # (verl key, TRL key); the first present source wins
@@ -306,8 +308,8 @@ class Evidence:
 def read_metrics(run_dir: Path) -> pd.DataFrame:
     mfile = run_dir / "metrics.jsonl"
     rows = []
-    if mfile.exists():
-        for ln in mfile.read_text().splitlines():
+    if os.path.lexists(mfile):  # a FIFO, a device or a file over the cap raises UnreadableFile (evotrainer.files)
+        for ln in read_text(mfile).splitlines():
             try:
                 rows.append(json.loads(ln))
             except json.JSONDecodeError:
@@ -331,6 +333,8 @@ def read_rollouts(run_dir: Path, columns: list[str] | None = None) -> pd.DataFra
     files = sorted((run_dir / "rollouts").glob("step_*.parquet"))
     if not files:
         return ROLLOUT_SCHEMA.empty_table().to_pandas()
+    for f in files:
+        check_regular(f)
     schema = pa.schema([*FULL_ROLLOUT_SCHEMA, *user_reward_fields(pq.read_schema(files[-1]).names)])
     df = pq.ParquetDataset([str(f) for f in files], schema=schema).read(columns=columns).to_pandas()
     if columns is None:  # an extra column no file has is left out, so a single-turn run reads as it always did

@@ -76,6 +76,7 @@ from evotrainer.evidence import (
     read_metrics,
     read_rollouts,
 )
+from evotrainer.files import check_regular, first_line, open_regular, read_text
 from evotrainer.mapping import FieldMap, apply_field_map, detect_correctness, infer_reward_weights
 from evotrainer.redact import mask
 from evotrainer.runmeta import read_run_meta
@@ -196,6 +197,8 @@ class _Skips:
         self.entries.append(f"{path}:{i}: {why}")
 
     def file(self, path: Path, why: str) -> None:
+        for prefix in ("UnreadableFile: ", f"{path}: "):  # a refusal of evotrainer.files names the path itself
+            why = why[len(prefix):] if why.startswith(prefix) else why
         self.entries.append(f"{path}: {why}")
         self.files.append(str(path))
 
@@ -261,6 +264,14 @@ def _finish(out: pd.DataFrame, raw: pd.DataFrame, consecutive: bool, exclude=())
     return out
 
 
+MAX_STEP = 2**53
+"""Steps are whole numbers in [0, 2**53): a larger one (4e25 written as an integer) would wrap in an int64 column."""
+
+
+def _is_step(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_STEP
+
+
 def _metrics_frame(rows: dict[int, dict[str, Any]]) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame({"step": pd.Series([], dtype="int64")})
@@ -270,7 +281,7 @@ def _metrics_frame(rows: dict[int, dict[str, Any]]) -> pd.DataFrame:
 def _read_jsonl(path: Path, skips: _Skips) -> list[dict[str, Any]]:
     """The JSON objects of a .jsonl file, one per line; a file none of whose lines is one counts as unreadable."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = read_text(path).splitlines()
     except (OSError, UnicodeDecodeError) as e:
         skips.file(path, f"{type(e).__name__}: {e}")
         return []
@@ -298,7 +309,7 @@ def _read_jsonl(path: Path, skips: _Skips) -> list[dict[str, Any]]:
 def _read_json_object(path: Path, skips: _Skips) -> dict[str, Any]:
     """A JSON file holding one object; {} (and the file recorded as unreadable) otherwise."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(read_text(path))
     except (OSError, ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         skips.file(path, f"{type(e).__name__}: {e}")
         return {}
@@ -315,17 +326,37 @@ def _read_parquets(files, skips: _Skips, cache: FileCache | None = None) -> list
 
         def load(f=f, errors=errors):
             try:
-                return pq.read_table(f).to_pandas()
+                with open_regular(f) as fh:
+                    return pq.read_table(fh).to_pandas()
             except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a damaged file
                 errors.append(f"{type(e).__name__}: {e}")
                 return None
 
         frame = _cached(cache, Path(f), "parquet", load)
-        if frame is None:
-            skips.file(f, errors[0] if errors else "unreadable")
+        why = (errors[0] if errors else "unreadable") if frame is None else _wrong_types(frame)
+        if why:
+            skips.file(f, why)
         else:
             frames.append(frame)
     return frames
+
+
+def _wrong_types(raw: pd.DataFrame) -> str | None:
+    """Why a rollout table cannot be read as rollouts (a step that is no whole number, text that is numbers,
+    a number column that is text), or None: such a file is unreadable, not rows at step -1."""
+    if "step" in raw:
+        col = raw["step"]
+        whole = pd.api.types.is_integer_dtype(col) or (
+            pd.api.types.is_float_dtype(col) and bool(np.isfinite(col).all()) and bool((col % 1 == 0).all()))
+        if not whole or pd.api.types.is_bool_dtype(col) or (len(col) and (col.min() < 0 or col.max() >= MAX_STEP)):
+            return f"column step holds {col.dtype} values, not whole numbers in [0, 2**53)"
+    for c in ("prompt", "completion"):
+        if c in raw and raw[c].dtype != object and not pd.api.types.is_string_dtype(raw[c]):
+            return f"column {c} holds {raw[c].dtype} values, not text"
+    for c in ("reward", "advantage", "correct"):
+        if c in raw and not pd.api.types.is_numeric_dtype(raw[c]) and raw[c].notna().any():
+            return f"column {c} holds {raw[c].dtype} values, not numbers"
+    return None
 
 
 def _empty_rollouts() -> pd.DataFrame:
@@ -345,7 +376,7 @@ def read_job_dir(run_dir: Path, fields: FieldMap | None = None, cache: FileCache
                 ev = Evidence(metrics=read_metrics(run_dir), rollouts=read_rollouts(run_dir), source="evotrainer",
                               run=meta.name or run_dir.name, meta={**meta.raw, "skipped": [], "unreadable": []})
                 mfile = run_dir / "metrics.jsonl"
-                if len(ev.metrics) or not mfile.is_file() or not mfile.stat().st_size:
+                if len(ev.metrics) or not os.path.lexists(mfile) or not check_regular(mfile):
                     return _resolve(ev, fields)
         except Exception:  # noqa: BLE001 - a damaged metrics.jsonl or Parquet file: read file by file below
             pass
@@ -353,13 +384,13 @@ def read_job_dir(run_dir: Path, fields: FieldMap | None = None, cache: FileCache
     meta = _read_json_object(run_dir / "meta.json", skips)
     rows: dict[int, dict[str, Any]] = {}
     mfile = run_dir / "metrics.jsonl"
-    records = _read_jsonl(mfile, skips) if mfile.is_file() else []
+    records = _read_jsonl(mfile, skips) if os.path.lexists(mfile) else []  # a FIFO or a link is unreadable, not absent
     for rec in records:
-        if isinstance(rec.get("step"), int) and not isinstance(rec["step"], bool):
+        if _is_step(rec.get("step")):
             rows.setdefault(rec["step"], {}).update(rec)
-    n = len(records) - sum(1 for r in records if isinstance(r.get("step"), int) and not isinstance(r["step"], bool))
+    n = len(records) - sum(1 for r in records if _is_step(r.get("step")))
     if n:  # (several records of one step, e.g. a training log and an eval, are fine)
-        why = f"{n} record{'s' * (n != 1)} without an integer step"
+        why = f"{n} record{'s' * (n != 1)} without an integer step in [0, 2**53)"
         if rows:
             skips.entries.append(f"{mfile}: {why}")
         else:
@@ -419,14 +450,14 @@ def _trl_state_file(path: Path) -> Path | None:
     ckpts = [d for d in path.glob("checkpoint-*") if d.name.split("-", 1)[1].isdigit()]
     if ckpts:
         cands.append(max(ckpts, key=lambda d: int(d.name.split("-", 1)[1])) / "trainer_state.json")
-    found = [c for c in cands if c.is_file()]
+    found = [c for c in cands if os.path.lexists(c)]  # one that is no regular file is read, and listed unreadable
     found.sort(key=_global_step, reverse=True)  # stable: the top-level file wins a tie
     return found[0] if found else None
 
 
 def _global_step(state_file: Path) -> int:
     try:
-        return int(json.loads(state_file.read_text()).get("global_step", -1))
+        return int(json.loads(read_text(state_file)).get("global_step", -1))
     except (OSError, ValueError, AttributeError, TypeError, RecursionError):
         return -1
 
@@ -448,7 +479,7 @@ def read_trl_dir(path: str | Path, fields: FieldMap | None = None, cache: FileCa
     rows: dict[int, dict[str, Any]] = {}
     for e in history:  # train and eval_* entries merge by step; the final train_runtime summary is dropped
         step = e.get("step") if isinstance(e, dict) else None
-        if isinstance(step, int) and not isinstance(step, bool) and "train_runtime" not in e:
+        if _is_step(step) and "train_runtime" not in e:
             rows.setdefault(step, {"step": step}).update({k: v for k, v in e.items() if k != "step"})
     names = list(dict.fromkeys(k[len("rewards/"):-len("/mean")] for r in rows.values() for k in r
                                if k.startswith("rewards/") and k.endswith("/mean")))
@@ -513,9 +544,7 @@ def _verl_metric_files(path: Path) -> list[Path]:
         if _NUMBERED.fullmatch(f.name):
             continue
         try:
-            with open(f, encoding="utf-8") as fh:
-                first = next((ln for ln in fh if ln.strip()), "")
-            rec = json.loads(first)
+            rec = json.loads(first_line(f))
         except (OSError, ValueError, RecursionError):
             continue
         if isinstance(rec, dict) and "step" in rec and isinstance(rec.get("data"), dict):
@@ -534,8 +563,8 @@ def read_verl_dir(path: str | Path, fields: FieldMap | None = None, cache: FileC
     rows: dict[int, dict[str, Any]] = {}
     for f in mfiles:
         for rec in _cached_jsonl(f, skips, cache):
-            if not isinstance(rec.get("data"), dict) or not isinstance(rec.get("step"), int):
-                skips.entries.append(f"{f}: a line without an integer step and a data object")
+            if not isinstance(rec.get("data"), dict) or not _is_step(rec.get("step")):
+                skips.entries.append(f"{f}: a line without an integer step in [0, 2**53) and a data object")
                 continue
             data = {k: v for k, v in rec["data"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
             for src, dst in VERL_METRICS:

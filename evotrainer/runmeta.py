@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evotrainer.files import read_text
+
 RunStatus = Literal["running", "paused", "finished", "failed", "interrupted"]
 
 
@@ -78,7 +80,7 @@ class RunMeta(BaseModel):
 def read_run_meta(run_dir: Path) -> RunMeta | None:
     """The record of the job in ``run_dir``; None when there is none, or it is not a readable JSON object."""
     try:
-        doc = json.loads((Path(run_dir) / "meta.json").read_text(encoding="utf-8"))
+        doc = json.loads(read_text(Path(run_dir) / "meta.json", 16 << 20))
     except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(doc, dict):

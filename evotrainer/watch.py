@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from typing import Any
 from evotrainer.domain import SEVERITY_RANK, Finding
 from evotrainer.errors import ConfigError, RunNotFound
 from evotrainer.evidence import Evidence
+from evotrainer.files import read_text
 from evotrainer.mapping import FieldMap
 from evotrainer.readers import FileCache, load_evidence, run_kind
 
@@ -73,9 +75,9 @@ def run_finished(ev: Evidence) -> bool | None:
         return meta.get("status") not in (None, "running")
     if ev.source == "trl" and meta.get("trainer_state"):
         try:
-            state = json.loads(Path(meta["trainer_state"]).read_text())
+            state = json.loads(read_text(meta["trainer_state"]))
             return int(state.get("global_step", -1)) >= int(state.get("max_steps", 1 << 62)) > 0
-        except (OSError, ValueError, TypeError):
+        except (OSError, ValueError, TypeError, AttributeError, RecursionError):
             return False
     if ev.source == "trl":
         return False
@@ -116,8 +118,9 @@ class Watcher:
         for entry in ev.meta.get("skipped") or [] if isinstance(ev.meta, dict) else []:
             m = re.match(r"^(.*?)(?::\d+)?: ", str(entry))  # 'path: why' or 'path:line: why'
             path = m.group(1) if m else str(entry)
-            try:
-                settled = now - Path(path).stat().st_mtime >= self.settle_s
+            try:  # a FIFO or a device is no file being written: reported at once
+                st = Path(path).stat()
+                settled = not stat.S_ISREG(st.st_mode) or now - st.st_mtime >= self.settle_s
             except OSError:
                 settled = True
             if settled and entry not in self.reported_unreadable:
@@ -208,7 +211,11 @@ class Watcher:
                         SEVERITY_RANK[s.finding.severity] >= SEVERITY_RANK[fail_on] for s in more)
                     return WatchOutcome("fail_on" if failing else "idle", 1 if failing else 0, seen, self.evidence,
                                         self.diagnoses)
-                deadline = time.monotonic() + interval
+                deadline = time.monotonic() + interval  # the next look, or the timeout if it comes first
+                if timeout is not None:
+                    deadline = min(deadline, self.started + timeout)
+                if idle is not None and ev is not None:
+                    deadline = min(deadline, last_new + idle)
                 while True:
                     if stop["signal"]:
                         raise KeyboardInterrupt

@@ -27,12 +27,12 @@ data: {pool_size: 64, difficulty: [1, 1]}
 def landlock_or_skip(why: str) -> None:
     """Skip a test of the sandbox where the kernel has no Landlock, unless ``make test`` asked for it
     (EVOTRAINER_REQUIRE_LANDLOCK=1): there a dead sandbox fails the suite instead of skipping it away."""
-    from evotrainer.diagnostics.sandbox import confinement
+    from evotrainer.diagnostics.confine import FULL, confinement, missing
 
     mode = confinement()
     if os.environ.get("EVOTRAINER_REQUIRE_LANDLOCK") == "1":
-        assert mode == "landlock+signals", f"the sandbox runs as {mode!r}: Landlock (ABI >= 6) is required here"
-    elif mode == "unrestricted":
+        assert mode == FULL, f"the sandbox runs as {mode!r}: it lacks {missing(mode)}, which is required here"
+    elif missing(mode):
         pytest.skip(why)
 
 

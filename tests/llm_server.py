@@ -2,8 +2,10 @@
 
 Standard library only. Each ``POST /v1/chat/completions`` gets the next scripted item: a string becomes the
 message content of a proper ``chat.completion``; an int is answered as that HTTP status with an OpenAI-style
-error body; ``"hang"`` waits (until the server stops) so the client times out. Past the script it answers
-500, so a test can never loop on it. Every request body and its headers are recorded.
+error body; ``(status, headers)`` is that status with those headers (``(429, {"Retry-After": "1"})``);
+``"hang"`` waits (until the server stops) so the client times out; ``"drip"`` sends the headers of a valid answer
+and then its body one byte every ``drip_s`` seconds. ``usage=None`` leaves ``usage`` out of answers. Past the
+script it answers 500, so a test can never loop on it. Every request body and its headers are recorded.
 
     with ScriptedLLM(['{"proposals": []}']) as llm:
         LLMSettings(base_url=llm.base_url, model="scripted")
@@ -18,14 +20,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 HANG = "hang"
+DRIP = "drip"
 
 
 class ScriptedLLM:
-    def __init__(self, responses: list[str | int], *, reject_response_format: bool = False,
-                 usage: tuple[int, int] = (100, 20), hang_s: float = 30.0):
+    def __init__(self, responses: list[Any], *, reject_response_format: bool = False,
+                 usage: tuple[int, int] | None = (100, 20), hang_s: float = 30.0, drip_s: float = 2.0):
         self.responses = list(responses)
         self.reject_response_format = reject_response_format
-        self.usage, self.hang_s = usage, hang_s
+        self.usage, self.hang_s, self.drip_s = usage, hang_s, drip_s
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self._lock, self._stop = threading.Lock(), threading.Event()
@@ -38,7 +41,7 @@ class ScriptedLLM:
         assert self._server is not None, "use ScriptedLLM as a context manager"
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
-    def _next(self, body: dict[str, Any]) -> str | int:
+    def _next(self, body: dict[str, Any]) -> Any:
         """What to answer to one request (under the lock: the handler threads run concurrently)."""
         with self._lock:
             if self.reject_response_format and "response_format" in body:
@@ -55,14 +58,24 @@ class ScriptedLLM:
             def log_message(self, *args: Any) -> None:  # keep pytest output clean
                 pass
 
-            def _send(self, status: int, payload: dict[str, Any]) -> None:
+            def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None,
+                      drip: bool = False) -> None:
                 data = json.dumps(payload).encode()
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
+                    for k, v in (headers or {}).items():
+                        self.send_header(k, v)
                     self.end_headers()
-                    self.wfile.write(data)
+                    if not drip:
+                        self.wfile.write(data)
+                        return
+                    for i in range(len(data)):
+                        if owner._stop.wait(owner.drip_s):
+                            return
+                        self.wfile.write(data[i:i + 1])
+                        self.wfile.flush()
                 except OSError:  # the client gave up (timeout): nothing to answer to
                     pass
 
@@ -81,16 +94,21 @@ class ScriptedLLM:
                 if item == HANG:
                     owner._stop.wait(owner.hang_s)
                     return self._send(500, {"error": {"message": "hung", "type": "server_error"}})
-                if isinstance(item, int):
-                    kind = "invalid_request_error" if item < 500 else "server_error"
-                    return self._send(item, {"error": {"message": f"scripted {item}", "type": kind}})
-                prompt, completion = owner.usage
-                self._send(200, {
+                status, extra = item if isinstance(item, tuple) else (item, None)
+                if isinstance(status, int):
+                    kind = "invalid_request_error" if status < 500 else "server_error"
+                    return self._send(status, {"error": {"message": f"scripted {status}", "type": kind}}, extra)
+                answer = {
                     "id": f"chatcmpl-{len(owner.requests)}", "object": "chat.completion", "created": int(time.time()),
                     "model": body.get("model", "scripted"),
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": item}, "finish_reason": "stop"}],
-                    "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
-                })
+                    "choices": [{"index": 0, "message": {"role": "assistant",
+                                                         "content": '{"proposals": []}' if item == DRIP else item},
+                                 "finish_reason": "stop"}]}
+                if owner.usage is not None:
+                    prompt, completion = owner.usage
+                    answer["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                                       "total_tokens": prompt + completion}
+                self._send(200, answer, drip=item == DRIP)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

@@ -576,7 +576,7 @@ def test_an_llm_endpoint_that_accepts_and_never_answers_falls_back_within_its_ti
     brain0 = next(e.message for e in store.events(cid, kind="brain") if e.message["round"] == 0)
     notes = "\n".join(brain0["notes"])
     assert brain0["brain"] == "llm→heuristic"
-    assert "attempt 1: no answer within 1.0s" in notes and "fell back to the heuristic brain" in notes
+    assert "attempt 1: no complete answer within 1s" in notes and "fell back to the heuristic brain" in notes
     (p,) = store.list_proposals(cid, round=0)
     assert p.brain == "llm→heuristic" and store.get_decision(p.id) is not None
 

@@ -22,13 +22,13 @@ from evotrainer.agent.revise import Misfire, _adopted
 from evotrainer.config.harness import HarnessSpec
 from evotrainer.diagnostics.registry import Registry
 from evotrainer.diagnostics.revision import Archive, LabelledRun, history
-from evotrainer.diagnostics.sandbox import confinement
+from evotrainer.diagnostics.confine import FULL, confinement, missing
 from evotrainer.evidence import Evidence
 from tests.llm_server import ScriptedLLM
 
-if os.environ.get("EVOTRAINER_REQUIRE_LANDLOCK") == "1" and confinement() != "landlock+signals":
-    raise RuntimeError(f"the sandbox runs as {confinement()!r}: Landlock (ABI >= 6) is required here")
-pytestmark = pytest.mark.skipif(confinement() == "unrestricted", reason="drafted code runs only under Landlock")
+if os.environ.get("EVOTRAINER_REQUIRE_LANDLOCK") == "1" and confinement() != FULL:
+    raise RuntimeError(f"the sandbox runs as {confinement()!r}: it lacks {missing()}, which is required here")
+pytestmark = pytest.mark.skipif(bool(missing()), reason="drafted code runs only where the sandbox confines it fully")
 
 HEADER = "from evotrainer.diagnostics.base import Diagnostic\n\n\nclass Drop(Diagnostic):\n" \
          "    name = 'heldout_drop'\n    symptom = 'forgetting'\n    signal = 'held-out accuracy against its best'\n" \

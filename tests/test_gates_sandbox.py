@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -133,7 +134,8 @@ def test_sandbox_has_no_network_even_to_loopback(tmp_path):
     finally:
         server.close()
     assert [f.symptom for f in findings] == ["diagnostic_error"]
-    assert "connected" not in findings[0].explanation and "OSError" in findings[0].explanation
+    expl = findings[0].explanation  # seccomp refuses the socket (PermissionError), or the namespace the connect
+    assert "'connected'" not in expl and ("OSError" in expl or "PermissionError" in expl), expl
 
 
 def test_revision_is_accepted_only_if_it_keeps_invalid_recall_and_improves_f1(tmp_path):
@@ -210,3 +212,110 @@ def test_sandbox_confines_files_and_signals_to_its_own_domain(tmp_path):
     assert "read:PermissionError" in finding.explanation and "write:PermissionError" in finding.explanation
     assert not (tmp_path / "escaped.txt").exists()
 
+
+
+def _escape_body(attempts: dict[str, str]) -> str:
+    body = "        import os, signal, socket, subprocess\n        out = []\n"
+    for what, stmt in attempts.items():
+        body += (f"        try:\n            {stmt}\n            out.append('{what}:ok')\n"
+                 f"        except OSError as e:\n            out.append('{what}:' + type(e).__name__)\n")
+    return body + "        return [self.finding('warning', ' '.join(out))]\n"
+
+
+def test_sandbox_refuses_unix_sockets_metadata_changes_forks_and_renice(tmp_path):
+    """S1, S2, S4 and S6 of issue 60: a pathname unix socket outside the sandbox, chmod / chown / setxattr / utime on
+    a file outside it, forks that would each get their own memory limit, and renicing or pinning a process outside
+    it are all refused (seccomp, and no root to lose)."""
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+
+    from evotrainer.diagnostics.registry import SandboxedDiagnostic
+
+    landlock_or_skip("this kernel cannot confine the sandbox")
+    victim_file = tmp_path / "victim.txt"
+    victim_file.write_text("x")
+    victim_file.chmod(0o600)
+    before = victim_file.stat()
+    listen_dir = Path(tempfile.mkdtemp(prefix="evo-unix-"))
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(listen_dir / "daemon.sock"))
+    listener.listen(1)
+    listener.settimeout(0.5)
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    f, sock = str(victim_file), str(listen_dir / "daemon.sock")
+    attempts = {
+        "unix": f"s = socket.socket(socket.AF_UNIX); s.settimeout(2); s.connect({sock!r})",
+        "socketpair": "socket.socketpair()",
+        "chmod": f"os.chmod({f!r}, 0o4777)",
+        "chown": f"os.chown({f!r}, 65534, 65534)",
+        "xattr": f"os.setxattr({f!r}, 'user.evil', b'1')",
+        "utime": f"os.utime({f!r}, (0, 0))",
+        "fork": "pid = os.fork(); os._exit(0) if pid == 0 else None",
+        "spawn": "subprocess.run(['/bin/true'])",
+        "setsid": "os.setsid()",
+        "renice": f"os.setpriority(os.PRIO_PROCESS, {victim.pid}, 19)",
+        "pin": f"os.sched_setaffinity({victim.pid}, {{0}})",
+        "exec": "os.execv('/bin/true', ['/bin/true'])",
+    }
+    (tmp_path / "escape.py").write_text(USER_DIAG.split("    def analyze")[0] + "    def analyze(self, ev):\n"
+                                        + _escape_body(attempts))
+    try:
+        (finding,) = SandboxedDiagnostic(tmp_path / "escape.py", "high_reward", timeout_s=20).run(_ev(0.9))
+        try:
+            conn, _ = listener.accept()
+            conn.close()
+            reached = True
+        except (TimeoutError, socket.timeout):
+            reached = False
+        nice, cpus = os.getpriority(os.PRIO_PROCESS, victim.pid), os.sched_getaffinity(victim.pid)
+    finally:
+        victim.kill()
+        listener.close()
+    assert finding.symptom == "reward_hacking", finding.explanation  # it ran, and reported what it was refused
+    assert ":ok" not in finding.explanation, finding.explanation
+    assert all(f"{what}:" in finding.explanation for what in attempts), finding.explanation
+    assert not reached, "the sandboxed code reached a unix socket outside the sandbox"
+    after = victim_file.stat()
+    assert (after.st_mode, after.st_uid, after.st_gid, after.st_mtime) == \
+        (before.st_mode, before.st_uid, before.st_gid, before.st_mtime)
+    assert os.listxattr(victim_file) == []
+    assert nice == 0 and cpus == os.sched_getaffinity(0)
+
+
+def test_no_descendant_outlives_the_deadline_or_holds_the_pipes(tmp_path):
+    """S3: a grandchild that leaves the session and keeps stdout open must neither outlive the call nor hold it past
+    its time limit."""
+    from evotrainer.diagnostics.registry import SandboxedDiagnostic
+
+    landlock_or_skip("this kernel cannot confine the sandbox")
+    body = ("        import os, time\n"
+            "        try:\n            pid = os.fork()\n        except OSError:\n            pid = -1\n"
+            "        if pid == 0:\n            os.setsid()\n            time.sleep(120)\n            os._exit(0)\n"
+            "        time.sleep(120)\n        return []\n")
+    (tmp_path / "daemon.py").write_text(USER_DIAG.split("    def analyze")[0] + "    def analyze(self, ev):\n" + body)
+    t = time.time()
+    (finding,) = SandboxedDiagnostic(tmp_path / "daemon.py", "high_reward", timeout_s=3).run(_ev(0.9))
+    assert time.time() - t < 15
+    assert finding.symptom == "diagnostic_error" and "timed out" in finding.explanation
+    import subprocess
+
+    left = subprocess.run(["pgrep", "-f", "evotrainer.diagnostics.sandbox"], capture_output=True, text=True).stdout
+    assert left.strip() == "", left
+
+
+def test_the_output_read_back_from_the_sandbox_is_capped(tmp_path):
+    """S5: 300 MB on stdout must not grow the trusted parent: it is cut off at the cap and named."""
+    import resource
+
+    from evotrainer.diagnostics.registry import SandboxedDiagnostic
+
+    body = ("        import sys\n        chunk = 'x' * (1 << 20)\n"
+            "        for _ in range(300):\n            sys.stdout.write(chunk)\n        return []\n")
+    (tmp_path / "loud.py").write_text(USER_DIAG.split("    def analyze")[0] + "    def analyze(self, ev):\n" + body)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    (finding,) = SandboxedDiagnostic(tmp_path / "loud.py", "high_reward", timeout_s=30).run(_ev(0.9))
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert finding.symptom == "diagnostic_error" and "MiB of output" in finding.explanation, finding.explanation
+    assert grown_mb < 100, f"the parent grew by {grown_mb:.0f} MiB"

@@ -14,7 +14,7 @@ PKG = REPO / "evotrainer"
 
 # Lowest first. A module may import its own layer and those below, never above.
 LAYERS: list[set[str]] = [
-    {"errors", "names", "safe_yaml", "symptoms", "bm25", "home", "procs", "atomic", "sqlite_wal", "redact"},
+    {"errors", "names", "safe_yaml", "symptoms", "bm25", "home", "procs", "atomic", "sqlite_wal", "redact", "files"},
     {"domain", "config", "tasks", "runmeta"},
     {"data", "prompting", "episodes", "pretrained", "evidence", "rewards"},
     {"policy", "evaluation", "mapping", "diagnostics", "screening", "backtest", "tracking"},

@@ -14,7 +14,7 @@ import time
 
 import jinja2
 import pytest
-from llm_server import HANG, ScriptedLLM
+from llm_server import DRIP, HANG, ScriptedLLM
 
 from evotrainer.agent.brains.base import BrainContext, BrainResult, RefutedChange
 from evotrainer.agent.brains.llm import LLMBrain, LLMSettings, extract_json, render_prompt, template_env
@@ -216,7 +216,7 @@ def test_server_error_and_hang_fall_back(ctx):
     with ScriptedLLM([HANG]) as llm:
         res = brain(llm, max_retries=0, timeout_s=0.3)[0].propose(ctx)
     assert time.monotonic() - t0 < 5
-    assert res.brain == "llm→heuristic" and "no answer within 0.3s" in "\n".join(res.notes)
+    assert res.brain == "llm→heuristic" and "no complete answer within 0.3s" in "\n".join(res.notes)
 
 
 def test_connection_refused_falls_back(ctx):
@@ -360,3 +360,80 @@ def test_a_regressed_round_offers_only_a_smaller_update(ctx):
         res = brain(llm)[0].propose(fell)
     assert [(d.knob, d.value) for d in res.drafts] == [("optim.learning_rate", 1.5e-4)]
     assert "optim.learning_rate 0.0003 → 0.0009 does not make the update smaller" in last_user(llm.requests[1])
+
+
+def test_timeout_bounds_the_whole_call_against_a_dripping_server(ctx):
+    """L1 of issue 60: a server that sends a byte every 0.5 s never trips a read timeout; the call still ends at
+    timeout_s, and the note says what happened."""
+    t0 = time.monotonic()
+    with ScriptedLLM([DRIP], drip_s=0.5) as llm:
+        res = brain(llm, max_retries=0, timeout_s=2)[0].propose(ctx)
+        took = time.monotonic() - t0
+    assert took < 4.5, took
+    notes = "\n".join(res.notes)
+    assert res.brain == "llm→heuristic" and "no complete answer within 2s" in notes and "cannot reach" not in notes
+
+
+def test_a_reply_of_many_proposals_is_read_only_as_far_as_it_is_used(ctx):
+    """L2: 3,000 proposals cost what max_proposals + a few cost, and the notes stay short (100,000 are over the
+    answer's byte cap: test_an_oversized_answer_is_cut_off)."""
+    many = reply(*([proposal("grpo.epsilon_high", 0.28)] + [proposal("grpo.beta", 0.02)] * 3_000))
+    with ScriptedLLM([many]) as llm:
+        t0 = time.monotonic()
+        res = brain(llm, max_tokens=32_768)[0].propose(ctx)
+        took = time.monotonic() - t0
+    assert res.brain == "llm" and len(res.drafts) == 2, res.notes
+    assert took < 10 and sum(map(len, res.notes)) < 4000, (took, res.notes[:5])
+    assert any("ignored: at most 2 are used" in n for n in res.notes)
+
+
+def test_an_oversized_answer_is_cut_off(ctx):
+    huge = reply(*[proposal("grpo.beta", 0.02)] * 100_000)
+    with ScriptedLLM([huge]) as llm:
+        res = brain(llm, max_retries=0, max_tokens=800)[0].propose(ctx)
+    assert res.brain == "llm→heuristic" and any("KiB; it was cut off" in n for n in res.notes), res.notes
+
+
+@pytest.mark.parametrize("usage", [None, (-50, -50)])
+def test_tokens_a_server_does_not_report_are_counted(ctx, usage):
+    """L3: without usage (or with a negative one) tokens are counted from the text, so the budget still binds."""
+    with ScriptedLLM(["not json"] * 6, usage=usage) as llm:
+        b, _ = brain(llm, max_retries=5, token_budget=2_000)
+        res = b.propose(ctx)
+    assert b.tokens_used > 0 and res.tokens == b.tokens_used
+    assert len(llm.requests) < 6, "the token budget never bound"
+    assert any("reported no token usage" in n for n in res.notes)
+    assert any("token budget of 2000 spent" in n for n in res.notes)
+
+
+def test_a_knob_inert_for_the_task_is_refused(ctx):
+    """L4: a trap knob that does nothing on this task (hidden tests on a task that shows none, a leak tool on a
+    single-turn task) is refused, so an injected reply cannot waste a backtest on it."""
+    from evotrainer.tasks import get_task
+
+    task_ctx = ctx.model_copy(update={"task": "arith", "task_inert": get_task("arith").inert_knobs()})
+    trap = reply(proposal("reward.correctness.tests", "visible", symptom="reward_hacking"),
+                 proposal("env.leak_tool", True, symptom="reward_hacking"))
+    with ScriptedLLM([trap]) as llm:
+        res = brain(llm, max_retries=0)[0].propose(task_ctx)
+    notes = "\n".join(res.notes)
+    assert res.brain == "llm→heuristic", notes
+    assert "reward.correctness.tests changes nothing here: task 'arith' shows no tests" in notes
+    assert "env.leak_tool changes nothing here: task 'arith' is single-turn" in notes
+    assert "reward.correctness.tests" not in get_task("code").inert_knobs()
+    assert "env.leak_tool" not in get_task("agentic").inert_knobs()
+
+
+def test_retry_after_is_honoured_within_the_call_deadline(ctx):
+    ok = reply(proposal())
+    with ScriptedLLM([(429, {"Retry-After": "1"}), ok]) as llm:
+        t0 = time.monotonic()
+        res = brain(llm, max_retries=1, timeout_s=5)[0].propose(ctx)
+        took = time.monotonic() - t0
+    assert res.brain == "llm" and 1.0 <= took < 4, (took, res.notes)
+    assert any("waiting 1s as the server's Retry-After asks" in n for n in res.notes)
+    with ScriptedLLM([(429, {"Retry-After": "120"}), ok]) as llm:
+        t0 = time.monotonic()
+        res = brain(llm, max_retries=1, timeout_s=5)[0].propose(ctx)
+    assert time.monotonic() - t0 < 3 and len(llm.requests) == 1
+    assert res.brain == "llm→heuristic" and any("retry after 120s, more than timeout_s" in n for n in res.notes)

@@ -7,8 +7,8 @@ new code. Following EvoTrainer's "analyzers the agent can itself revise", the LL
 writes is trusted:
 
 1. **Trigger**: a false-negative misfire with no accepted parameter revision, ``brain.kind: llm`` and
-   ``revision.draft_code`` on. Where the sandbox cannot confine files (:func:`sandbox.confinement` is
-   ``unrestricted``: no Landlock) drafted code is not run at all, and the event says so.
+   ``revision.draft_code`` on. Where the sandbox lacks a mechanism (:func:`confine.missing`: Landlock with
+   signal scoping, or seccomp) drafted code is not run at all, and the event says which.
 2. **Prompt** (``prompts/draft_diagnostic.j2``, StrictUndefined): the misfire, the regressed run's metric
    trajectory, the columns every run has, the ``Diagnostic`` shape, the symptom vocabulary; the policy's rollout
    text only JSON-escaped inside a DATA block.
@@ -43,9 +43,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from evotrainer import atomic
 from evotrainer.agent.brains.llm import LLMBrain, clean, template_env
 from evotrainer.config.harness import GateRule, HarnessSpec, UserDiagnostic
+from evotrainer.diagnostics.confine import missing
 from evotrainer.diagnostics.registry import Registry, SandboxedDiagnostic
 from evotrainer.diagnostics.revision import Archive, evaluate_revision, history, record
-from evotrainer.diagnostics.sandbox import confinement, list_diagnostics
+from evotrainer.diagnostics.sandbox import list_diagnostics
 from evotrainer.domain import Finding
 from evotrainer.errors import ConfigError
 from evotrainer.evidence import Evidence
@@ -194,10 +195,9 @@ def draft_diagnostic(ctx: Any, misfire: Any, harness: HarnessSpec, archive: Arch
         return None
     out: dict[str, Any] = {"accepted": False, "diagnostic": None, "symptom": None, "candidate": None, "scores": None,
                            "reasons": [], "tokens": 0}
-    mode = confinement()
-    if mode == "unrestricted":
-        out["reasons"] = ["no draft asked: this kernel has no Landlock (Linux >= 5.13), so the sandbox cannot keep "
-                          "drafted code away from the campaign's files"]
+    lacking = missing()
+    if lacking:
+        out["reasons"] = ["no draft asked: the sandbox here lacks " + "; ".join(lacking)]
         return out, None
     registry = Registry(harness)
     timeout_s, memory_mb = 30.0, 1024

@@ -81,7 +81,7 @@ def overflows_context(knob: str, value: Any, context: int | None) -> str | None:
 
 
 def brain_inputs(library_dir: Path, harness: HarnessSpec, findings: list[Finding], task: str, k: int = 8,
-                 store: Any = None, context: int | None = None) -> tuple[list[Candidate], list[KnownMistake], list[RefutedChange]]:
+                 store: Any = None, context: int | None = None, task_inert: dict[str, str] | None = None) -> tuple[list[Candidate], list[KnownMistake], list[RefutedChange]]:
     """Candidates (retrieval order), retrieved mistake notes, and known mistakes as refuted changes.
 
     ``context`` is the policy's context length: a completion budget that would fill it (a relative skill
@@ -98,7 +98,7 @@ def brain_inputs(library_dir: Path, harness: HarnessSpec, findings: list[Finding
     # a skill whose every trigger names other domains does not apply here (a code-only reward knob means
     # nothing on arith); retrieval merely ranks a partial mismatch lower
     ranked = [s for s in ranked if not s.triggers or any(not t.domains or domain in t.domains for t in s.triggers)]
-    inert = harness.inert_knobs()
+    inert = {**harness.inert_knobs(), **(task_inert or {})}
     candidates = [c for c in to_candidates(ranked, harness) if c.knob not in inert
                   and overflows_context(c.knob, c.value, context) is None]
     refuted: list[RefutedChange] = []

@@ -449,6 +449,15 @@ def _knob_history(ctx: CampaignContext, knob: str) -> list[tuple[str, Any, Any, 
             for pid, d in sorted(decided.items(), key=lambda kv: (props[kv[0]].round, kv[0]))]  # decision order
 
 
+def _task_inert(ctx: CampaignContext) -> dict[str, str]:
+    """The campaign task's inert knobs (``Task.inert_knobs``), built once per campaign process."""
+    if ctx.task_inert is None:
+        from evotrainer.tasks import get_task
+
+        ctx.task_inert = get_task(ctx.spec.task, ctx.spec.task_options).inert_knobs()
+    return ctx.task_inert
+
+
 def _check_draft(ctx: CampaignContext, harness: HarnessSpec, knob: str, value: Any, symptom: str,
                  context: int | None, retest: bool = False) -> None:
     """Raise ConfigError when ``knob=value`` may not be proposed (the propose node's last line of defence).
@@ -463,9 +472,9 @@ def _check_draft(ctx: CampaignContext, harness: HarnessSpec, knob: str, value: A
     harness.with_knob(knob, value)  # brains validate too
     if locked_knob(knob):
         raise ConfigError(f"{knob} is locked: diagnostics and gates judge proposals")
-    inert = harness.inert_knobs()
+    inert = {**harness.inert_knobs(), **_task_inert(ctx)}
     if knob in inert:
-        raise ConfigError(f"{knob} changes nothing in this harness: {inert[knob]}")
+        raise ConfigError(f"{knob} changes nothing here: {inert[knob]}")
     if (why := overflows_context(knob, value, context)) is not None:
         raise ConfigError(why)
     mistake = None if retest else repeated_mistake(ctx.library, harness, knob, value, symptom)
@@ -501,7 +510,7 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
         # the library's skills are the candidates (their evidence is the prior); its mistakes count as refuted
         context = ctx.spec.policy.context_length()
         candidates, mistakes, known = brain_inputs(ctx.library, harness, findings, ctx.spec.task, store=ctx.store,
-                                                   context=context)
+                                                   context=context, task_inert=_task_inert(ctx))
         candidates = _retests(ctx, harness) + candidates
         knobs = harness.knobs()
         # only what enlarges the update can act on a policy that does not move (agent/movement.py), only what shrinks
@@ -516,7 +525,7 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
         bctx = BrainContext(harness=harness, findings=findings, candidates=candidates, mistakes=mistakes,
                             refuted=_refuted(ctx) + known, max_proposals=k + (2 if ctx.spec.screen else 0),
                             min_effect=ctx.spec.backtest.min_effect,
-                            task=ctx.spec.task, seed=ctx.spec.seed, round=rnd,
+                            task=ctx.spec.task, task_inert=_task_inert(ctx), seed=ctx.spec.seed, round=rnd,
                             only_knobs=list(STEP_SIZE_KNOBS) if step else None, only_step=step,
                             only_why=STUCK_WHY if stuck else REGRESSED_WHY if fell else "")
         result = ctx.brain.propose(bctx)

@@ -16,7 +16,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from evotrainer.cli.common import HomeOpt, JsonOpt, err_console, out_console
+from evotrainer.cli.common import HomeOpt, JsonOpt, err_console, out_console, seconds
 from evotrainer.cli.common import emit_json as _emit_json
 from evotrainer.cli.common import guard as _guard
 from evotrainer.cli.evidence import (
@@ -467,7 +467,7 @@ def campaign_status(cid: Optional[str] = typer.Argument(None, help="Campaign id 
 @campaign_app.command("stop")
 def campaign_stop(cid: str,
                   now: bool = typer.Option(False, "--now", help="End the owner and its workers at once (SIGKILL)."),
-                  wait_s: float = typer.Option(30.0, "--wait", min=0, help="Seconds to wait for the owner to exit."),
+                  wait_s: float = typer.Option(30.0, "--wait", min=0, callback=seconds(86400), help="Seconds to wait for the owner to exit."),
                   home: Optional[Path] = HomeOpt, as_json: bool = JsonOpt) -> None:
     """Stop a campaign: its owner abandons the job in flight and exits (resume continues it); --now kills it at once."""
     from evotrainer.agent.campaign import stop_campaign

@@ -34,6 +34,19 @@ JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.
 _captured: list[Any] | None = None  # the documents of the --json command running now (see guard)
 
 
+def seconds(upper: float):
+    """A typer callback for an option in seconds: finite, and at most ``upper`` (``nan`` and ``inf`` pass a
+    ``min=`` bound, so they are refused here with the allowed range)."""
+    import math
+
+    def check(value: float | None) -> float | None:
+        if value is not None and not (math.isfinite(value) and value <= upper):
+            raise typer.BadParameter(f"{value!r} is not a number of seconds; give a finite value up to {upper:g}")
+        return value
+
+    return check
+
+
 def emit_json(doc: Any, shape: str | None = None) -> None:
     """Print ``doc`` as the command's JSON document (held until the command ends, inside ``guard(as_json=True)``).
 

@@ -15,7 +15,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from evotrainer.cli.common import HomeOpt, JsonOpt, err_console, out_console
+from evotrainer.cli.common import HomeOpt, JsonOpt, err_console, out_console, seconds
 from evotrainer.cli.common import emit_json as _emit_json
 from evotrainer.cli.common import guard as _guard
 
@@ -110,15 +110,18 @@ def watch_cmd(
     run: str = typer.Argument(..., help="Run name, job dir, a TRL output dir, a verl dump dir, or the directory an "
                               "EvoTrainerCallback writes; it may not exist yet."),
     every: int = typer.Option(1, "--every", min=1, help="Diagnose after every N new steps (and when the run ends)."),
-    interval: float = typer.Option(1.0, "--interval", min=0.05, help="Seconds between checks of the run's files."),
+    interval: float = typer.Option(1.0, "--interval", min=0.05, callback=seconds(3600),
+                                   help="Seconds between checks of the run's files (at most 3600)."),
     fail_on: Optional[str] = typer.Option(None, "--fail-on", help="Exit 1 at the first finding at/above this severity: "
                                           "warning|critical."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.0, help="Stop after this many seconds (exit 0 "
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.0, callback=seconds(10**7),
+                                            help="Stop after this many seconds (exit 0 "
                                             "unless --fail-on tripped)."),
     until_finished: bool = typer.Option(False, "--until-finished", help="Stop when the run ends (our jobs and the "
                                         "callback: meta.json status; TRL: trainer_state.json at max_steps; verl: "
                                         "needs --idle)."),
-    idle: Optional[float] = typer.Option(None, "--idle", min=0.0, help="Stop after this many seconds without a new "
+    idle: Optional[float] = typer.Option(None, "--idle", min=0.0, callback=seconds(10**7),
+                                         help="Stop after this many seconds without a new "
                                          "step (after a last diagnosis)."),
     harness: Optional[Path] = DiagHarnessOpt,
     only: list[str] = OnlyOpt,

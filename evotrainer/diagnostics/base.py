@@ -17,8 +17,10 @@ import fnmatch
 import traceback
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
@@ -86,6 +88,8 @@ def field_present(ev: Evidence, field: str) -> bool:
         return False
     cols = [c for c in frame.columns if fnmatch.fnmatchcase(str(c), name)] if kind == "metric" and any(
         ch in name for ch in "*?[") else ([name] if name in frame.columns else [])
+    if kind == "metric":  # a metric is data only where it is a finite number (all NaN or inf: nothing to read)
+        return any(np.isfinite(pd.to_numeric(frame[c], errors="coerce").to_numpy(dtype="float64")).any() for c in cols)
     return any(frame[c].notna().any() for c in cols)
 
 
@@ -188,10 +192,10 @@ class Diagnostic(ABC):
         try:
             return self.analyze(ev)
         except Exception as err:  # noqa: BLE001 - a diagnostic's bug must not stop the caller
-            return [self.finding("warning", f"diagnostic crashed: {type(err).__name__}: {err}", confidence=0.0,
-                                 symptom="diagnostic_error",
-                                 metrics={}, examples=[Example(rollout_id="traceback",
-                                                               completion=snippet(traceback.format_exc(), 600))])]
+            frame = traceback.extract_tb(err.__traceback__)[-1]  # where, not the whole traceback: findings are output
+            return [self.finding("warning", f"diagnostic crashed: {type(err).__name__}: {snippet(err, 300)} "
+                                 f"(at {Path(frame.filename).name}:{frame.lineno} in {frame.name})", confidence=0.0,
+                                 symptom="diagnostic_error", metrics={}, examples=[])]
 
     @abstractmethod
     def analyze(self, ev: Evidence) -> list[Finding]: ...

@@ -1,30 +1,28 @@
-"""Running an untrusted diagnostic: another process, a time limit, a memory limit, no network.
+"""Running an untrusted diagnostic: another process, confined, with a time limit, a memory limit and no network.
 
 Diagnostics can be revised with new code, and later that code comes from an LLM. Such code is never
 imported into the campaign's process. Instead this module starts ``python -m evotrainer.diagnostics.sandbox``
-in a fresh process that:
+in a fresh process, in a session of its own, that:
 
 - gets the evidence as Parquet files in a private temporary directory (its working directory);
-- runs under ``RLIMIT_AS`` (memory), ``RLIMIT_CPU`` and a wall-clock timeout (killed with its process group),
-  ``RLIMIT_FSIZE`` (it cannot fill the disk) and ``RLIMIT_NPROC``-free but ``start_new_session`` isolation;
 - has no network: it is moved into a new, empty network namespace with ``unshare(CLONE_NEWNET)`` (as root,
   or via a user namespace where the kernel allows it); where neither is possible, socket creation is
-  disabled inside the interpreter and the result says ``network: "socket-blocked"``;
-- sees little of the file system and no other process: once its trusted imports are done, a Landlock ruleset
-  (Linux ≥ 5.13; ``landlock_create_ruleset`` through ``ctypes``) lets it read only below the interpreter, its
-  installed packages, the ``evotrainer`` package and ``/usr``, ``/lib*``, and write only in its working
-  directory, so neither a campaign's home (state, API-key files, other runs) nor ``/proc`` of other processes
-  is readable, and nothing outside the temporary directory is writable; where the kernel has Landlock ABI 6 it
-  also may not signal processes outside its domain (the campaign that started it). The result says
-  ``filesystem: "landlock"`` (or ``"landlock+signals"``), or ``"unrestricted"`` where the kernel has no
-  Landlock: :func:`confinement` tells which, and code an LLM drafted is only run where it is confined. The ruleset
-  is applied first, while the child has one thread (Landlock binds a thread and those it starts later), and a child
-  that reaches less confinement than the parent's kernel offers refuses to run the code;
+  disabled inside the interpreter and the result says ``network: "socket-blocked"`` (seccomp refuses every
+  socket anyway);
+- confines itself with Landlock, no root, and seccomp (:mod:`evotrainer.diagnostics.confine` says what each
+  stops) once its trusted imports are done. The Landlock ruleset is applied first, while the child has one thread
+  (Landlock binds a thread and those it starts later); the parent says what this kernel offers
+  (:func:`confinement`), and a child that reaches less refuses to run the code. Code an LLM drafted is only run
+  where nothing is missing;
+- runs under ``RLIMIT_AS`` (memory: with seccomp it cannot fork, so this bounds all it can touch), ``RLIMIT_CPU``,
+  ``RLIMIT_FSIZE`` (it cannot fill the disk), ``RLIMIT_NOFILE``, and a wall-clock deadline after which its
+  process group is killed. The deadline holds however the child behaves: the parent reads its pipes itself,
+  without waiting for an end of file that a descendant could withhold, and kills the group on every way out;
 - gets a minimal environment (no API keys, no proxy settings, no ``EVOTRAINER_*`` locations);
 - returns findings as JSON on stdout, which the parent validates with the ``Finding`` schema — the
-  child's output is as untrusted as its code.
+  child's output is as untrusted as its code, and no more than :data:`OUTPUT_CAP` bytes of it are read.
 
-Anything that goes wrong (crash, timeout, memory, malformed output) becomes one ``diagnostic_error``
+Anything that goes wrong (crash, timeout, memory, too much or malformed output) becomes one ``diagnostic_error``
 finding; the caller never sees an exception from here.
 """
 
@@ -34,12 +32,25 @@ import ctypes
 import json
 import os
 import resource
+import selectors
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
+
+from evotrainer.diagnostics.confine import (
+    NOBODY,
+    confinement,
+    drop_root,
+    restrict_filesystem,
+    restrict_syscalls,
+    seccomp_available,
+)
+
+__all__ = ["confinement", "list_diagnostics", "list_names", "run_sandboxed"]
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
@@ -51,90 +62,6 @@ def _isolate_network() -> str:
         if libc.unshare(flags) == 0:
             return "namespace"
     return "socket-blocked"
-
-
-# Landlock (include/uapi/linux/landlock.h): syscalls, access rights by ABI version, scopes.
-_SYS_CREATE, _SYS_ADD_RULE, _SYS_RESTRICT = 444, 445, 446  # the same numbers on x86_64 and aarch64
-_PR_SET_NO_NEW_PRIVS = 38
-_FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
-_FS_BASE = (1 << 13) - 1  # execute .. make_sym: the ABI 1 rights
-_FS_REFER, _FS_TRUNCATE, _FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15  # ABI 2, 3, 5
-_FILE_RIGHTS = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
-_SCOPE_ABSTRACT_UNIX, _SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
-
-
-def _landlock_abi() -> int:
-    """The kernel's Landlock ABI version (0: none, or the platform is not Linux)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return max(0, int(libc.syscall(_SYS_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1))))
-    except (OSError, AttributeError):
-        return 0
-
-
-def confinement() -> str:
-    """How a sandboxed child's file system (and signals) would be confined on this machine: 'landlock+signals',
-    'landlock' or 'unrestricted' (see the module docstring)."""
-    abi = _landlock_abi()
-    return "unrestricted" if abi < 1 else "landlock+signals" if abi >= 6 else "landlock"
-
-
-def _readable_roots() -> list[Path]:
-    """What a sandboxed child may read: the interpreter and its libraries, the installed packages, evotrainer."""
-    import site
-
-    import evotrainer
-
-    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(), site.getusersitepackages(),
-             str(Path(evotrainer.__file__).resolve().parent), "/usr", "/lib", "/lib64", "/lib32", "/bin",
-             f"/proc/{os.getpid()}", "/dev/null", "/dev/urandom", "/dev/zero"}
-    return [Path(r) for r in sorted(roots) if r and os.path.exists(r)]
-
-
-def _restrict_filesystem(workdir: Path) -> str:
-    """Landlock the calling process (and what it starts): read below :func:`_readable_roots`, write only below
-    ``workdir``; with ABI 6, no signals or abstract sockets outside the domain. Returns the mode it reached."""
-    abi = _landlock_abi()
-    if abi < 1:
-        return "unrestricted"
-    libc = ctypes.CDLL(None, use_errno=True)
-    handled = _FS_BASE | (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0) | \
-        (_FS_IOCTL_DEV if abi >= 5 else 0)
-    fields = [handled] + ([0] if abi >= 4 else []) + ([_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL] if abi >= 6 else [])
-    attr = (ctypes.c_uint64 * len(fields))(*fields)
-    ruleset = libc.syscall(_SYS_CREATE, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
-    if ruleset < 0:
-        return "unrestricted"
-
-    class PathBeneath(ctypes.Structure):
-        _pack_ = 1
-        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-    def allow(path: Path, access: int) -> None:
-        try:
-            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-        except OSError:
-            return
-        try:
-            rights = (access if path.is_dir() else access & _FILE_RIGHTS) & handled
-            rule = PathBeneath(rights, fd)
-            if libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(1), ctypes.byref(rule),
-                            ctypes.c_uint32(0)) != 0:
-                print(f"sandbox: Landlock refused a rule for {path} (it stays unreadable)", file=sys.stderr)
-        finally:
-            os.close(fd)
-
-    try:
-        for root in _readable_roots():
-            allow(root, _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR)
-        allow(Path("/dev/null"), _FS_READ_FILE | _FS_WRITE_FILE)
-        allow(workdir, handled)
-        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.syscall(_SYS_RESTRICT, ctypes.c_int(ruleset),
-                                                                              ctypes.c_uint32(0)) != 0:
-            return "unrestricted"
-    finally:
-        os.close(ruleset)
-    return "landlock+signals" if abi >= 6 else "landlock"
 
 
 SANDBOX_ENV = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "PYTHONHASHSEED", "TMPDIR", "OMP_NUM_THREADS")
@@ -157,6 +84,7 @@ def _limits(memory_mb: int, cpu_s: int) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024 * 1024, 64 * 1024 * 1024))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
 
 
 def _error_finding(name: str, message: str):
@@ -166,23 +94,73 @@ def _error_finding(name: str, message: str):
                    confidence=0.0, explanation=message[:2000])
 
 
-def _spawn(args: list[str], workdir: Path, timeout_s: float, memory_mb: int) -> tuple[int | None, str, str]:
+OUTPUT_CAP = 8 * 1024 * 1024
+"""Bytes of a child's stdout and stderr together that the parent reads back; a child that writes more is killed."""
+
+
+class _Outcome:
+    """What came back from a child: its exit code (None when it was killed for time or output), its two streams,
+    and why it was killed."""
+
+    def __init__(self, code: int | None, out: str, err: str, killed: str = "") -> None:
+        self.code, self.out, self.err, self.killed = code, out, err, killed
+
+
+def _read_back(proc: subprocess.Popen, timeout_s: float) -> _Outcome:
+    """Read both pipes until the child closes them, the deadline passes or :data:`OUTPUT_CAP` is reached; then kill
+    its process group (whatever is left in it) and reap it. Never waits past the deadline."""
+    deadline = time.monotonic() + timeout_s
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()  # type: ignore[union-attr]
+    bufs = {out_fd: bytearray(), err_fd: bytearray()}
+    killed = ""
+    with selectors.DefaultSelector() as sel:
+        for fd in bufs:
+            os.set_blocking(fd, False)
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map() and not killed:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                killed = f"timed out after {timeout_s:.0f}s"
+                break
+            for key, _ in sel.select(min(left, 1.0)):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    sel.unregister(key.fd)
+                    continue
+                bufs[key.fd] += chunk
+                if sum(map(len, bufs.values())) > OUTPUT_CAP:
+                    killed = f"wrote more than {OUTPUT_CAP >> 20} MiB of output"
+                    break
+    if not killed:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            killed = f"timed out after {timeout_s:.0f}s"
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the group outlives its leader only as a zombie's pgid until reaped
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        stream.close()  # type: ignore[union-attr]
+    out, err = (bufs[fd].decode("utf-8", "replace") for fd in (out_fd, err_fd))
+    return _Outcome(None if killed else proc.returncode, out, err, killed)
+
+
+def _spawn(args: list[str], workdir: Path, timeout_s: float, memory_mb: int) -> _Outcome:
     env = {k: v for k, v in os.environ.items() if k in SANDBOX_ENV}
     env["EVOTRAINER_SANDBOX_MEMORY_MB"] = str(memory_mb)
     env["EVOTRAINER_SANDBOX_CPU_S"] = str(max(1, int(timeout_s)))
     env["EVOTRAINER_SANDBOX_REQUIRE"] = confinement()  # the child refuses to run code with less than this
+    if os.geteuid() == 0:  # the child runs the code as nobody: its directory must be its own
+        for p in (workdir, *workdir.iterdir()):
+            os.chown(p, NOBODY, NOBODY)
     proc = subprocess.Popen(
         [sys.executable, "-m", "evotrainer.diagnostics.sandbox", *args],
-        cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
         stdin=subprocess.DEVNULL,
     )
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return None, "", f"timed out after {timeout_s:.0f}s"
-    return proc.returncode, out, err
+    return _read_back(proc, timeout_s)
 
 
 def run_sandboxed(path: Path, name: str, params: dict[str, Any], ev, timeout_s: float = 30.0, memory_mb: int = 1024):
@@ -197,9 +175,10 @@ def run_sandboxed(path: Path, name: str, params: dict[str, Any], ev, timeout_s: 
         ev.rollouts.to_parquet(work / "rollouts.parquet")
         (work / "diagnostic.py").write_bytes(Path(path).read_bytes())
         (work / "params.json").write_text(json.dumps(params))
-        code, out, err = _spawn(["run", name], work, timeout_s, memory_mb)
+        got = _spawn(["run", name], work, timeout_s, memory_mb)
+    code, out, err = got.code, got.out, got.err
     if code is None:
-        return [_error_finding(name, f"untrusted diagnostic '{name}' {err}; it was killed")]
+        return [_error_finding(name, f"untrusted diagnostic '{name}' {got.killed}; it was killed")]
     if code == -signal.SIGXCPU:  # RLIMIT_CPU: the wall-clock timeout's twin for busy loops
         return [_error_finding(name, f"untrusted diagnostic '{name}' timed out: it used its {int(timeout_s)}s of CPU time "
                                      "and was killed")]
@@ -229,7 +208,8 @@ def list_diagnostics(path: Path, timeout_s: float = 30.0) -> dict[str, list[str]
     with tempfile.TemporaryDirectory(prefix="evo-sandbox-") as tmp:
         work = Path(tmp)
         (work / "diagnostic.py").write_bytes(Path(path).read_bytes())
-        code, out, err = _spawn(["list"], work, timeout_s, 1024)
+        got = _spawn(["list"], work, timeout_s, 1024)
+    code, out, err = got.code, got.out, got.err or got.killed
     try:
         doc = json.loads(out.strip().splitlines()[-1]) if code == 0 else {}
         names, params = doc["names"], doc.get("params")
@@ -254,15 +234,10 @@ def _child(argv: list[str]) -> int:
         socket.socket = _blocked  # type: ignore[assignment, misc]
         socket.create_connection = _blocked  # type: ignore[assignment]
     # Landlock first, while this process has one thread: a ruleset binds the calling thread and the threads it starts
-    # later, so the threads numpy, OpenBLAS and Arrow start during the imports below are bound too. The parent says
-    # what this kernel allows (EVOTRAINER_SANDBOX_REQUIRE); reaching less is a refusal, not a quieter run.
-    filesystem = _restrict_filesystem(Path.cwd())
-    required = os.environ.get("EVOTRAINER_SANDBOX_REQUIRE", "unrestricted")
-    if required != "unrestricted" and filesystem != required:
-        print(f"sandbox: could not confine the file system ({filesystem}, expected {required}); not running the code",
-              file=sys.stderr)
-        return 3
-    # Trusted imports and input next; the limits then apply to everything the untrusted code does.
+    # later, so the threads numpy, OpenBLAS and Arrow start during the imports below are bound too.
+    seccomp_available()  # imports libseccomp's binding now: ctypes.util.find_library runs ldconfig, not possible later
+    filesystem = restrict_filesystem(Path.cwd())
+    # Trusted imports and input next; the limits, no root and seccomp then apply to everything the untrusted code does.
     import importlib.util
     import inspect
 
@@ -277,6 +252,18 @@ def _child(argv: list[str]) -> int:
                       source="sandbox")
         params = json.loads(Path("params.json").read_text())
     _limits(int(os.environ.get("EVOTRAINER_SANDBOX_MEMORY_MB", "1024")), int(os.environ.get("EVOTRAINER_SANDBOX_CPU_S", "30")))
+    try:
+        user = drop_root()
+    except OSError as e:
+        print(f"sandbox: could not stop being root ({e}); not running the code", file=sys.stderr)
+        return 3
+    reached = "+".join(p for p in (filesystem, "seccomp" if restrict_syscalls() else "") if p and p != "unrestricted")
+    reached = reached or "unrestricted"
+    # The parent says what this kernel allows (EVOTRAINER_SANDBOX_REQUIRE); reaching less is a refusal, not a quieter run.
+    required = os.environ.get("EVOTRAINER_SANDBOX_REQUIRE", "unrestricted")
+    if not set(required.split("+")) <= set(reached.split("+")) | {"unrestricted"}:
+        print(f"sandbox: could not confine the code ({reached}, expected {required}); not running it", file=sys.stderr)
+        return 3
 
     spec = importlib.util.spec_from_file_location("untrusted_diagnostic", Path("diagnostic.py").resolve())
     module = importlib.util.module_from_spec(spec)
@@ -288,11 +275,11 @@ def _child(argv: list[str]) -> int:
         params = {n: sorted(f) if isinstance(f, dict) else None for n, f in fields.items()}
         symptoms = {n: str(getattr(c, "symptom", "")) for n, c in classes.items()}
         print(json.dumps({"names": sorted(classes), "params": params, "symptoms": symptoms, "network": mode,
-                          "filesystem": filesystem}))
+                          "confinement": reached, "user": user}))
         return 0
     findings = classes[argv[1]](params).run(ev)
     print(json.dumps({"findings": [f.model_dump(mode="json") for f in findings], "network": mode,
-                      "filesystem": filesystem}))
+                      "confinement": reached, "user": user}))
     return 0
 
 

@@ -194,6 +194,9 @@ class Task(ABC):
     """True: a chat model gets the raw ``Problem.prompt`` too, never its chat template (see evotrainer.prompting)."""
     chat_system: ClassVar[str] = "Reply with the answer only, nothing else."
     """System message of :meth:`chat_messages`'s default."""
+    shows_tests: ClassVar[bool] = False
+    """True: the prompts show examples that the verdict scores apart (``Verdict.visible_score``), so the harness
+    knob ``reward.correctness.tests`` chooses something (``code``); elsewhere visible and hidden tests are one."""
 
     def __init__(self, options: BaseModel | dict[str, Any] | None = None) -> None:
         type(self)._check_class()
@@ -241,6 +244,17 @@ class Task(ABC):
         one ignores it.
         """
         return None
+
+    def inert_knobs(self) -> dict[str, str]:
+        """Harness knobs that change nothing on this task, with the reason (as ``HarnessSpec.inert_knobs`` says
+        for the harness): a proposal of one could only measure noise, or spring a trap that is not there."""
+        out = {}
+        if self.environment() is None:
+            out["env.leak_tool"] = f"task '{self.name}' is single-turn: it has no environment, so no tools"
+        if not self.shows_tests:
+            out["reward.correctness.tests"] = (f"task '{self.name}' shows no tests in its prompts, so visible and "
+                                               "hidden tests are the same")
+        return out
 
     def turn_limit(self) -> int:
         """Most tool calls one episode may make (multi-turn tasks; the environment enforces it too)."""

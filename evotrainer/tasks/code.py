@@ -151,6 +151,7 @@ class CodeTask(Task):
     """Write a ListLang program that maps the example inputs to their outputs; judged on hidden tests."""
 
     name = "code"
+    shows_tests = True
     description = (
         "Program synthesis: '[3,1,2]>[1,2,3];[5,4]>[4,5]:' -> a ListLang program such as 'sort', "
         "scored by the fraction of hidden tests it passes."

@@ -17,7 +17,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 import threading
+import traceback
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime, timezone
@@ -198,7 +200,13 @@ def create_app(home: str | Path, token: str | None = None, *, host: str = "127.0
         elif not guard.public_reads and not guard.signed_in(request) and not path.startswith(OPEN_PATHS):
             response = RedirectResponse("/login" + "?" + urlencode({"next": _here(request)}), status_code=303)
         else:
-            response = await call_next(request)
+            try:
+                response = await call_next(request)
+            except Exception as exc:  # noqa: BLE001 - a page's bug still answers with this middleware's headers
+                traceback.print_exception(exc, file=sys.stderr)
+                response = await run_in_threadpool(render, request, "error.html.j2", 500, code=500, login=False,
+                                                   message=f"this page failed ({type(exc).__name__}); the dashboard's "
+                                                           "log has the details")
         if fresh:
             response.set_cookie(CSRF_COOKIE, nonce, httponly=True, samesite="strict", path="/")
         response.headers.setdefault("Content-Security-Policy", CSP)

@@ -93,6 +93,14 @@ def _library_stamp(root: Path) -> tuple:
     return tuple((d, _stat(root / d / "SKILL.md")) for d in dirs)
 
 
+def _chart_metrics(run_dir: Path) -> pd.DataFrame:
+    """A run's metrics for its charts; none when the file cannot be read (the findings say why)."""
+    try:
+        return read_metrics(run_dir)
+    except (OSError, ValueError):
+        return pd.DataFrame({"step": []})
+
+
 def page_of(total: int, page: int, size: int = PAGE) -> dict[str, int]:
     pages = max(1, math.ceil(total / size))
     page = min(max(1, page), pages)
@@ -116,7 +124,7 @@ class Views:
         self.store = store
         self.library = resolve_library(library)
         self.mlflow_url = (mlflow_url or "").rstrip("/") or None
-        self.metrics = FileCache(read_metrics, lambda d: _stat(d / "metrics.jsonl"))
+        self.metrics = FileCache(_chart_metrics, lambda d: _stat(d / "metrics.jsonl"))
         self._meta = FileCache(self._read_meta, lambda d: _stat(d / "meta.json"), maxsize=2048)
         self._libs = FileCache(self._load_library, _library_stamp, maxsize=16)
         self._diagnoses = FileCache(self._diagnose, self._run_stamp, maxsize=32)
@@ -423,7 +431,8 @@ class Views:
         if self.jobs.is_dir():
             with os.scandir(self.jobs) as it:
                 for e in it:
-                    if e.is_dir() and not e.name.startswith(".") and (not q or q.lower() in e.name.lower()):
+                    if e.is_dir(follow_symlinks=False) and not e.name.startswith(".") and \
+                            (not q or q.lower() in e.name.lower()):
                         entries.append((e.stat().st_mtime, e.name))
         entries.sort(reverse=True)
         pg = page_of(len(entries), page)
@@ -437,9 +446,11 @@ class Views:
 
     def run_dir(self, name: str) -> Path:
         """A job directory directly under HOME/jobs (no other path is served)."""
-        if not is_name(name) or not (self.jobs / name).is_dir():
-            raise NotFound(f"run '{name}' not found under {self.jobs}; the Diagnose page lists the runs there")
-        return self.jobs / name
+        path = self.jobs / name
+        if not is_name(name) or path.is_symlink() or not path.is_dir() or path.resolve().parent != self.jobs.resolve():
+            raise NotFound(f"run '{name}' not found under {self.jobs} (a link to a directory elsewhere is not "
+                           "served); the Diagnose page lists the runs there")
+        return path
 
     def _run_stamp(self, run_dir: Path) -> tuple:
         roll = run_dir / "rollouts"

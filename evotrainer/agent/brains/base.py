@@ -47,6 +47,8 @@ class BrainContext(BaseModel):
     max_proposals: int = 2
     min_effect: float = Field(0.0, description="The backtest's minimum effect: what a candidate must beat to be worth a backtest.")
     task: str = ""
+    task_inert: dict[str, str] = Field(
+        default_factory=dict, description="Knobs that change nothing on the task (``Task.inert_knobs``), with why.")
     seed: int = 0
     round: int = 0
     metrics: dict[str, float] = Field(default_factory=dict, description="Latest segment's key metrics.")
@@ -58,6 +60,11 @@ class BrainContext(BaseModel):
     only_step: Literal["larger", "smaller"] | None = Field(
         None, description="With ``only_knobs``, the way a step-size knob must move the update: larger in a stuck "
                           "round (agent/movement.py), smaller in a regressed one (agent/regression.py).")
+
+
+    def inert(self) -> dict[str, str]:
+        """Knobs that change nothing here: under the rest of the harness, or on the task."""
+        return {**self.harness.inert_knobs(), **self.task_inert}
 
 
 class BrainResult(BaseModel):

@@ -26,14 +26,24 @@ Why it is built this way:
   then nothing, stepping down once per refusal (HTTP 4xx, or an error naming response_format: llama-cpp-python
   answers OpenAI's form with HTTP 500) and remembering it. A server that ignores the field
   (``transformers serve``) is simply unconstrained; the reply is validated the same either way.
+* A server is a network peer, as untrusted as the text it sends. ``timeout_s`` bounds a whole call by wall time
+  (a server that drips a byte every second is cut off at the deadline, not when it pleases), the answer's body is
+  read up to :func:`reply_cap` bytes, a reply's proposals are looked at up to 16 (or 4 x ``max_proposals``),
+  a 429's ``Retry-After`` is honoured when it fits in ``timeout_s`` (else the round falls back), and tokens a
+  server does not report (no ``usage``, or a nonsense one) are counted from the text, four characters a token, so
+  ``token_budget`` holds against any server.
 """
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import json
+import math
 import os
 import re
+import threading
+import time
 import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, get_args, get_origin
@@ -55,7 +65,7 @@ from evotrainer.errors import ConfigError
 from evotrainer.symptoms import SYMPTOMS
 
 if TYPE_CHECKING:  # the client is imported where a call is made: a campaign with the heuristic brain never needs it
-    from openai import APIStatusError, OpenAIError  # (0.6 s of imports, openai's types and aiohttp)
+    from openai import APIStatusError  # (0.6 s of imports, openai's types and aiohttp)
 
 PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
 LOCKED = LOCKED_KNOB_PREFIXES  # the gates and user diagnostics judge proposals; an LLM never changes them
@@ -127,17 +137,19 @@ def _choices(path: str) -> list[Any]:
     return list(get_args(ann)) if get_origin(ann) is Literal else []
 
 
-def _knob_rows(harness: HarnessSpec, only: list[str] | None = None) -> list[dict[str, Any]]:
+def _knob_rows(harness: HarnessSpec, only: list[str] | None = None,
+               inert: dict[str, str] | None = None) -> list[dict[str, Any]]:
     current, signs = harness.knobs(), {"gt": ">", "ge": "≥", "lt": "<", "le": "≤"}
     return [{**d, "current": current[d["knob"]], "choices": _choices(d["knob"]),
              "bounds": ", ".join(f"{signs[a]} {v}" for a, v in d["bounds"].items() if a in signs)}
             for d in knob_docs() if d["knob"] in current and not d["knob"].startswith(LOCKED)
-            and d["knob"] not in harness.inert_knobs() and (only is None or d["knob"] in only)]
+            and d["knob"] not in (harness.inert_knobs() if inert is None else inert)
+            and (only is None or d["knob"] in only)]
 
 
 def compact_knobs(ctx: BrainContext) -> list[dict[str, Any]]:
     """The knobs a compact prompt offers: the top candidates' own, then ``COMPACT_KNOBS``, at most 6."""
-    rows = {r["knob"]: r for r in _knob_rows(ctx.harness, ctx.only_knobs)}
+    rows = {r["knob"]: r for r in _knob_rows(ctx.harness, ctx.only_knobs, ctx.inert())}
     order = [*(ctx.only_knobs or []), *(c.knob for c in ctx.candidates[: MAX_COMPACT["candidates"]]), *COMPACT_KNOBS]
     out: list[dict[str, Any]] = []
     for k in order:
@@ -181,7 +193,7 @@ def _value_schema(knob: str, harness: HarnessSpec) -> dict[str, Any]:
 def proposal_schema(ctx: BrainContext, settings: LLMSettings) -> dict[str, Any]:
     """The JSON schema of a reply: ``{"proposals": [...]}``, one object shape per offered knob (its name as an enum,
     its value's type), symptoms from the vocabulary, candidate ids as cited skills, short strings."""
-    rows = compact_knobs(ctx) if settings.prompt == "compact" else _knob_rows(ctx.harness, ctx.only_knobs)
+    rows = compact_knobs(ctx) if settings.prompt == "compact" else _knob_rows(ctx.harness, ctx.only_knobs, ctx.inert())
     n_cand = MAX_COMPACT["candidates"] if settings.prompt == "compact" else MAX_CANDIDATES
     ids = [c.id for c in ctx.candidates[:n_cand]]
     text = lambda n: {"type": "string", "minLength": 3, "maxLength": n}
@@ -221,7 +233,7 @@ def render_prompt(ctx: BrainContext, settings: LLMSettings) -> str:
     shown = findings[: settings.max_findings]
     marker = hashlib.sha256(json.dumps([f.model_dump(mode="json") for f in shown]).encode()).hexdigest()[:12]
     return template_env(settings.max_example_chars).get_template("propose.j2").render(
-        task=ctx.task, round=ctx.round, metrics=ctx.metrics, knobs=_knob_rows(ctx.harness, ctx.only_knobs),
+        task=ctx.task, round=ctx.round, metrics=ctx.metrics, knobs=_knob_rows(ctx.harness, ctx.only_knobs, ctx.inert()),
         only_why=ctx.only_why if ctx.only_knobs is not None else "", findings=shown,
         omitted=len(findings) - len(shown), max_examples=MAX_EXAMPLES, candidates=ctx.candidates[:MAX_CANDIDATES],
         mistakes=ctx.mistakes,
@@ -274,9 +286,9 @@ def check_draft(ctx: BrainContext, item: Any) -> ProposalDraft:
         raise ValueError(f"unknown knob {_clip(d.knob)!r}: use a knob from the list")
     if ctx.only_knobs is not None and d.knob not in ctx.only_knobs:
         raise ValueError(f"{d.knob} is not offered this round (only {', '.join(ctx.only_knobs)}): {ctx.only_why}")
-    inert = ctx.harness.inert_knobs()
+    inert = ctx.inert()
     if d.knob in inert:
-        raise ValueError(f"{d.knob} changes nothing in this harness: {inert[d.knob]}")
+        raise ValueError(f"{d.knob} changes nothing here: {inert[d.knob]}")
     if not _plain(d.value):
         raise ValueError(f"value of {d.knob} must be a JSON scalar (or a list for a range), not {type(d.value).__name__}")
     try:
@@ -307,7 +319,16 @@ def check_reply(ctx: BrainContext, obj: Any) -> tuple[list[ProposalDraft], list[
     extra = sorted(set(obj) - {"proposals"})
     notes = [f"ignored top-level key(s) {_clip(json.dumps(extra))}"] if extra else []
     ids, drafts = {c.id for c in ctx.candidates}, []
-    for i, item in enumerate(obj["proposals"], 1):
+    looked = max(16, 4 * ctx.max_proposals)  # a reply of 100,000 proposals is not read past a few times the wanted
+    items = obj["proposals"]
+    if len(items) > looked:
+        notes.append(f"{len(items) - looked} proposal(s) after the first {looked} ignored: at most "
+                     f"{ctx.max_proposals} are used")
+    for i, item in enumerate(items[:looked], 1):
+        if len(drafts) >= ctx.max_proposals:
+            notes.append(f"proposal {i} dropped: over the limit of {ctx.max_proposals} proposal(s)"
+                         + (" (and the rest)" if i < min(len(items), looked) else ""))
+            break
         try:
             d = check_draft(ctx, item)
         except ValueError as err:
@@ -315,8 +336,6 @@ def check_reply(ctx: BrainContext, obj: Any) -> tuple[list[ProposalDraft], list[
             continue
         if any(x.knob == d.knob for x in drafts):
             notes.append(f"proposal {i} dropped: a second proposal for {d.knob} (one per knob)")
-        elif len(drafts) >= ctx.max_proposals:
-            notes.append(f"proposal {i} dropped: over the limit of {ctx.max_proposals} proposal(s)")
         else:
             unknown = [s for s in d.cited_skills if s not in ids]
             if unknown:
@@ -334,11 +353,57 @@ def _refuses_format(err: APIStatusError) -> bool:
     return "response_format" in f"{err.message} {err.body}"
 
 
-def _transport(err: OpenAIError, settings: LLMSettings) -> str:
+class NoAnswer(Exception):
+    """A call that ended without a complete, bounded answer (the deadline passed, or the body was too long)."""
+
+
+def reply_cap(settings: LLMSettings) -> int:
+    """Bytes of an answer's body read back: 1 MiB and 16 bytes a token of ``max_tokens`` (a reply within its
+    tokens, wrapped in its JSON, is far less)."""
+    return (1 << 20) + 16 * settings.max_tokens
+
+
+def retry_after(err: Exception) -> float | None:
+    """Seconds a 429 answer asks the client to wait (``Retry-After``: seconds or an HTTP date), or None."""
+    headers = getattr(getattr(err, "response", None), "headers", None) or {}
+    raw = str(headers.get("retry-after", "")).strip()
+    if not raw:
+        return None
+    try:
+        wait = float(raw)
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(raw) if email.utils.parsedate_tz(raw) else None
+        wait = parsed.timestamp() - time.time() if parsed is not None else float("nan")
+    return max(0.0, wait) if math.isfinite(wait) else None
+
+
+def estimate_tokens(messages: list[dict[str, str]], text: str) -> int:
+    """Tokens of a call counted from its text (four characters a token), for a server that reports none."""
+    return (sum(len(str(m.get("content", ""))) for m in messages) + len(text)) // 4 + 1
+
+
+def _answer(body: bytes) -> tuple[str, int | None]:
+    """The message content and total tokens of a Chat Completions answer's body (content '' when it has none)."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        return "", None
+    choice = (doc.get("choices") or [None])[0] if isinstance(doc, dict) and isinstance(doc.get("choices"), list) else None
+    msg = choice.get("message") if isinstance(choice, dict) else None
+    content = msg.get("content") if isinstance(msg, dict) else None
+    usage = doc.get("usage") if isinstance(doc, dict) else None
+    used = usage.get("total_tokens") if isinstance(usage, dict) else None
+    ok = isinstance(used, int) and not isinstance(used, bool) and used > 0
+    return content if isinstance(content, str) else "", used if ok else None
+
+
+def _transport(err: Exception, settings: LLMSettings) -> str:
     from openai import APIConnectionError, APIStatusError, APITimeoutError
 
+    if isinstance(err, NoAnswer):
+        return str(err)
     if isinstance(err, APITimeoutError):
-        return f"no answer within {settings.timeout_s}s"
+        return f"no complete answer within {settings.timeout_s:g}s"
     if isinstance(err, APIConnectionError):
         return f"cannot reach {settings.base_url}: {_clip(str(err))}"
     if isinstance(err, APIStatusError):
@@ -363,17 +428,52 @@ class LLMBrain:
         """Whether replies are still asked for as JSON (some response_format is sent)."""
         return self.format != "none"
 
-    def _call(self, messages: list[dict[str, str]], notes: list[str], schema: dict[str, Any]) -> tuple[str, int]:
+    def _call(self, messages: list[dict[str, str]], notes: list[str], schema: dict[str, Any]) -> tuple[str, int | None]:
+        """One call, bounded by ``timeout_s`` of wall time however the server behaves: it runs in a daemon thread
+        that is abandoned at the deadline (a server that drips its headers holds only that thread, and the read
+        timeout or the end of the body's deadline check ends it). Returns the content and the reported tokens."""
+        s = self.settings
+        deadline = time.monotonic() + s.timeout_s
+        box: dict[str, Any] = {}
+        own: list[str] = []
+
+        def work() -> None:
+            try:
+                box["value"] = self._request(messages, own, schema, deadline)
+            except BaseException as err:  # noqa: BLE001 - handed to the caller's thread below
+                box["error"] = err
+
+        worker = threading.Thread(target=work, name="llm-call", daemon=True)
+        worker.start()
+        worker.join(s.timeout_s)
+        notes.extend(own[:8])
+        if worker.is_alive():
+            raise NoAnswer(f"no complete answer within {s.timeout_s:g}s")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def _request(self, messages: list[dict[str, str]], notes: list[str], schema: dict[str, Any],
+                 deadline: float) -> tuple[str, int | None]:
         from openai import APIStatusError, OpenAI
 
         s = self.settings
         key = os.environ.get(s.api_key_env) or "EMPTY"
         args: dict[str, Any] = dict(model=s.model, messages=messages, temperature=s.temperature, max_tokens=s.max_tokens)
+        cap = reply_cap(s)
         with OpenAI(base_url=s.base_url, api_key=key, timeout=s.timeout_s, max_retries=0) as client:
             while True:
                 rf = response_format(self.format, schema)
                 try:
-                    resp = client.chat.completions.create(**args, **({"response_format": rf} if rf else {}))
+                    with client.chat.completions.with_streaming_response.create(
+                            **args, **({"response_format": rf} if rf else {})) as raw:
+                        body = bytearray()
+                        for chunk in raw.iter_bytes():
+                            body += chunk
+                            if len(body) > cap:
+                                raise NoAnswer(f"the answer is over {cap >> 10} KiB; it was cut off there")
+                            if time.monotonic() > deadline:
+                                raise NoAnswer(f"no complete answer within {s.timeout_s:g}s")
                     break
                 except APIStatusError as err:
                     if not (rf and _refuses_format(err)):
@@ -381,20 +481,14 @@ class LLMBrain:
                     was, self.format = self.format, FORMATS[FORMATS.index(self.format) + 1]
                     notes.append(f"server rejected response_format {was} (HTTP {err.status_code}); asking "
                                  + ("without it" if self.format == "none" else f"with {self.format}"))
-        usage = getattr(resp, "usage", None)
-        used = getattr(usage, "total_tokens", None)
-        try:
-            content = resp.choices[0].message.content or ""
-        except (AttributeError, IndexError, TypeError):
-            content = ""
-        return content if isinstance(content, str) else "", used if isinstance(used, int) and used > 0 else 0
+        return _answer(bytes(body))
 
     def ask(self, base: list[dict[str, str]], schema: dict[str, Any],
             check: Callable[[Any], tuple[Any, list[str]]], what: str = "reply") -> tuple[Any, list[str], int, str]:
         """Ask until ``check`` accepts a reply: ``check(json_object) -> (value or None, problems)``. Each attempt
         after an unusable reply shows the model its reply and the problems. Returns (value or None, notes, tokens
         spent, why nothing was accepted). Transport errors, the token budget and ``max_retries`` bound it."""
-        from openai import OpenAIError
+        from openai import APIStatusError, OpenAIError
 
         notes: list[str] = []
         tokens, why = 0, "no attempt was made"
@@ -405,10 +499,23 @@ class LLMBrain:
                 break
             try:
                 text, used = self._call(messages, notes, schema)
-            except OpenAIError as err:  # connection refused, timeout, 4xx/5xx: a failed attempt
+            except (OpenAIError, NoAnswer) as err:  # refused, timed out, too long, 4xx/5xx: a failed attempt
                 why = f"attempt {attempt}: {_transport(err, self.settings)}"
                 notes.append(why)
+                if isinstance(err, APIStatusError) and err.status_code == 429 and attempt <= self.settings.max_retries:
+                    wait = retry_after(err)
+                    if wait is not None and wait > self.settings.timeout_s:
+                        why += f"; it asks to retry after {wait:g}s, more than timeout_s ({self.settings.timeout_s:g}s)"
+                        notes.append(why)
+                        break
+                    if wait is not None:
+                        notes.append(f"waiting {wait:g}s as the server's Retry-After asks")
+                        time.sleep(wait)
                 continue
+            if used is None:
+                used = estimate_tokens(messages, text)
+                notes.append(f"attempt {attempt}: the server reported no token usage; counted {used} from the text "
+                             "(four characters a token)")
             tokens, self.tokens_used = tokens + used, self.tokens_used + used
             try:
                 value, problems = check(extract_json(text))
