@@ -41,6 +41,11 @@ def test_mask_hides_every_form_of_credential():
     assert mask("http://u:SECRETML@127.0.0.1:1") == "http://u:***@127.0.0.1:1"
     assert mask("https://api.x/v1?api_key=K&model=m") == "https://api.x/v1?api_key=***&model=m"
     assert mask("sqlite:////tmp/h/state.db") == "sqlite:////tmp/h/state.db"
+    assert mask("https://ghp_0123456789abcdefABCDEF@github.com/o/r") == "https://***@github.com/o/r"
+    assert mask("postgresql://evo@db/x") == "postgresql://evo@db/x"  # a plain user name stays
+    assert mask("https://s3/b?X-Amz-Credential=AKIA1&X-Amz-Signature=abc123&X-Amz-Expires=60") == \
+        "https://s3/b?X-Amz-Credential=***&X-Amz-Signature=***&X-Amz-Expires=60"
+    assert mask("client_secret=CS1 refresh_token=RT1 max_tokens=800") == "client_secret=*** refresh_token=*** max_tokens=800"
 
 
 @pytest.mark.parametrize("env,secret", [

@@ -1,8 +1,11 @@
 """The ``evotrainer`` command line (Typer + rich), one module per command group.
 
-- ``app``: the Typer app and the core commands (train, diagnose, campaign, review, harness, schema, …);
+- ``app``: the Typer app, where every group is registered, ``schema`` and :func:`main`;
+- ``train``: one job; ``diagnose``: ``diagnose`` and ``diagnostics list|revise``; ``harness``: ``harness
+  validate|diff|knobs``; ``campaign``: ``campaign start|resume|status|stop|confirm|rollback``; ``review``: ``review
+  list|show|approve|reject``;
 - ``evidence``: ``evidence contract``, ``watch`` and the evidence-mapping options shared with ``diagnose``;
-- ``skills``: the skill library commands;
+- ``skills``: the skill library commands; ``tasks``: ``tasks list|show``;
 - ``ui``: the review dashboard;
 - ``common``: options, consoles, the error guard and ``--json`` output every group shares.
 
