@@ -311,7 +311,7 @@ def test_a_branch_that_died_after_resuming_from_its_pause_is_read_back_at_its_ea
     the runner refuses), ledger each look once, and resume it only for look 3."""
     from types import SimpleNamespace
 
-    from evotrainer.agent.nodes import _collect, _request
+    from evotrainer.agent.runs import _collect, _request
     from evotrainer.store import Store
 
     _, h = first_run
@@ -464,7 +464,7 @@ def test_a_job_told_to_exit_is_recorded_interrupted_and_resumes_to_its_target(fi
 def test_a_fork_draws_its_pool_from_its_lineage_root_through_runs_recorded_without_pool_seed(tmp_path):
     """A merged run copies one source's spec (its seed) and records no pool_seed; older runs have none either.
     The walk goes up to the first run that names one, or to the root's own seed."""
-    from evotrainer.jobs.runner import _lineage_pool_seed
+    from evotrainer.jobs.lineage import lineage_pool_seed
 
     def write(name, seed, parent=None, **extra):
         d = tmp_path / "jobs" / name
@@ -477,11 +477,11 @@ def test_a_fork_draws_its_pool_from_its_lineage_root_through_runs_recorded_witho
     write("root", 3)  # recorded before pool_seed existed
     write("branch", 10021, "root", pool_seed=3)
     merged = write("merged", 10021, "branch")  # no pool_seed: walks to the branch
-    assert _lineage_pool_seed(tmp_path, merged) == 3
+    assert lineage_pool_seed(tmp_path, merged) == 3
     old = write("old-branch", 10007, "root")  # an old fork: walks to the root's seed
-    assert _lineage_pool_seed(tmp_path, old) == 3
+    assert lineage_pool_seed(tmp_path, old) == 3
     orphan = write("orphan", 5, "gone")  # a parent that no longer exists: its own seed
-    assert _lineage_pool_seed(tmp_path, orphan) == 5
+    assert lineage_pool_seed(tmp_path, orphan) == 5
 
 
 def test_a_branch_under_a_data_rule_reads_its_lineage_once_and_its_later_sessions_keep_those_statistics(
@@ -490,7 +490,7 @@ def test_a_branch_under_a_data_rule_reads_its_lineage_once_and_its_later_session
     the lineage's pass statistics at a fork point never change, so the first session keeps them beside that
     checkpoint and every later one (a resume, a sibling) reads that one file, not the lineage's rollouts."""
     from evotrainer.evidence import prompt_pass_stats
-    from evotrainer.jobs.runner import PASS_STATS, _ancestor_rollouts
+    from evotrainer.jobs.lineage import PASS_STATS, ancestor_rollouts
 
     _, h = first_run
     rule = tmp_path / "rule.yaml"
@@ -499,18 +499,18 @@ def test_a_branch_under_a_data_rule_reads_its_lineage_once_and_its_later_session
     run_dir = Path(legs.run_dir)
     meta = json.loads((run_dir / "meta.json").read_text())
     kept = pd.read_parquet(Path(shared_home) / "jobs" / "first" / PASS_STATS.format(step=2))
-    fresh = prompt_pass_stats(_ancestor_rollouts(shared_home, meta))
+    fresh = prompt_pass_stats(ancestor_rollouts(shared_home, meta))
     pd.testing.assert_frame_equal(kept.sort_values("prompt_id").reset_index(drop=True),
                                   fresh.sort_values("prompt_id").reset_index(drop=True), check_dtype=False)
     seen = json.loads((run_dir / "data_report.json").read_text())["seen"]
     assert seen is not None and seen > 0  # the rule met prompts its ancestor saw
-    import evotrainer.jobs.runner as runner
+    import evotrainer.jobs.lineage as lineage
 
-    real, read = runner._ancestor_rollouts, []
-    runner._ancestor_rollouts = lambda *a: read.append(a) or real(*a)
+    real, read = lineage.ancestor_rollouts, []
+    lineage.ancestor_rollouts = lambda *a: read.append(a) or real(*a)
     try:
         done = run_job(_spec(rule, 4), shared_home, resume="ruled")
     finally:
-        runner._ancestor_rollouts = real
+        lineage.ancestor_rollouts = real
     assert done.status == "finished" and read == []  # the resumed session read the kept file only
     assert json.loads((run_dir / "data_report.json").read_text())["seen"] == seen

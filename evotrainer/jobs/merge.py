@@ -1,7 +1,7 @@
 """Averaging the seeds of one backtest arm into a single checkpoint, recorded as a job of its own.
 
 Why: after a decision the mainline continues from a branch of the arm the round adopts (PBT's "exploit",
-``evotrainer.agent.nodes._keep_branch``). Every seed of that arm trained the same harness from the same parent
+``evotrainer.agent.mainline._keep_branch``). Every seed of that arm trained the same harness from the same parent
 checkpoint, so their weights lie close together, and their plain average -- a "model soup" (Wortsman et al.
 2022); WARP (Ramé et al. 2024) averages RLHF policies fine-tuned from one initialisation the same way -- keeps
 what each seed learned instead of throwing all but one away. Measured before building it (bench/RESULTS.md §7,
@@ -32,7 +32,7 @@ from pathlib import Path
 from evotrainer.errors import ConfigError
 from evotrainer.home import jobs_dir
 from evotrainer.jobs.jobdir import publish, staging_dir
-from evotrainer.jobs.runner import CKPT, _read_meta, _write_meta, complete_checkpoints, resolve_run
+from evotrainer.jobs.lineage import CKPT, complete_checkpoints, read_meta, resolve_run, write_meta
 
 ADAM_MOMENTS = ("exp_avg", "exp_avg_sq")
 
@@ -103,7 +103,7 @@ def merge_runs(home: Path, name: str, sources: list[tuple[str, int]], tags: dict
         if at not in ck:
             raise ConfigError(f"run {run} has no complete checkpoint at step {at}; available: {sorted(ck)}")
         ckpts.append(ck[at])
-        metas.append(_read_meta(d))
+        metas.append(read_meta(d))
     versions = {m.get("harness_version") for m in metas}
     if len(versions) != 1:
         raise ConfigError(f"merge {name}: the sources trained different harnesses ({sorted(map(str, versions))}); "
@@ -130,7 +130,7 @@ def merge_runs(home: Path, name: str, sources: list[tuple[str, int]], tags: dict
             "merged_from": merged_from, "base_policy": src["base_policy"], "status": "finished",
             "created": datetime.now(timezone.utc).isoformat(),
         }
-        _write_meta(tmp, meta)
+        write_meta(tmp, meta)
         publish(tmp, final)
     except FileExistsError:  # another process published it meanwhile: theirs stands
         shutil.rmtree(tmp, ignore_errors=True)

@@ -5,18 +5,8 @@ lives in ``HOME/jobs/<name>/`` (``meta.json``, ``harness.yaml``, ``metrics.jsonl
 ``trainer/checkpoint-*``) and in one MLflow run. Names are deterministic, cleanrl style:
 ``{task}__{harness}__s{seed}__{utc time}``.
 
-- **Resume** (``resume=RUN``): continue an interrupted job from its last *complete* checkpoint (one with
-  ``trainer_state.json``, which the Trainer writes last), with optimizer, scheduler and RNG state, after
-  dropping metrics and rollouts recorded past that checkpoint. MLflow metrics for steps it already has
-  are not logged twice. To train on past a finished job's target, fork it (same harness or another).
-- **Fork** (``fork=RUN[@STEP]``): a new job that starts from the parent's checkpoint at STEP (default: its
-  latest) with its weights and optimizer moments, optionally under another harness. A fork of another seed
-  drops the parent's RNG state (its own seed governs sampling, so paired seeds mean something); one of the
-  parent's seed keeps it. The copy rewrites the learning rate in the optimizer and scheduler state when the
-  harness changed it. Lineage (parent run, step, harness versions) is recorded in ``meta.json`` and as MLflow
-  tags. Forks continue the parent's step numbering, so a campaign's segments line up on one step axis, and the
-  seed's data stream (``data.stream_problems``) from the fork point on: a fork under its parent's harness and
-  seed trains exactly the steps one longer run would (a campaign's healthy mainline is the user's run).
+Resume (``resume=RUN``, after a crash) and fork (``fork=RUN[@STEP]``, from another job's checkpoint, maybe under
+another harness) read the parent through :mod:`evotrainer.jobs.lineage`, which says what each carries over.
 
 A job directory is complete or absent, and has one writer (``jobs/jobdir.py``): a new job is assembled under
 a hidden name and renamed into place once its ``meta.json`` is written, and the process that trains it
@@ -31,7 +21,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import shutil
 import time
 import traceback
@@ -40,19 +29,31 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from evotrainer import atomic
 from evotrainer.config.harness import HarnessSpec, dump_harness
 from evotrainer.config.job import JobSpec
 from evotrainer.config.policy import PolicySpec, budget_overflow
 from evotrainer.diagnostics.registry import Registry
-from evotrainer.errors import ConfigError, JobBusy, JobFailed, RunNotFound
+from evotrainer.errors import ConfigError, JobBusy, JobFailed
 from evotrainer.home import jobs_dir
 from evotrainer.jobs.jobdir import JobLock, is_locked, publish, staging_dir
+from evotrainer.jobs.lineage import (
+    CKPT,
+    acknowledged_checkpoints,
+    complete_checkpoints,
+    died_at,
+    lineage_pass_stats,
+    lineage_pool_seed,
+    parse_fork,
+    prepare_fork_checkpoint,
+    read_meta,
+    resolve_run,
+    resume_record,
+    write_meta,
+)
+from evotrainer.jobs.trl_config import grpo_config, peft_config
 from evotrainer.names import check_name, to_name
-
-CKPT = "checkpoint-"
 
 
 class SessionAbandoned(BaseException):
@@ -75,303 +76,6 @@ class JobResult(BaseModel):
     eval_seconds: float
     setup_seconds: float
     warm_start_seconds: float = 0.0  # building the warm-started base policy (0 when it was cached); not in setup
-
-
-# ---------------------------------------------------------------------------------------------- run lookup
-META_KEYS = ("name", "run_id", "spec", "harness", "target_step", "start_step", "base_policy")
-"""What resuming or forking a job reads from its ``meta.json``."""
-
-
-def _read_meta(run_dir: Path) -> dict[str, Any]:
-    """A job's ``meta.json`` as a dict with ``META_KEYS``; ConfigError naming the file when it is garbage, empty,
-    not an object, or lacks one of them (a run whose record is damaged cannot be resumed or forked)."""
-    f = run_dir / "meta.json"
-    try:
-        meta = json.loads(f.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as err:  # ValueError: JSONDecodeError, UnicodeDecodeError
-        raise ConfigError(f"{f}: not a readable job record ({type(err).__name__}: {err}); this run cannot be resumed "
-                          "or forked: restore the file, or start a new run") from None
-    missing = [k for k in META_KEYS if k not in meta] if isinstance(meta, dict) else list(META_KEYS)
-    if missing:
-        got = f"lacks {', '.join(missing)}" if isinstance(meta, dict) else f"is a JSON {type(meta).__name__}"
-        raise ConfigError(f"{f}: not a job record: it {got} (a job's meta.json is an object with "
-                          f"{', '.join(META_KEYS)}); this run cannot be resumed or forked")
-    return meta
-
-
-def _resume_record(run_dir: Path) -> tuple[dict[str, Any], JobSpec, HarnessSpec, int]:
-    """The meta, spec, harness and target step of a run to resume; ConfigError naming its meta.json if damaged."""
-    meta = _read_meta(run_dir)
-    try:
-        spec = JobSpec.model_validate(meta["spec"])
-        harness = HarnessSpec.model_validate(meta["harness"])
-        target = meta["target_step"]
-        if not isinstance(target, int) or isinstance(target, bool) or not isinstance(meta["start_step"], int):
-            raise ValueError(f"target_step and start_step must be integers (got {target!r}, {meta['start_step']!r})")
-    except (ValidationError, ValueError, TypeError) as err:
-        why = err.errors()[0] if isinstance(err, ValidationError) else None
-        where = f"{'.'.join(str(x) for x in why['loc'])}: {why['msg']}" if why else str(err)
-        raise ConfigError(f"{run_dir / 'meta.json'}: damaged job record ({where}); this run cannot be resumed") from None
-    return meta, spec, harness, target
-
-
-def _write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
-    atomic.write_text(run_dir / "meta.json", json.dumps(meta, indent=2, sort_keys=True))
-
-
-def resolve_run(home: Path, ref: str) -> Path:
-    """A job directory from a run name, an MLflow run id, a path, or ``latest``. RunNotFound otherwise."""
-    p = Path(ref).expanduser()
-    if (p / "meta.json").is_file():
-        return p.resolve()
-    root = jobs_dir(home)
-    if ref == "latest" and root.is_dir():
-        runs = [d for d in root.iterdir() if (d / "meta.json").is_file() and not d.name.startswith(".")]
-        if runs:
-            return max(runs, key=lambda d: (d / "meta.json").stat().st_mtime)
-    if (root / ref / "meta.json").is_file():
-        return root / ref
-    if root.is_dir():
-        for d in root.iterdir():
-            mf = d / "meta.json"
-            if mf.is_file():
-                try:
-                    if json.loads(mf.read_text(encoding="utf-8")).get("run_id") == ref:
-                        return d
-                except (OSError, ValueError, AttributeError, RecursionError):  # a damaged record is not this run
-                    continue
-    known = sorted(d.name for d in root.iterdir()) if root.is_dir() else []
-    hint = f"; known runs: {', '.join(known[-5:])}" if known else "; this home has no runs yet"
-    raise RunNotFound(f"no run '{ref}' under {root} (give a run name, an MLflow run id or a job directory{hint})")
-
-
-def complete_checkpoints(run_dir: Path) -> dict[int, Path]:
-    """Checkpoints that were fully written (trainer_state.json is saved last and must parse)."""
-    out: dict[int, Path] = {}
-    tdir = run_dir / "trainer"
-    if not tdir.is_dir():
-        return out
-    for d in tdir.iterdir():
-        if not d.name.startswith(CKPT):
-            continue
-        try:
-            step = int(d.name[len(CKPT) :])
-            json.loads((d / "trainer_state.json").read_text())
-        except (ValueError, OSError, json.JSONDecodeError):
-            continue
-        if (d / "optimizer.pt").is_file() and (any(d.glob("model*.safetensors"))
-                                               or (d / "adapter_model.safetensors").is_file()):  # LoRA: the adapter
-            out[step] = d
-    return dict(sorted(out.items()))
-
-
-def _parse_fork(home: Path, ref: str) -> tuple[Path, int, Path]:
-    name, _, at = ref.partition("@")
-    parent = resolve_run(home, name)
-    ckpts = complete_checkpoints(parent)
-    if not ckpts:
-        raise RunNotFound(f"run '{name}' has no complete checkpoint to fork from")
-    if at:
-        try:
-            step = int(at)
-        except ValueError:
-            raise ConfigError(f"--fork {ref}: the part after '@' must be a step number") from None
-        if step not in ckpts:
-            raise RunNotFound(f"run '{name}' has no checkpoint at step {step}; available steps: {sorted(ckpts)}")
-    else:
-        step = max(ckpts)
-    return parent, step, ckpts[step]
-
-
-def _prepare_fork_checkpoint(src: Path, dst: Path, harness: HarnessSpec, parent_harness: HarnessSpec,
-                             keep_rng: bool) -> None:
-    """The parent's checkpoint as the fork's first one; ``keep_rng`` keeps the parent's RNG state (a fork with the
-    parent's seed), otherwise the fork's own seed governs sampling."""
-    import torch
-
-    tmp = dst.with_name(dst.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(src, tmp)
-    for f in [] if keep_rng else tmp.glob("rng_state*.pth"):
-        f.unlink()
-    if harness.grpo.use_adaptive_entropy is False:
-        (tmp / "entropy_ctrl_state.json").unlink(missing_ok=True)
-    new_lr, old_lr = harness.optim.learning_rate, parent_harness.optim.learning_rate
-    if new_lr != old_lr:
-        opt = torch.load(tmp / "optimizer.pt", weights_only=False)
-        for g in opt["param_groups"]:
-            g["lr"] = new_lr
-            g["initial_lr"] = new_lr
-        torch.save(opt, tmp / "optimizer.pt")
-        sched_path = tmp / "scheduler.pt"
-        if sched_path.exists():
-            sched = torch.load(sched_path, weights_only=False)
-            if "base_lrs" in sched:
-                sched["base_lrs"] = [new_lr for _ in sched["base_lrs"]]
-            if "_last_lr" in sched:
-                sched["_last_lr"] = [new_lr for _ in sched["_last_lr"]]
-            torch.save(sched, sched_path)
-    tmp.replace(dst)
-
-
-def _lineage(home: Path, meta: dict[str, Any]):
-    """Up the job's lineage: (child meta, parent's run dir, parent meta) from its parent to the root, stopping at a
-    parent that no longer exists or at a cycle. Lazy, so a caller that has its answer reads no further."""
-    cur, seen = meta, set()
-    while cur.get("parent_run") and cur["parent_run"] not in seen:
-        seen.add(cur["parent_run"])
-        try:
-            pdir = resolve_run(home, cur["parent_run"])
-        except RunNotFound:
-            return
-        parent = _read_meta(pdir)
-        yield cur, pdir, parent
-        cur = parent
-
-
-def _ancestor_rollouts(home: Path, meta: dict[str, Any]):
-    """Rollouts of the job's ancestors (up to the fork points): the evidence data rules read."""
-    import pandas as pd
-
-    from evotrainer.evidence import read_rollouts
-
-    frames, limit = [], None
-    for child, pdir, _ in _lineage(home, meta):
-        limit = child.get("parent_step") if limit is None else min(limit, child.get("parent_step", limit))
-        df = read_rollouts(pdir, columns=["prompt_id", "step", "correct"])
-        frames.append(df[df["step"] <= limit])
-    return pd.concat(frames, ignore_index=True) if frames else None
-
-
-PASS_STATS = "lineage_pass_stats@{step}.parquet"  # in a parent run's directory: its lineage's statistics at a step
-
-
-def _lineage_pass_stats(home: Path, meta: dict[str, Any]):
-    """Per-prompt pass statistics of the run's ancestors (:func:`_ancestor_rollouts`), computed once per fork point
-    and kept in the parent's directory (``lineage_pass_stats@STEP.parquet``) for every run forked there.
-
-    Why: they depend on the fork point alone (the parent's steps up to it, and its own ancestors', never change once
-    a run has been forked there), but reading them back means every per-step Parquet file of the lineage, 0.2-0.35 s
-    a session; a backtest's branches under a data rule all fork the same checkpoint, one per seed, and each is
-    resumed at every look. None without ancestors."""
-    import pandas as pd
-
-    from evotrainer.evidence import prompt_pass_stats
-
-    cache = None
-    if meta.get("parent_run") and meta.get("parent_step") is not None:
-        try:
-            cache = resolve_run(home, meta["parent_run"]) / PASS_STATS.format(step=int(meta["parent_step"]))
-        except RunNotFound:
-            cache = None
-    if cache is not None and cache.is_file():
-        try:
-            return pd.read_parquet(cache)
-        except Exception:  # noqa: BLE001 - a torn or foreign file: computed again and rewritten below
-            pass
-    anc = _ancestor_rollouts(home, meta)
-    if anc is None:
-        return None
-    stats = prompt_pass_stats(anc)
-    if cache is not None:
-        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-        try:
-            stats.to_parquet(tmp, index=False)
-            os.replace(tmp, cache)  # whole or absent, whichever of several forks writes it (the same numbers) last
-        except OSError:  # a parent directory this job may not write (read-only, full): it reads the lineage each time
-            tmp.unlink(missing_ok=True)
-    return stats
-
-
-def _lineage_pool_seed(home: Path, meta: dict[str, Any]) -> int:
-    """The seed of the data pool a fork of ``meta``'s run draws from: its lineage's root job's seed.
-
-    Why the lineage's and not the fork's own: the data rules (``data.drop_all_correct`` / ``drop_all_wrong`` /
-    ``sampling: difficulty_targeted``) weigh pool prompts by the pass statistics the ancestors recorded, which only
-    exist for prompts of the ancestors' pool. When every backtest branch drew a pool from its own seed, a branch met
-    none of its parent's prompts (0 of 240 on the `code` campaign of bench/RESULTS.md §10, session 22) and those rules
-    did nothing. A run recorded before ``pool_seed`` existed (or a merged run, which copies one source's spec) is
-    walked up to the first run that names one, or to the root."""
-    root = meta
-    if "pool_seed" not in root:
-        for _, _, root in _lineage(home, meta):  # the last one read is the answer
-            if "pool_seed" in root:
-                break
-    return int(root.get("pool_seed", root["spec"]["seed"]))
-
-
-def _device_args(device: str = "auto") -> dict[str, Any]:
-    from evotrainer.policy import precision, resolve_device
-
-    dev = resolve_device(device)
-    return {"use_cpu": dev == "cpu", "bf16": precision(dev) == "bf16"}
-
-
-def peft_config(harness: HarnessSpec):
-    """peft's LoraConfig for a harness with ``model.lora_r > 0`` (None: train every weight)."""
-    m = harness.model
-    if m.lora_r == 0:
-        return None
-    from peft import LoraConfig
-
-    return LoraConfig(r=m.lora_r, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
-                      target_modules=list(m.lora_target_modules), task_type="CAUSAL_LM", bias="none")
-
-
-def grpo_config(harness: HarnessSpec, output_dir: Path, max_steps: int, spec: JobSpec, weights: list[float],
-                max_tool_calling_iterations: int | None = None):
-    """Translate a harness into TRL's GRPOConfig (one place, so verl overrides can mirror it later).
-
-    ``max_tool_calling_iterations`` bounds the tool rounds of a multi-turn task's episodes (None: single-turn).
-    """
-    from trl import GRPOConfig
-
-    g, o = harness.grpo, harness.optim
-    return GRPOConfig(
-        output_dir=str(output_dir),
-        max_steps=max_steps,
-        per_device_train_batch_size=g.prompts_per_step * g.num_generations,  # counts completions
-        gradient_accumulation_steps=1,
-        num_generations=g.num_generations,
-        learning_rate=o.learning_rate,
-        lr_scheduler_type="constant_with_warmup",
-        warmup_steps=o.warmup_steps,
-        weight_decay=o.weight_decay,
-        max_grad_norm=o.max_grad_norm,
-        temperature=g.temperature,
-        top_p=g.top_p,
-        max_completion_length=g.max_completion_length,
-        loss_type=g.loss_type,
-        epsilon=g.epsilon,
-        epsilon_high=g.epsilon_high,
-        beta=g.beta,
-        sync_ref_model=g.sync_ref_model,
-        ref_model_sync_steps=g.ref_model_sync_steps,
-        ref_model_mixup_alpha=g.ref_model_mixup_alpha,
-        scale_rewards=g.scale_rewards,
-        num_iterations=g.num_iterations,
-        mask_truncated_completions=g.mask_truncated_completions,
-        top_entropy_quantile=g.top_entropy_quantile,
-        entropy_coef=g.entropy_coef,
-        use_adaptive_entropy=g.use_adaptive_entropy,
-        entropy_target=g.entropy_target,
-        reward_weights=weights,
-        logging_steps=1,
-        save_strategy="steps",
-        save_steps=spec.save_every,
-        save_total_limit=spec.keep_checkpoints or None,
-        report_to="none",
-        disable_tqdm=True,
-        log_completions=False,
-        seed=spec.seed,
-        data_seed=spec.seed,
-        dataloader_num_workers=0,
-        ignore_data_skip=False,
-        shuffle_dataset=False,  # the segment's problems are drawn in a seeded random order (data.stream_problems)
-        max_tool_calling_iterations=max_tool_calling_iterations,
-        gradient_checkpointing=harness.model.gradient_checkpointing,
-        **_device_args(spec.device),
-    )
 
 
 # ---------------------------------------------------------------------------------------------- the job
@@ -409,7 +113,7 @@ def run_job(
     # ---- validate and resolve (nothing is written before this block ends) ------------------------
     if resume:
         run_dir = resolve_run(home, resume)
-        meta, spec, harness, target = _resume_record(run_dir)
+        meta, spec, harness, target = resume_record(run_dir)
     else:
         if spec.name is not None:
             check_name(spec.name, "run name (--name)")  # a name is a folder under HOME/jobs: never a path
@@ -441,15 +145,15 @@ def run_job(
 
     parent_dir = parent_step = fork_src = None
     if fork:
-        parent_dir, parent_step, fork_src = _parse_fork(home, fork)
+        parent_dir, parent_step, fork_src = parse_fork(home, fork)
         target = parent_step + spec.steps
-        parent_model = HarnessSpec.model_validate(_read_meta(parent_dir)["harness"]).model
+        parent_model = HarnessSpec.model_validate(read_meta(parent_dir)["harness"]).model
         if parent_model != harness.model:
             raise ConfigError(f"{spec.harness_label}: model.* must match the parent run's ({parent_model.model_dump()}): its "
                               "checkpoints are full weights or LoRA adapters of one shape; fork under those values")
     if stop_at is not None:
         first = (parent_step or 0) if meta is None else int(meta.get("paused_at") or meta["start_step"])
-        if meta is not None and _died_at(run_dir, meta) == stop_at:
+        if meta is not None and died_at(run_dir, meta) == stop_at:
             first = stop_at - 1  # it reached this pause and died before recording it: recorded below, nothing trained
         if not first < stop_at <= target:
             raise ConfigError(f"stop_at={stop_at} must lie after the job's current step {first} and at most at its "
@@ -462,7 +166,7 @@ def run_job(
     if meta is not None:
         base_dir = Path(meta["base_policy"])
     elif parent_dir is not None:
-        base_dir = Path(_read_meta(parent_dir)["base_policy"])
+        base_dir = Path(read_meta(parent_dir)["base_policy"])
     else:
         base_dir = None
     # a fork or resume trains its parent's base; a new run the policy its spec names (checked before warm-starting)
@@ -514,7 +218,7 @@ def run_job(
             }
             parent_meta = None
             if parent_dir is not None:
-                parent_meta = _read_meta(parent_dir)
+                parent_meta = read_meta(parent_dir)
                 tags.update(
                     {
                         "evotrainer.parent_run_id": parent_meta["run_id"],
@@ -545,7 +249,7 @@ def run_job(
                 "parent_harness_version": parent_meta["harness_version"] if parent_meta else None,
                 # the data pool's seed: a fork keeps its lineage's pool (so the data rules meet the prompts its
                 # ancestors' statistics describe) and samples from it under its own seed
-                "pool_seed": _lineage_pool_seed(home, parent_meta) if parent_meta else spec.seed,
+                "pool_seed": lineage_pool_seed(home, parent_meta) if parent_meta else spec.seed,
                 "data_stream": data_stream,  # which sequence the seed's prompts come from (data.STREAM_VERSION)
                 "base_policy": str(base_dir),
                 "status": "running",
@@ -555,9 +259,9 @@ def run_job(
             if fork_src is not None:
                 (run_dir / "trainer").mkdir(parents=True, exist_ok=True)
                 parent_harness = HarnessSpec.model_validate(parent_meta["harness"])
-                _prepare_fork_checkpoint(fork_src, run_dir / "trainer" / f"{CKPT}{parent_step}", harness, parent_harness,
+                prepare_fork_checkpoint(fork_src, run_dir / "trainer" / f"{CKPT}{parent_step}", harness, parent_harness,
                                          keep_rng=spec.seed == parent_meta["spec"]["seed"])
-            _write_meta(run_dir, meta)  # last: a run with meta.json is complete enough to resume
+            write_meta(run_dir, meta)  # last: a run with meta.json is complete enough to resume
             publish(run_dir, final_dir)  # the whole directory appears under its name at once
         except BaseException as err:
             lock.release()
@@ -573,7 +277,7 @@ def run_job(
         name, run_id = meta["name"], meta["run_id"]
         lock = JobLock.take(run_dir, name)  # a second writer of this run is refused here
         try:
-            meta = _read_meta(run_dir)  # as it is now, under the lock
+            meta = read_meta(run_dir)  # as it is now, under the lock
             if meta.get("status") == "finished":
                 raise JobBusy(f"run {name} is finished (step {meta.get('steps_done', meta['target_step'])}): there is "
                               f"nothing to resume, and a finished run is never rewritten; fork it to train on "
@@ -583,12 +287,12 @@ def run_job(
             # this session runs, so that one killed after logging more steps is never trusted to have stopped there
             mlflow_had = meta.pop("mlflow_synced_step", None)
             meta["status"] = "running"
-            _write_meta(run_dir, meta)
+            write_meta(run_dir, meta)
         except BaseException:
             lock.release()
             raise
 
-    if stop_at is not None and resume and _died_at(run_dir, meta) == stop_at:
+    if stop_at is not None and resume and died_at(run_dir, meta) == stop_at:
         try:
             return _record_pause(run_dir, meta, tracker, stop_at, t_start)
         finally:
@@ -604,13 +308,13 @@ def run_job(
             lock = JobLock.take(run_dir, name)
         except JobBusy:
             raise SessionAbandoned(f"run {name} is being written by another process") from None
-        if _read_meta(run_dir) != written:
+        if read_meta(run_dir) != written:
             raise SessionAbandoned(f"run {name} changed on disk while its session waited; it resumes from its checkpoint")
         if nxt is not None and not (result.steps_done < nxt <= target):
             raise SessionAbandoned(f"stop_at={nxt} does not lie after step {result.steps_done}")
         return nxt
 
-    ckpts = _acknowledged_checkpoints(run_dir, meta)
+    ckpts = acknowledged_checkpoints(run_dir, meta)
     resume_ckpt = ckpts[max(ckpts)] if ckpts else None
     start_step = max(ckpts) if ckpts else meta["start_step"]
     from evotrainer.evidence import truncate_after
@@ -635,7 +339,7 @@ def run_job(
         stopped = isinstance(err, (KeyboardInterrupt, SystemExit))
         meta["status"] = "interrupted" if stopped else "failed"
         meta["error"] = f"{type(err).__name__}: {err}"
-        _write_meta(run_dir, meta)
+        write_meta(run_dir, meta)
         (run_dir / "error.txt").write_text(traceback.format_exc())
         try:
             tracker.set_tags(run_id, {"evotrainer.error": meta["error"][:4000]})
@@ -656,36 +360,8 @@ def _last_metrics(mdf: Any) -> dict[str, float]:
     return {c: float(mdf[c].dropna().iloc[-1]) for c in mdf.columns if c != "step" and mdf[c].notna().any()}
 
 
-def _acknowledged_checkpoints(run_dir: Path, meta: dict[str, Any]) -> dict[int, Path]:
-    """The complete checkpoints a resume may start from: those at or before the last one the job's callback
-    acknowledged (``last_checkpoint_step``, written once that step's rollouts are flushed), its pause or its start.
-
-    Why: the Trainer writes a checkpoint before it calls ``on_save``, so a process killed in between leaves one
-    that is complete on disk while its step's rollouts may not be, and that no pause was recorded at. Resumed
-    from it with the same ``stop_at``, a backtest branch trained one step past its look, and when the backtest
-    ended at that look the step was never ledgered (found by the Ray campaign test in CI). Such a checkpoint is
-    torn like any other: the step is trained again from the acknowledged one (the same step, from the same
-    state and RNG)."""
-    ack = max(int(meta.get("last_checkpoint_step") or 0), int(meta.get("paused_at") or 0),
-              int(meta.get("start_step") or 0))
-    return {s: d for s, d in complete_checkpoints(run_dir).items() if s <= ack}
-
-
-def _died_at(run_dir: Path, meta: dict[str, Any]) -> int | None:
-    """The step of a job killed right after it checkpointed (and evaluated, and flushed its metrics) at the step a
-    pause asked for, before it could record the pause: its meta says ``running`` and its last complete checkpoint
-    is the one its callback acknowledged (``last_checkpoint_step``). None for any other job."""
-    if meta.get("status") not in ("running", "interrupted", "failed") or meta.get("last_checkpoint_step") is None:
-        return None
-    ckpts = complete_checkpoints(run_dir)
-    done = int(meta["last_checkpoint_step"])
-    if not ckpts or max(ckpts) != done or done >= int(meta["target_step"]):
-        return None
-    return done if done > int(meta.get("paused_at") or meta["start_step"]) else None
-
-
 def _record_pause(run_dir: Path, meta: dict[str, Any], tracker: Any, step: int, t_start: float) -> JobResult:
-    """Record the pause at ``step`` that a job reached but did not get to write (see :func:`_died_at`); nothing
+    """Record the pause at ``step`` that a job reached but did not get to write (see :func:`died_at`); nothing
     is trained, so a resumed campaign neither retrains that look nor fails it."""
     from evotrainer.evidence import read_metrics
 
@@ -693,7 +369,7 @@ def _record_pause(run_dir: Path, meta: dict[str, Any], tracker: Any, step: int, 
     tracker.backfill(meta["run_id"], mdf, step)
     meta.update(status="paused", paused_at=step, steps_done=step)
     meta.pop("error", None)
-    _write_meta(run_dir, meta)
+    write_meta(run_dir, meta)
     tracker.end_run(meta["run_id"], "FINISHED")
     return JobResult(run_id=meta["run_id"], name=meta["name"], run_dir=str(run_dir), steps_done=step,
                      checkpoint=str(complete_checkpoints(run_dir)[step]),
@@ -755,7 +431,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     _part("rewards")
 
     pool = build_pool(task, harness, meta.get("pool_seed", spec.seed))  # a run from before pool_seed keeps its own
-    stats = _lineage_pass_stats(home, meta) if needs_pass_stats(harness) else None
+    stats = lineage_pass_stats(home, meta) if needs_pass_stats(harness) else None
     w, data_report = selection_weights(pool, harness, stats)
     _part("pool")
     # A fork continues its parent's step numbering, and the Trainer skips global_step batches when it resumes from
@@ -807,7 +483,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
                 tracker.log_artifact(run_id, f, "rollouts")
         synced_upto[0] = max(synced_upto[0], step)
         meta["last_checkpoint_step"] = step
-        _write_meta(run_dir, meta)
+        write_meta(run_dir, meta)
 
     def _progress(step, last):
         if progress is not None:
@@ -841,7 +517,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
         tracker.reopen(run_id)
         meta.pop("mlflow_synced_step", None)  # as a resumed session drops it: it is about to log more
         meta["status"] = "running"
-        _write_meta(run_dir, meta)
+        write_meta(run_dir, meta)
         set_rng_state(rng)
         session.update(t=time.perf_counter(), setup_s=0.0, eval0=cb.eval_seconds, start=step, parts={})
         gc.freeze()
@@ -876,7 +552,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
             "eval_s": round(eval_s, 2), "wall_s": round(now - session["t"], 2),
             "setup_parts": {k: round(v, 2) for k, v in session["parts"].items()}, "threads": torch.get_num_threads(),
             **({} if first else {"live": True})})
-        _write_meta(run_dir, meta)
+        write_meta(run_dir, meta)
         tracker.end_run(run_id, "FINISHED")  # a resume (or the live session's next look) reopens it
         from evotrainer.evidence import read_metrics
 
