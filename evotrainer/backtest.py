@@ -63,8 +63,8 @@ too little to prove superiority, and a re-test from the still-stuck mainline mea
 then kept the 1e-6 mainline that learns nothing (bench/RESULTS.md §7, session 23). Superiority still decides
 first, and only at the final look (planned, or the one the budget made the last) is the margin consulted.
 
-**Stuck rounds: the larger step** (``backtest.stuck_prefer_larger``, applied by ``decide_node`` in
-``evotrainer/agent/nodes.py``, not here). When a stuck round promotes a raise of a step-size knob while a larger raise
+**Stuck rounds: the larger step** (``backtest.stuck_prefer_larger``, applied by ``decide_node`` through
+``evotrainer/agent/looks.py``, not here). When a stuck round promotes a raise of a step-size knob while a larger raise
 of the same knob is still open at that look, the larger one is adopted instead if the data do not show it worse than
 the promoted one (its per-problem paired interval against it reaches 0), its effect over the control is positive, and
 no seed sits more than ``stuck_margin`` below its control. It proves no gain (``stats.rule`` ``larger_step``): it

@@ -79,7 +79,7 @@ def test_library_candidates_resolve_against_the_harness_and_drop_no_ops_and_iner
 
 
 def test_a_scale_knob_proposal_gets_a_bracket_arm_further_out_and_others_move_down_a_slot():
-    from evotrainer.agent.nodes import _bracketed
+    from evotrainer.agent.arms import _bracketed
     from evotrainer.agent.values import LOG_KNOBS, bracket_value
 
     h = HarnessSpec().with_knob("optim.learning_rate", 1e-6)
@@ -167,7 +167,7 @@ def test_a_blocked_trap_is_not_proposed_again_while_the_findings_of_its_round_pe
     from datetime import datetime, timezone
     from types import SimpleNamespace
 
-    from evotrainer.agent.nodes import _refuted
+    from evotrainer.agent.arms import _refuted
     from evotrainer.domain import Decision, Hypothesis, Proposal
     from evotrainer.store import Store
 
@@ -300,7 +300,7 @@ def test_a_mainline_that_falls_below_its_best_version_goes_back_to_it_once(tmp_p
     from datetime import datetime, timedelta, timezone
     from types import SimpleNamespace
 
-    from evotrainer.agent.nodes import _keep_best
+    from evotrainer.agent.mainline import _keep_best
     from evotrainer.config.campaign import CampaignSpec
     from evotrainer.domain import PolicyVersion
     from evotrainer.reports import campaign_summary
@@ -362,7 +362,7 @@ def test_a_first_segment_that_wrecks_the_policy_goes_back_to_the_base_policy(tmp
     from datetime import datetime, timedelta, timezone
     from types import SimpleNamespace
 
-    from evotrainer.agent.nodes import _fork_of, _keep_best
+    from evotrainer.agent.mainline import _fork_of, _keep_best
     from evotrainer.config.campaign import CampaignSpec
     from evotrainer.domain import PolicyVersion
     from evotrainer.reports import spend
@@ -395,7 +395,7 @@ def test_a_first_segment_that_wrecks_the_policy_goes_back_to_the_base_policy(tmp
         assert (ev.message["from"], ev.message["to"]) == ("c:v1", "c:base")
         assert _fork_of(base) is None and _fork_of(wrecked) == "run1@20"  # a job from the base starts new
         # ... from the campaign's base policy: a branch of another seed must not warm-start a policy of its own
-        from evotrainer.agent.nodes import _request
+        from evotrainer.agent.runs import _request
 
         job_ctx = SimpleNamespace(**vars(ctxs["c"]), home=tmp_path, mlflow_run_id=None)
         branch = _request(job_ctx, "c__r00__control__s10001", h, 30, spec.seed + 10001, None, 10, {}, 10)
@@ -716,7 +716,7 @@ def _spent_30_of_100(tmp_path, cid: str, **spec_fields):
 
 
 def test_a_backtest_look_runs_only_within_the_budget_and_the_exploration_share(tmp_path):
-    from evotrainer.agent.nodes import _explore_spent, _look_budget
+    from evotrainer.agent.budget import _explore_spent, _look_budget
     from evotrainer.domain import PolicyVersion
 
     ctx, spec, now = _spent_30_of_100(tmp_path, "b")
@@ -746,7 +746,7 @@ def test_a_merged_average_is_scored_on_the_decision_split_only_when_something_wi
     """distill scores a merged average's decision split (its movement baseline, the stop rules' accuracy) unless no
     round follows: no segment fits, or the next trains the rest (train_segment's own tests), and neither
     ``stop.target_accuracy`` nor ``stop.plateau_rounds`` reads it now."""
-    from evotrainer.agent.nodes import _last_round
+    from evotrainer.agent.budget import _last_round
     from evotrainer.agent.state import CampaignContext
     from evotrainer.domain import LedgerEntry, PolicyVersion
 
@@ -773,7 +773,7 @@ def test_an_inconclusive_gain_is_offered_once_more_while_its_knob_is_where_it_wa
     from datetime import datetime, timezone
     from pathlib import Path
 
-    from evotrainer.agent.nodes import _bracketed, _retests
+    from evotrainer.agent.arms import _bracketed, _retests
     from evotrainer.agent.state import CampaignContext
     from evotrainer.config.campaign import CampaignSpec
     from evotrainer.domain import BacktestStats, Decision, Hypothesis, Proposal
@@ -809,7 +809,7 @@ def test_an_inconclusive_gain_is_offered_once_more_while_its_knob_is_where_it_wa
     # the refuted ×3 raise wrote a mistake note that marks every larger raise; the re-test's own gain outweighs it
     import shutil
 
-    from evotrainer.agent.nodes import _check_draft
+    from evotrainer.agent.arms import _check_draft
     from evotrainer.library.curation import record_outcome
 
     ctx.library = tmp_path / "lib"
@@ -861,7 +861,7 @@ def test_exploration_waits_while_the_mainline_still_improves_and_not_when_it_sta
     from pathlib import Path
     from types import SimpleNamespace
 
-    from evotrainer.agent.nodes import _still_improving
+    from evotrainer.agent.budget import _still_improving
     from evotrainer.config.campaign import CampaignSpec
     from evotrainer.domain import PolicyVersion
     from evotrainer.store import Store
@@ -922,7 +922,7 @@ def test_a_healthy_round_explores_within_the_healthy_share_and_a_troubled_one_wi
     from pathlib import Path
     from types import SimpleNamespace
 
-    from evotrainer.agent.nodes import _allowance, _explore_mode, _explore_spent, _look_budget
+    from evotrainer.agent.budget import _allowance, _explore_mode, _explore_spent, _look_budget
     from evotrainer.config.campaign import CampaignSpec
     from evotrainer.domain import LedgerEntry, PolicyVersion
     from evotrainer.store import Store
@@ -999,7 +999,7 @@ def test_a_moving_mainline_is_healthy_unless_it_is_below_the_start_and_a_stuck_o
     from pathlib import Path
     from types import SimpleNamespace
 
-    from evotrainer.agent.nodes import _explore_mode
+    from evotrainer.agent.budget import _explore_mode
     from evotrainer.agent.state import segment_id
     from evotrainer.config.campaign import CampaignSpec
     from evotrainer.domain import PolicyVersion

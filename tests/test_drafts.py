@@ -20,9 +20,9 @@ from evotrainer.agent.brains.llm import LLMBrain, LLMSettings
 from evotrainer.agent.drafts import draft_diagnostic, draft_schema, with_draft
 from evotrainer.agent.revise import Misfire, _adopted
 from evotrainer.config.harness import HarnessSpec
+from evotrainer.diagnostics.confine import FULL, confinement, missing
 from evotrainer.diagnostics.registry import Registry
 from evotrainer.diagnostics.revision import Archive, LabelledRun, history
-from evotrainer.diagnostics.confine import FULL, confinement, missing
 from evotrainer.evidence import Evidence
 from tests.llm_server import ScriptedLLM
 

@@ -387,8 +387,8 @@ def test_non_inferiority_only_at_the_final_look_for_a_treatment_that_moves_and_p
 
 def test_the_stuck_rounds_learning_rate_retest_is_adopted_on_non_inferiority(round_one, tmp_path):
     """The node's side: the round's movement verdict, the proposal's direction and the branches' movement from
-    the parent's recorded answers decide whether the margin applies (nodes._decide_look)."""
-    from evotrainer.agent.nodes import _decide_look
+    the parent's recorded answers decide whether the margin applies (looks._decide_look)."""
+    from evotrainer.agent.looks import _decide_look
 
     round_one(changed=0)
     ctx = round_one.ctx

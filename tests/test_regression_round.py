@@ -28,7 +28,8 @@ def _campaign(home: Path, cid: str, selection: float, brain=None, without: tuple
     policy scored 0.25), its rollouts all wrong; returns a function that diagnoses and proposes as the graph does.
     ``without``: skills removed from the campaign's copy of the seed library (a user's library that lacks them)."""
     from evotrainer.agent.brains.heuristic import HeuristicBrain
-    from evotrainer.agent.nodes import _keep_best, diagnose, propose
+    from evotrainer.agent.mainline import _keep_best
+    from evotrainer.agent.nodes import diagnose, propose
     from evotrainer.agent.state import CampaignContext
     from evotrainer.config.campaign import CampaignSpec
     from evotrainer.store import Store

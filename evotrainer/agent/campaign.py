@@ -217,7 +217,7 @@ def _run_owned(cid: str, home: Path, store: Any, camp: Any, owner: Any, log: Cal
     from evotrainer.agent.clock import REVIEW_WAIT, NodeClock, timings_path
     from evotrainer.agent.graph import compile_graph
     from evotrainer.agent.lessons import campaign_library
-    from evotrainer.agent.nodes import CampaignStopped
+    from evotrainer.agent.runs import CampaignStopped
     from evotrainer.jobs.pool import PoolStopped
     from evotrainer.tracking import Tracker
 

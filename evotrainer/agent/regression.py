@@ -1,6 +1,6 @@
 """Did the round's segment make the policy worse? The finding the campaign writes when it did, and what may act on it.
 
-Why: a rollback (``nodes._keep_best``) puts the mainline back on its best earlier version, but the harness stays,
+Why: a rollback (``mainline._keep_best``) puts the mainline back on its best earlier version, but the harness stays,
 so the next segment and the backtest's control train the very recipe that just undid the policy. The diagnostics
 read one run's rollouts, and on a wrecked policy they name the consequence, not the cause: agentic from its tuned
 start at learning rate 3e-4 fell from 0.25 to 0.002 in 20 steps (bench/RESULTS.md §7, session 26), and the only

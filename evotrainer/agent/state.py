@@ -50,4 +50,4 @@ class CampaignContext:
     started_at: float = 0.0
     library: Path | None = None  # the skill library folder this campaign reads and curates
     clock: Any = None  # an agent.clock.NodeClock: times the nodes' waits on the worker (None: not timed)
-    task_inert: dict[str, str] | None = None  # the task's inert knobs (agent/nodes.py::_task_inert), once built
+    task_inert: dict[str, str] | None = None  # the task's inert knobs (agent/arms.py::_task_inert), once built

@@ -27,7 +27,7 @@ How:
   never turned into a decrease.
 - **Fallback.** With no decided backtest of the knob yet, the draft's own value is used (the library's fixed
   step): a sampler with no observations knows less than the literature.
-- **Brackets and re-tests.** A bracket arm (``agent/nodes.py``: a bolder move of the same scale knob, backtested beside
+- **Brackets and re-tests.** A bracket arm (``agent/arms.py``: a bolder move of the same scale knob, backtested beside
   the first against the same control), a stuck round's interim first arm (the geometric middle of the draft and
   the bracket) and a re-test of an inconclusive value keep their values; each is
   recorded as its proposal's trial all the same.
@@ -225,7 +225,7 @@ def _quiet() -> None:
 
 # Optuna storages already opened in this process, by database file. Opening one builds an SQLAlchemy engine and
 # checks the schema (~0.1 s); a campaign asks in every round's propose and distill, and opens it once early, while
-# the first job's worker still imports (agent/nodes.py). Keyed by the file's identity too, so a database that was
+# the first job's worker still imports (agent/runs.py). Keyed by the file's identity too, so a database that was
 # removed and made again is opened afresh.
 _STORAGES: dict[str, tuple[int, Any]] = {}  # database file -> (its inode when opened, the storage)
 
