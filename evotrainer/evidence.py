@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -340,6 +341,32 @@ def read_rollouts(run_dir: Path, columns: list[str] | None = None) -> pd.DataFra
     if columns is None:  # an extra column no file has is left out, so a single-turn run reads as it always did
         df = df.drop(columns=[f.name for f in EXTRA_ROLLOUT_FIELDS if df[f.name].isna().all()])
     return df
+
+
+MAX_STEP = 2**53
+"""Steps are whole numbers in [0, 2**53): a larger one (4e25 written as an integer) would wrap in an int64 column."""
+
+
+def is_step(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_STEP
+
+
+def rollout_type_problem(raw: pd.DataFrame) -> str | None:
+    """Why a rollout table cannot be read as rollouts (a step that is no whole number, text that is numbers,
+    a number column that is text), or None: such a file is unreadable, not rows at step -1."""
+    if "step" in raw:
+        col = raw["step"]
+        whole = pd.api.types.is_integer_dtype(col) or (
+            pd.api.types.is_float_dtype(col) and bool(np.isfinite(col).all()) and bool((col % 1 == 0).all()))
+        if not whole or pd.api.types.is_bool_dtype(col) or (len(col) and (col.min() < 0 or col.max() >= MAX_STEP)):
+            return f"column step holds {col.dtype} values, not whole numbers in [0, 2**53)"
+    for c in ("prompt", "completion"):
+        if c in raw and raw[c].dtype != object and not pd.api.types.is_string_dtype(raw[c]):
+            return f"column {c} holds {raw[c].dtype} values, not text"
+    for c in ("reward", "advantage", "correct"):
+        if c in raw and not pd.api.types.is_numeric_dtype(raw[c]) and raw[c].notna().any():
+            return f"column {c} holds {raw[c].dtype} values, not numbers"
+    return None
 
 
 def evidence_upto(ev: Evidence, step: int) -> Evidence:

@@ -73,8 +73,10 @@ from evotrainer.evidence import (
     TRUNCATED_KEYS,
     VERL_METRICS,
     Evidence,
+    is_step,
     read_metrics,
     read_rollouts,
+    rollout_type_problem,
 )
 from evotrainer.files import check_regular, first_line, open_regular, read_text
 from evotrainer.mapping import FieldMap, apply_field_map, detect_correctness, infer_reward_weights
@@ -264,14 +266,6 @@ def _finish(out: pd.DataFrame, raw: pd.DataFrame, consecutive: bool, exclude=())
     return out
 
 
-MAX_STEP = 2**53
-"""Steps are whole numbers in [0, 2**53): a larger one (4e25 written as an integer) would wrap in an int64 column."""
-
-
-def _is_step(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_STEP
-
-
 def _metrics_frame(rows: dict[int, dict[str, Any]]) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame({"step": pd.Series([], dtype="int64")})
@@ -333,30 +327,12 @@ def _read_parquets(files, skips: _Skips, cache: FileCache | None = None) -> list
                 return None
 
         frame = _cached(cache, Path(f), "parquet", load)
-        why = (errors[0] if errors else "unreadable") if frame is None else _wrong_types(frame)
+        why = (errors[0] if errors else "unreadable") if frame is None else rollout_type_problem(frame)
         if why:
             skips.file(f, why)
         else:
             frames.append(frame)
     return frames
-
-
-def _wrong_types(raw: pd.DataFrame) -> str | None:
-    """Why a rollout table cannot be read as rollouts (a step that is no whole number, text that is numbers,
-    a number column that is text), or None: such a file is unreadable, not rows at step -1."""
-    if "step" in raw:
-        col = raw["step"]
-        whole = pd.api.types.is_integer_dtype(col) or (
-            pd.api.types.is_float_dtype(col) and bool(np.isfinite(col).all()) and bool((col % 1 == 0).all()))
-        if not whole or pd.api.types.is_bool_dtype(col) or (len(col) and (col.min() < 0 or col.max() >= MAX_STEP)):
-            return f"column step holds {col.dtype} values, not whole numbers in [0, 2**53)"
-    for c in ("prompt", "completion"):
-        if c in raw and raw[c].dtype != object and not pd.api.types.is_string_dtype(raw[c]):
-            return f"column {c} holds {raw[c].dtype} values, not text"
-    for c in ("reward", "advantage", "correct"):
-        if c in raw and not pd.api.types.is_numeric_dtype(raw[c]) and raw[c].notna().any():
-            return f"column {c} holds {raw[c].dtype} values, not numbers"
-    return None
 
 
 def _empty_rollouts() -> pd.DataFrame:
@@ -386,9 +362,9 @@ def read_job_dir(run_dir: Path, fields: FieldMap | None = None, cache: FileCache
     mfile = run_dir / "metrics.jsonl"
     records = _read_jsonl(mfile, skips) if os.path.lexists(mfile) else []  # a FIFO or a link is unreadable, not absent
     for rec in records:
-        if _is_step(rec.get("step")):
+        if is_step(rec.get("step")):
             rows.setdefault(rec["step"], {}).update(rec)
-    n = len(records) - sum(1 for r in records if _is_step(r.get("step")))
+    n = len(records) - sum(1 for r in records if is_step(r.get("step")))
     if n:  # (several records of one step, e.g. a training log and an eval, are fine)
         why = f"{n} record{'s' * (n != 1)} without an integer step in [0, 2**53)"
         if rows:
@@ -479,7 +455,7 @@ def read_trl_dir(path: str | Path, fields: FieldMap | None = None, cache: FileCa
     rows: dict[int, dict[str, Any]] = {}
     for e in history:  # train and eval_* entries merge by step; the final train_runtime summary is dropped
         step = e.get("step") if isinstance(e, dict) else None
-        if _is_step(step) and "train_runtime" not in e:
+        if is_step(step) and "train_runtime" not in e:
             rows.setdefault(step, {"step": step}).update({k: v for k, v in e.items() if k != "step"})
     names = list(dict.fromkeys(k[len("rewards/"):-len("/mean")] for r in rows.values() for k in r
                                if k.startswith("rewards/") and k.endswith("/mean")))
@@ -563,7 +539,7 @@ def read_verl_dir(path: str | Path, fields: FieldMap | None = None, cache: FileC
     rows: dict[int, dict[str, Any]] = {}
     for f in mfiles:
         for rec in _cached_jsonl(f, skips, cache):
-            if not isinstance(rec.get("data"), dict) or not _is_step(rec.get("step")):
+            if not isinstance(rec.get("data"), dict) or not is_step(rec.get("step")):
                 skips.entries.append(f"{f}: a line without an integer step in [0, 2**53) and a data object")
                 continue
             data = {k: v for k, v in rec["data"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)}

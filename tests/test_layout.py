@@ -128,3 +128,13 @@ def test_loading_the_specs_does_not_import_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+MAX_LINES = 600
+
+
+def test_no_module_is_over_600_lines():
+    """A module is read in a sitting: a concept that outgrows 600 lines is split into modules named by concept."""
+    long = sorted(f"{p.relative_to(REPO)}: {n}" for p in _modules().values()
+                  if (n := len(p.read_text().splitlines())) > MAX_LINES)
+    assert long == []

@@ -30,6 +30,7 @@ from evotrainer.library.curation import (
 from evotrainer.library.format import SKILL_FILE, Evidence, Skill, dump_skill, parse_skill, section_problems
 from evotrainer.library.index import library_key, sync, text_scores
 from evotrainer.library.loader import CURATION_LOG, Library, lint_library, write_skill
+from evotrainer.library.retrieve import retrieve, search
 from evotrainer.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -244,17 +245,17 @@ TRUNCATION = finding("truncation", metrics={"truncated_share": 0.45},
 def test_retrieval_puts_the_right_skill_first(with_store, store):
     lib = Library.load(SEEDS)
     st = store if with_store else None
-    hits = lib.retrieve([ENTROPY], domain="math", k=5, store=st)
+    hits = retrieve(lib, [ENTROPY], domain="math", k=5, store=st)
     assert hits[0].slug in ("clip-higher", "entropy-bonus"), [h.slug for h in hits]
     assert all("entropy_collapse" in h.skill.symptoms for h in hits)
     assert hits[0].trigger == pytest.approx(0.9) and 0 < hits[0].text <= 1 and hits[0].evidence == 0
     assert hits[0].score == pytest.approx(hits[0].trigger + 0.35 * hits[0].text)
     assert "entropy_collapse critical" in hits[0].explain()
 
-    hits = lib.retrieve([TRUNCATION], k=3, store=st)
+    hits = retrieve(lib, [TRUNCATION], k=3, store=st)
     assert hits[0].slug in ("overlong-penalty", "longer-completions"), [h.slug for h in hits]
     # two symptoms at once: a skill answering both outranks the ones answering one
-    both = lib.retrieve([finding("dead_groups", "warning", 0.8), finding("too_easy", "warning", 0.8)], k=3, store=st)
+    both = retrieve(lib, [finding("dead_groups", "warning", 0.8), finding("too_easy", "warning", 0.8)], k=3, store=st)
     assert both[0].slug in ("drop-solved", "difficulty-targeted") and len(both[0].matched) == 2
 
 
@@ -264,9 +265,9 @@ def test_retrieval_a_deprecated_skill_is_not_first(lib_dir):
     write_skill(lib_dir, s.model_copy(update={"status": "deprecated", "deprecated_reason": "refuted twice",
                                               "counters": s.counters.model_copy(update={"harmful": 2, "uses": 2})}))
     lib = Library.load(lib_dir)
-    hits = lib.retrieve([ENTROPY], k=30)
+    hits = retrieve(lib, [ENTROPY], k=30)
     assert "clip-higher" not in [h.slug for h in hits]
-    hits = lib.retrieve([ENTROPY], k=30, include_deprecated=True)
+    hits = retrieve(lib, [ENTROPY], k=30, include_deprecated=True)
     assert hits[0].slug != "clip-higher" and hits[-1].slug == "clip-higher"
 
 
@@ -284,28 +285,28 @@ def test_retrieval_conditions_domains_evidence_and_availability(tmp_path):
     write_text(root, "not-yet", skill_text(name="Not yet").replace(
         "  arg: 0.01\n", "  arg: 0.01\n  available: false\n  unavailable_reason: needs a new knob\n"))
     lib = Library.load(root)
-    low = {h.slug: h for h in lib.retrieve([finding("entropy_collapse", metrics={"ratio": 0.1})], domain="math", k=10)}
-    high = {h.slug: h for h in lib.retrieve([finding("entropy_collapse", metrics={"ratio": 0.8})], domain="math", k=10)}
-    unknown = {h.slug: h for h in lib.retrieve([finding("entropy_collapse")], domain="math", k=10)}
+    low = {h.slug: h for h in retrieve(lib, [finding("entropy_collapse", metrics={"ratio": 0.1})], domain="math", k=10)}
+    high = {h.slug: h for h in retrieve(lib, [finding("entropy_collapse", metrics={"ratio": 0.8})], domain="math", k=10)}
+    unknown = {h.slug: h for h in retrieve(lib, [finding("entropy_collapse")], domain="math", k=10)}
     assert low["conditional"].trigger == pytest.approx(0.9)
     assert high["conditional"].trigger == 0  # condition fails: the trigger does not fire (text may still match)
     assert unknown["conditional"].trigger == pytest.approx(0.45)  # metric missing: halved
     assert low["code-only"].trigger == pytest.approx(0.45)  # domain mismatch: halved
-    assert lib.retrieve([finding("entropy_collapse")], domain="code", k=10)[0].slug in ("code-only", "proven")
+    assert retrieve(lib, [finding("entropy_collapse")], domain="code", k=10)[0].slug in ("code-only", "proven")
     assert low["proven"].evidence > 0.3 and low["plain"].evidence == 0
-    ranked = [h.slug for h in lib.retrieve([finding("entropy_collapse", metrics={"ratio": 0.1})], domain="math", k=10)]
+    ranked = [h.slug for h in retrieve(lib, [finding("entropy_collapse", metrics={"ratio": 0.1})], domain="math", k=10)]
     assert ranked[0] == "proven" and ranked[-1] == "not-yet"
     assert low["not-yet"].score == pytest.approx(0.5 * (low["not-yet"].trigger + 0.35 * low["not-yet"].text))
-    assert all(h.trigger == 0 for h in lib.retrieve([finding("nan")], k=5))  # no trigger: at most text matches
+    assert all(h.trigger == 0 for h in retrieve(lib, [finding("nan")], k=5))  # no trigger: at most text matches
 
 
 def test_search_and_bm25(store):
     lib = Library.load(SEEDS)
-    with_store = lib.search("soft overlong punishment length buffer", store=store)
-    without = lib.search("soft overlong punishment length buffer")
+    with_store = search(lib, "soft overlong punishment length buffer", store=store)
+    without = search(lib, "soft overlong punishment length buffer")
     assert with_store[0].slug == without[0].slug == "overlong-penalty"
     assert with_store[0].text == 1.0
-    assert lib.search("zzzz qqqq") == [] and lib.search("zzzz qqqq", store=store) == []
+    assert search(lib, "zzzz qqqq") == [] and search(lib, "zzzz qqqq", store=store) == []
     bm = BM25(["entropy entropy collapse", "length penalty", "entropy bonus term"])
     scores = bm.scores("entropy")
     assert scores[0] > scores[2] > 0 and scores[1] == 0
@@ -555,7 +556,7 @@ def test_skills_become_candidates_resolved_against_the_harness(lib_dir):
         assert dropped not in cands, dropped
     stepped = {c.id: c for c in to_candidates(lib.skills, harness.with_knob("data.difficulty", [2, 2]))}
     assert stepped["harder-curriculum"].value == [3, 3] and stepped["easier-curriculum"].value == [1, 1]
-    hits = lib.retrieve([ENTROPY], k=3)
+    hits = retrieve(lib, [ENTROPY], k=3)
     assert [c.id for c in to_candidates(hits, harness)] == [h.slug for h in hits if h.available]
 
 

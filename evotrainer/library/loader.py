@@ -17,18 +17,12 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from evotrainer import atomic
 from evotrainer.errors import ConfigError
 from evotrainer.library.format import SKILL_FILE, Skill, dump_skill, relative
 from evotrainer.library.lint import Problem, check_file, check_text
 from evotrainer.names import check_name
-
-if TYPE_CHECKING:
-    from evotrainer.domain import Finding
-    from evotrainer.library.retrieve import Hit
-    from evotrainer.store import Store
 
 LIBRARY_ENV = "EVOTRAINER_LIBRARY"
 CURATION_LOG = "CURATION.jsonl"
@@ -169,20 +163,6 @@ class Library:
                 if (kind is None or s.kind == kind)
                 and (symptom is None or symptom in s.symptoms)
                 and (include_deprecated or s.active)]
-
-    # ------------------------------------------------------------------------------------------ shortcuts
-    def retrieve(self, findings: Sequence[Finding], domain: str | None = None, k: int = 5, *,
-                 store: Store | None = None, include_deprecated: bool = False) -> list[Hit]:
-        """See :func:`evotrainer.library.retrieve.retrieve`."""
-        from evotrainer.library.retrieve import retrieve
-
-        return retrieve(self, findings, domain=domain, k=k, store=store, include_deprecated=include_deprecated)
-
-    def search(self, query: str, k: int = 10, *, store: Store | None = None) -> list[Hit]:
-        """See :func:`evotrainer.library.retrieve.search`."""
-        from evotrainer.library.retrieve import search
-
-        return search(self, query, k=k, store=store)
 
 
 def write_skill(library: str | Path, skill: Skill) -> Path:
