@@ -36,7 +36,7 @@ export TOKENIZERS_PARALLELISM := false
 export MLFLOW_ENABLE_TELEMETRY := false
 export DO_NOT_TRACK := 1
 
-.PHONY: setup llm-server browser postgres demo demo-train test bench clean
+.PHONY: setup llm-server browser postgres demo demo-train test test-fast bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -99,6 +99,11 @@ postgres:
 # EVOTRAINER_REQUIRE_*: the browser, llama.cpp and Landlock tests fail, instead of skipping, when their part is missing.
 test: setup browser llm-server postgres
 	EVOTRAINER_REQUIRE_BROWSER=1 EVOTRAINER_REQUIRE_LLAMA=1 EVOTRAINER_REQUIRE_LANDLOCK=1 $(PY) -m pytest -q --durations=25 tests
+
+# The inner loop: no browser, PostgreSQL, llama.cpp or Ray, and none of the tests measured slow (tests/slow_tests.txt);
+# under 3 minutes on 2 cores. `make test` stays the whole suite, and it is what CI runs.
+test-fast: setup
+	EVOTRAINER_REQUIRE_LANDLOCK=1 $(PY) -m pytest -q -m "not slow and not browser and not postgres and not llama and not ray" tests
 
 bench: setup
 	$(PY) bench/learning.py && $(PY) bench/throughput.py && $(PY) bench/segments.py

@@ -24,6 +24,30 @@ data: {pool_size: 64, difficulty: [1, 1]}
 """
 
 
+FILE_MARKS = {"test_ui_browser.py": "browser", "test_llm_local.py": "llama"}
+"""Test files that need one outside part as a whole (the markers are declared in pyproject.toml)."""
+
+SLOW = {ln.strip() for ln in (REPO / "tests" / "slow_tests.txt").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")}
+"""``tests/path.py::test_name`` of the tests measured slow (the file says how)."""
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The markers ``make test-fast`` leaves out (declared in pyproject.toml): ``browser`` and ``llama`` by file,
+    by the ``postgres`` fixture (or a ``postgresql`` parameter) wherever a test asks for it, ``ray`` by the word in
+    the test's name, and ``slow`` from ``tests/slow_tests.txt``."""
+    for item in items:
+        if item.nodeid.split("[", 1)[0] in SLOW:
+            item.add_marker("slow")
+        if "ray" in item.name.split("[", 1)[0].split("_"):
+            item.add_marker("ray")
+        if item.path.name in FILE_MARKS:
+            item.add_marker(FILE_MARKS[item.path.name])
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "postgres" in getattr(item, "fixturenames", ()) or "postgresql" in params.values():
+            item.add_marker("postgres")
+
+
 def landlock_or_skip(why: str) -> None:
     """Skip a test of the sandbox where the kernel has no Landlock, unless ``make test`` asked for it
     (EVOTRAINER_REQUIRE_LANDLOCK=1): there a dead sandbox fails the suite instead of skipping it away."""
