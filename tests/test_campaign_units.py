@@ -401,10 +401,10 @@ def test_a_first_segment_that_wrecks_the_policy_goes_back_to_the_base_policy(tmp
         branch = _request(job_ctx, "c__r00__control__s10001", h, 30, spec.seed + 10001, None, 10, {}, 10)
         segment = _request(job_ctx, "c__r01__segment", h, 30, spec.seed, None, 10, {"evotrainer.role": "segment"}, None)
         forked = _request(job_ctx, "c__r02__control__s10001", h, 30, spec.seed + 10001, "run2@20", 10, {}, 30)
-        assert branch.job["policy"]["seed"] == spec.seed and branch.job["seed"] == spec.seed + 10001
+        assert branch.job.policy.seed == spec.seed and branch.job.seed == spec.seed + 10001
         # only the segment evaluates its start (movement compares with it); a branch is judged at its looks
-        assert segment.job["eval"]["at_start"] and not branch.job["eval"]["at_start"]
-        assert segment.job["policy"] == forked.job["policy"] == spec.policy.model_dump(mode="json")  # as before
+        assert segment.job.eval.at_start and not branch.job.eval.at_start
+        assert segment.job.policy == forked.job.policy == spec.policy  # as before
 
         # the next segment trains from the base; the base is then an ordinary ancestor, never added twice
         v2 = add("c", 2, 0.30, "c:base", 20)

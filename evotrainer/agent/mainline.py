@@ -12,7 +12,7 @@ from evotrainer.config.harness import (
     HarnessSpec,
 )
 from evotrainer.domain import PolicyVersion
-from evotrainer.jobs.runner import complete_checkpoints
+from evotrainer.jobs.lineage import complete_checkpoints
 from evotrainer.runmeta import read_run_meta
 
 

@@ -17,8 +17,9 @@ from evotrainer.config.eval import EvalSpec
 from evotrainer.config.harness import (
     HarnessSpec,
 )
+from evotrainer.config.job import JobSpec
 from evotrainer.evidence import read_metrics
-from evotrainer.jobs.runner import complete_checkpoints
+from evotrainer.jobs.lineage import complete_checkpoints
 from evotrainer.runmeta import RunMeta, read_run_meta
 
 
@@ -117,7 +118,7 @@ def _request(ctx: CampaignContext, name: str, harness: HarnessSpec, steps: int, 
         # a new job of another seed (a backtest branch from the base policy, after a rollback to it) trains the
         # campaign's base, not a warm start of its own seed
         policy = policy.model_copy(update={"seed": sp.seed})
-    job = {
+    raw = {
         "task": sp.task, "task_options": sp.task_options, "harness": harness.model_dump(mode="json"), "harness_dir": harness.source_dir,
         "steps": steps, "seed": seed, "policy": policy.model_dump(mode="json"),
         # a new job evaluates its start only when it is a segment (movement compares with it: agent/movement.py); a
@@ -129,7 +130,8 @@ def _request(ctx: CampaignContext, name: str, harness: HarnessSpec, steps: int, 
         "tags": {"mlflow.parentRunId": ctx.mlflow_run_id or "", "evotrainer.campaign": ctx.campaign_id, **tags},
         "threads": meta.spec.get("threads") if meta else threads,
     }
-    job["tags"] = {k: v for k, v in job["tags"].items() if v}
+    raw["tags"] = {k: v for k, v in raw["tags"].items() if v}
+    job = JobSpec.model_validate(raw)  # validated here, once: a bad job fails the campaign's node, not a worker
     upto = "" if stop_at is None else f" to step {stop_at}"
     ctx.log(f"{'resuming' if meta else 'running'} {name} ({steps} steps{upto})")
     target = meta.target_step if meta else None

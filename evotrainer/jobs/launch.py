@@ -34,16 +34,18 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evotrainer.config.job import JobSpec
 from evotrainer.errors import ConfigError
 from evotrainer.jobs.pool import _UNSET, BranchPool, PoolStopped, job_timeout_from_env, run_branch
 
 
 class JobRequest(BaseModel):
-    """One job to run: a ``JobSpec`` as JSON plus how to start it (fresh, forked, resumed, up to a look)."""
+    """One job to run: its ``JobSpec`` plus how to start it (fresh, forked, resumed, up to a look)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    job: dict[str, Any] = Field(..., description="The JobSpec, as JSON (validated in the worker).")
+    job: JobSpec = Field(..., description="The job, validated where the request is built (the campaign's process); "
+                                         "a worker gets it as JSON (:meth:`wire`).")
     home: str = Field(..., description="The EvoTrainer home the job writes under.")
     fork: str | None = Field(None, description="RUN@STEP to fork from (a new job only).")
     resume: str | None = Field(None, description="Name of the job to resume.")
@@ -51,7 +53,11 @@ class JobRequest(BaseModel):
 
     @property
     def name(self) -> str:
-        return str(self.job.get("name") or "")
+        return self.job.name or ""
+
+    def wire(self) -> dict[str, Any]:
+        """The job as the JSON a worker process (or a Ray task) receives and validates again."""
+        return self.job.model_dump(mode="json")
 
 
 class JobOutcome(BaseModel):
@@ -196,13 +202,13 @@ class LocalLauncher(_Closing):
 
     def _needs(self, req: JobRequest) -> int:
         """Cores a job computes with: its own thread count, else its worker's share."""
-        return int(req.job.get("threads") or self._share)
+        return int(req.job.threads or self._share)
 
     def _one(self, req: JobRequest) -> JobOutcome:
         cores = self._needs(req)
         slot = self._take(self._holder.get(req.resume or ""), cores=cores)
         try:
-            out = slot.run(req.job, Path(req.home), fork=req.fork, resume=req.resume, stop_at=req.stop_at)
+            out = slot.run(req.wire(), Path(req.home), fork=req.fork, resume=req.resume, stop_at=req.stop_at)
         except PoolStopped as err:
             return JobOutcome(status="stopped", error=str(err))
         finally:
@@ -242,7 +248,7 @@ class LocalLauncher(_Closing):
         # a new job without a count gets its share of the batch (:meth:`shares`); one that has a count (the
         # caller's, or its record's on a resume) keeps it
         shares = self.shares(len(requests))
-        requests = [r if r.job.get("threads") or n is None else r.model_copy(update={"job": {**r.job, "threads": n}})
+        requests = [r if r.job.threads or n is None else r.model_copy(update={"job": r.job.model_copy(update={"threads": n})})
                     for r, n in zip(requests, shares, strict=True)]
         if len(requests) <= 1 or self.workers == 1:
             outcomes = [self._one(r) for r in requests]
@@ -476,7 +482,7 @@ class RayLauncher(_Closing):
         while nxt < len(requests) or pending:
             while nxt < len(requests) and len(pending) < parallel and not self._stopping:
                 r = requests[nxt]
-                ref = self._submit(run_branch, r.job, r.home, r.fork, r.resume, r.stop_at)
+                ref = self._submit(run_branch, r.wire(), r.home, r.fork, r.resume, r.stop_at)
                 with self._lock:
                     self._inflight.append(ref)
                 pending.append((nxt, ref))
