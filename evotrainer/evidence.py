@@ -351,21 +351,27 @@ def is_step(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_STEP
 
 
+_NUMBER_KINDS = {"integer", "floating", "mixed-integer-float", "boolean", "decimal", "empty"}
+_TEXT_KINDS = {"string", "empty", "mixed"}  # "mixed": TRL's conversations (lists of messages) beside strings
+
+
 def rollout_type_problem(raw: pd.DataFrame) -> str | None:
     """Why a rollout table cannot be read as rollouts (a step that is no whole number, text that is numbers,
-    a number column that is text), or None: such a file is unreadable, not rows at step -1."""
-    if "step" in raw:
-        col = raw["step"]
-        whole = pd.api.types.is_integer_dtype(col) or (
-            pd.api.types.is_float_dtype(col) and bool(np.isfinite(col).all()) and bool((col % 1 == 0).all()))
-        if not whole or pd.api.types.is_bool_dtype(col) or (len(col) and (col.min() < 0 or col.max() >= MAX_STEP)):
-            return f"column step holds {col.dtype} values, not whole numbers in [0, 2**53)"
+    a number column that is text), or None: such a file is unreadable, not rows at step -1. Kinds are read from
+    the values (``infer_dtype``), so a 0/1 column with nulls (object dtype) and a step written as text digits
+    (some TRL versions) pass."""
+    if "step" in raw and len(raw):
+        col = pd.to_numeric(raw["step"], errors="coerce") if not pd.api.types.is_bool_dtype(raw["step"]) else None
+        ok = col is not None and bool(col.notna().all()) and bool(np.isfinite(col.to_numpy(dtype="float64")).all())
+        if not ok or not bool((col % 1 == 0).all()) or col.min() < 0 or col.max() >= MAX_STEP:
+            return f"column step holds {raw['step'].dtype} values, not whole numbers in [0, 2**53)"
     for c in ("prompt", "completion"):
-        if c in raw and raw[c].dtype != object and not pd.api.types.is_string_dtype(raw[c]):
-            return f"column {c} holds {raw[c].dtype} values, not text"
+        if c in raw and not isinstance(raw[c].dtype, pd.CategoricalDtype) and \
+                pd.api.types.infer_dtype(raw[c], skipna=True) not in _TEXT_KINDS | {"unknown-array"}:
+            return f"column {c} holds {pd.api.types.infer_dtype(raw[c], skipna=True)} values, not text"
     for c in ("reward", "advantage", "correct"):
-        if c in raw and not pd.api.types.is_numeric_dtype(raw[c]) and raw[c].notna().any():
-            return f"column {c} holds {raw[c].dtype} values, not numbers"
+        if c in raw and pd.api.types.infer_dtype(raw[c], skipna=True) not in _NUMBER_KINDS:
+            return f"column {c} holds {pd.api.types.infer_dtype(raw[c], skipna=True)} values, not numbers"
     return None
 
 

@@ -90,8 +90,12 @@ def open_regular(path: str | Path, cap: int | None = None) -> BinaryIO:
 def read_bytes(path: str | Path, cap: int | None = None) -> bytes:
     """The bytes of a regular file within the cap (a file that grows past it while read is refused too)."""
     cap = max_file_bytes() if cap is None else cap
-    with open_regular(path, cap) as fh:
-        data = fh.read(cap + 1)
+    chunks, got = [], 0
+    with open_regular(path, cap) as fh:  # in pieces: read(cap + 1) would allocate the whole cap for a small file
+        while got <= cap and (piece := fh.read(min(1 << 20, cap + 1 - got))):
+            chunks.append(piece)
+            got += len(piece)
+    data = b"".join(chunks)
     if len(data) > cap:
         raise UnreadableFile(path, f"grew past the {cap / 2**20:.0f} MiB one evidence file may have while it was "
                                    f"read (raise ${MAX_FILE_MB_ENV} to read it)")

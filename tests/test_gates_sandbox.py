@@ -319,3 +319,17 @@ def test_the_output_read_back_from_the_sandbox_is_capped(tmp_path):
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     assert finding.symptom == "diagnostic_error" and "MiB of output" in finding.explanation, finding.explanation
     assert grown_mb < 100, f"the parent grew by {grown_mb:.0f} MiB"
+
+
+def test_every_thread_of_the_child_runs_under_the_filter(tmp_path):
+    """seccomp is synchronised to every thread (TSYNC): the pools numpy and Arrow started during the trusted imports
+    could otherwise fork, open sockets and change metadata for the untrusted code."""
+    from evotrainer.diagnostics.registry import SandboxedDiagnostic
+
+    landlock_or_skip("this kernel cannot confine the sandbox")
+    body = ("        import os\n        tasks = os.listdir('/proc/self/task')\n"
+            "        bad = [t for t in tasks if 'Seccomp:\\t2' not in open(f'/proc/self/task/{t}/status').read()]\n"
+            "        return [self.finding('warning', f'threads {len(tasks)} unfiltered {len(bad)}')]\n")
+    (tmp_path / "threads.py").write_text(USER_DIAG.split("    def analyze")[0] + "    def analyze(self, ev):\n" + body)
+    (finding,) = SandboxedDiagnostic(tmp_path / "threads.py", "high_reward", timeout_s=20).run(_ev(0.9))
+    assert finding.symptom == "reward_hacking" and finding.explanation.endswith("unfiltered 0"), finding.explanation

@@ -46,6 +46,9 @@ def test_mask_hides_every_form_of_credential():
     assert mask("https://s3/b?X-Amz-Credential=AKIA1&X-Amz-Signature=abc123&X-Amz-Expires=60") == \
         "https://s3/b?X-Amz-Credential=***&X-Amz-Signature=***&X-Amz-Expires=60"
     assert mask("client_secret=CS1 refresh_token=RT1 max_tokens=800") == "client_secret=*** refresh_token=*** max_tokens=800"
+    assert mask("secret_key=S --api-key=K pad_token=<pad>") == "secret_key=*** --api-key=*** pad_token=<pad>"
+    assert mask("https://x/cb#access_token=T&y=1") == "https://x/cb#access_token=***&y=1"
+    assert mask("https://ghp_0123456789abcdefABCDEF:x-oauth-basic@github.com") == "https://***:***@github.com"
 
 
 @pytest.mark.parametrize("env,secret", [

@@ -192,3 +192,15 @@ def test_a_page_that_fails_still_has_the_security_headers(tmp_path, monkeypatch)
     r = c.get("/diagnose/run")
     assert r.status_code == 500 and "ZeroDivisionError" in r.text and "Traceback" not in r.text
     assert "Content-Security-Policy" in r.headers and r.headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_rollouts_with_nullable_booleans_and_text_steps_are_read():
+    """The type check reads the values: a 0/1 column with nulls (object dtype) and steps written as text digits
+    are rollouts; only values of the wrong kind are refused."""
+    from evotrainer.evidence import rollout_type_problem
+
+    ok = pd.DataFrame({"step": ["1", "2"], "prompt": pd.Categorical(["a", "b"]), "completion": ["x", None],
+                       "correct": [True, None], "reward": [0.5, float("nan")]})
+    assert rollout_type_problem(ok) is None
+    assert "column reward holds string" in rollout_type_problem(pd.DataFrame({"step": [1], "reward": ["high"]}))
+    assert "column step holds" in rollout_type_problem(pd.DataFrame({"step": [1.5]}))

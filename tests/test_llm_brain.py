@@ -437,3 +437,14 @@ def test_retry_after_is_honoured_within_the_call_deadline(ctx):
         res = brain(llm, max_retries=1, timeout_s=5)[0].propose(ctx)
     assert time.monotonic() - t0 < 3 and len(llm.requests) == 1
     assert res.brain == "llm→heuristic" and any("retry after 120s, more than timeout_s" in n for n in res.notes)
+
+
+def test_a_retry_after_that_is_no_date_is_ignored():
+    from types import SimpleNamespace
+
+    from evotrainer.agent.brains.llm import retry_after
+
+    err = lambda v: SimpleNamespace(response=SimpleNamespace(headers={"retry-after": v}))  # noqa: E731
+    assert retry_after(err("Mon, 32 Jan 2024 00:00:00 GMT")) is None
+    assert retry_after(err("soon")) is None and retry_after(err("nan")) is None
+    assert retry_after(err("2")) == 2.0 and retry_after(err("Mon, 01 Jan 2001 00:00:00 -0000")) == 0.0

@@ -18,16 +18,24 @@ itself, in this order, before it imports the untrusted file (see :mod:`evotraine
     PostgreSQL socket), which Landlock up to ABI 7 does not scope;
   - new processes (``fork``, ``vfork``, ``clone`` without ``CLONE_THREAD``; ``clone3`` answers ``ENOSYS`` so libc
     falls back to ``clone``, whose flags a filter can read), ``execve``, and leaving the process group
-    (``setsid``, ``setpgid``). So the process tree is one process: its ``RLIMIT_AS`` bounds all the memory, no
+    (``setsid``, ``setpgid``). So the process tree is one process: its ``RLIMIT_AS`` bounds the memory it maps, no
     descendant can outlive the deadline or hold the parent's pipes, and a cgroup (this kind of host has only v1,
-    not delegated) is not needed to bound a tree;
+    not delegated) is not needed to bound a tree. Files it writes in its directory are capped at 64 MiB each
+    (``RLIMIT_FSIZE``) and ``memfd_create`` is refused; a ``TMPDIR`` on tmpfs would still hold its files in memory;
   - metadata changes anywhere (``chmod``, ``chown``, extended attributes, ``utime``, ``mknod``): Landlock has no
     right for them;
+  - file attributes through an open file (``ioctl`` ``FS_IOC_SETFLAGS`` / ``FS_IOC_FSSETXATTR``), and
+    ``truncate`` by path;
   - another process's priority, affinity, scheduling and limits (``setpriority``, ``sched_set*`` but
     ``sched_setaffinity`` on itself, ``ioprio_set``, ``prlimit64`` that sets);
   - what would step around the rest: namespaces and mounts, ``ptrace``, ``process_vm_*``, ``pidfd_getfd``,
     ``io_uring`` (its requests open files and sockets where seccomp does not see them), ``bpf``,
     ``perf_event_open``, ``userfaultfd``, keyrings, kernel modules, ``open_by_handle_at``.
+
+  The filter is synchronised to every thread (``TSYNC``): the thread pools numpy and Arrow start during the
+  trusted imports run under it too, and a child with a thread outside it refuses to run the code. What it also
+  stops, for code that needs it: copying a file's mode (``shutil.copy2``), ``Path.touch`` of an existing file, and
+  asyncio (its self-pipe is a socket pair).
 
 :func:`confinement` tells which of these this machine offers, and :func:`missing` what it lacks; code an LLM drafted
 runs only where nothing is missing.
@@ -63,7 +71,8 @@ _DENIED = (
     "socket", "socketpair", "fork", "vfork", "execve", "execveat", "setsid", "setpgid",
     "chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat",
     "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr",
-    "utime", "utimes", "utimensat", "futimesat", "mknod", "mknodat",
+    "utime", "utimes", "utimensat", "futimesat", "mknod", "mknodat", "truncate",
+    "setxattrat", "removexattrat", "file_setattr", "memfd_create",
     "setpriority", "sched_setscheduler", "sched_setparam", "sched_setattr", "ioprio_set", "setrlimit",
     "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "fsopen", "fsmount", "move_mount", "open_tree",
     "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "pidfd_open", "kcmp",
@@ -73,7 +82,9 @@ _DENIED = (
     "acct", "quotactl", "migrate_pages", "move_pages", "mbind", "set_mempolicy",
 )
 """The syscalls the filter refuses outright (``EPERM``); see the module docstring for why each group."""
-_NUMBERS = {"fchmodat2": 452}  # newer than some libseccomp builds; the same number on every architecture
+_NUMBERS = {"fchmodat2": 452, "setxattrat": 463, "removexattrat": 466, "file_setattr": 469}
+"""Calls newer than some libseccomp builds, by number (the same on every architecture since Linux 5.x)."""
+_IOCTL_SETATTR = (0x40086602, 0x401C5820)  # FS_IOC_SETFLAGS, FS_IOC_FSSETXATTR: attributes through an open file
 
 
 def landlock_abi() -> int:
@@ -191,6 +202,13 @@ def drop_root() -> str:
     os.setresuid(NOBODY, NOBODY, NOBODY)
     if os.geteuid() == 0 or os.getegid() == 0:
         raise OSError(errno.EPERM, "still root after setresuid")
+    import site
+
+    unreadable = [p for p in (sys.prefix, *site.getsitepackages()) if os.path.isdir(p)
+                  and not os.access(p, os.R_OK | os.X_OK)]
+    if unreadable:  # lazy imports of the untrusted code would fail one by one: refuse once, saying why
+        raise OSError(errno.EACCES, f"{', '.join(unreadable)} cannot be read by nobody (uid {NOBODY}): make the "
+                                    "interpreter and its packages world-readable, or run as a user who is not root")
     return "nobody"
 
 
@@ -212,8 +230,25 @@ def restrict_syscalls() -> bool:
     flt.add_rule(refuse, "clone", sc.Arg(0, sc.MASKED_EQ, _CLONE_THREAD, 0))
     flt.add_rule(refuse, "sched_setaffinity", sc.Arg(0, sc.NE, 0))
     flt.add_rule(refuse, "prlimit64", sc.Arg(2, sc.NE, 0))
+    for request in _IOCTL_SETATTR:
+        flt.add_rule(refuse, "ioctl", sc.Arg(1, sc.EQ, request))
+    # every thread, not only this one: numpy's and Arrow's pools started during the trusted imports
+    flt.set_attr(sc.Attr.CTL_TSYNC, 1)
     try:
         flt.load()
     except OSError:
         return False
-    return True
+    return all_threads_filtered()
+
+
+def all_threads_filtered() -> bool:
+    """Whether every thread of this process runs under a seccomp filter (``Seccomp: 2`` in its status)."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+        for tid in tasks:
+            with open(f"/proc/self/task/{tid}/status") as fh:
+                if "Seccomp:\t2" not in fh.read():
+                    return False
+    except OSError:
+        return False
+    return bool(tasks)

@@ -106,22 +106,17 @@ class _Outcome:
         self.code, self.out, self.err, self.killed = code, out, err, killed
 
 
-def _read_back(proc: subprocess.Popen, timeout_s: float) -> _Outcome:
-    """Read both pipes until the child closes them, the deadline passes or :data:`OUTPUT_CAP` is reached; then kill
-    its process group (whatever is left in it) and reap it. Never waits past the deadline."""
-    deadline = time.monotonic() + timeout_s
-    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()  # type: ignore[union-attr]
-    bufs = {out_fd: bytearray(), err_fd: bytearray()}
-    killed = ""
+def _pump(proc: subprocess.Popen, bufs: dict[int, bytearray], deadline: float, timeout_s: float) -> str:
+    """Read the child's pipes into ``bufs`` until it closes them and exits, the deadline passes or the output is
+    over :data:`OUTPUT_CAP`; why it must be killed, or ''."""
     with selectors.DefaultSelector() as sel:
         for fd in bufs:
             os.set_blocking(fd, False)
             sel.register(fd, selectors.EVENT_READ)
-        while sel.get_map() and not killed:
+        while sel.get_map():
             left = deadline - time.monotonic()
             if left <= 0:
-                killed = f"timed out after {timeout_s:.0f}s"
-                break
+                return f"timed out after {timeout_s:.0f}s"
             for key, _ in sel.select(min(left, 1.0)):
                 chunk = os.read(key.fd, 1 << 16)
                 if not chunk:
@@ -129,20 +124,30 @@ def _read_back(proc: subprocess.Popen, timeout_s: float) -> _Outcome:
                     continue
                 bufs[key.fd] += chunk
                 if sum(map(len, bufs.values())) > OUTPUT_CAP:
-                    killed = f"wrote more than {OUTPUT_CAP >> 20} MiB of output"
-                    break
-    if not killed:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            killed = f"timed out after {timeout_s:.0f}s"
+                    return f"wrote more than {OUTPUT_CAP >> 20} MiB of output"
     try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the group outlives its leader only as a zombie's pgid until reaped
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
-    for stream in (proc.stdout, proc.stderr):
-        stream.close()  # type: ignore[union-attr]
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return f"timed out after {timeout_s:.0f}s"
+    return ""
+
+
+def _read_back(proc: subprocess.Popen, timeout_s: float) -> _Outcome:
+    """Read both pipes until the child closes them, the deadline passes or :data:`OUTPUT_CAP` is reached; then kill
+    its process group (whatever is left in it) and the child, and reap it. Never waits past the deadline."""
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()  # type: ignore[union-attr]
+    bufs = {out_fd: bytearray(), err_fd: bytearray()}
+    try:
+        killed = _pump(proc, bufs, time.monotonic() + timeout_s, timeout_s)
+    finally:  # every way out, Ctrl-C included: the child and its group (which it cannot leave under seccomp) die
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the group outlives its leader only as a zombie's pgid until reaped
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.kill()
+        proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            stream.close()  # type: ignore[union-attr]
     out, err = (bufs[fd].decode("utf-8", "replace") for fd in (out_fd, err_fd))
     return _Outcome(None if killed else proc.returncode, out, err, killed)
 
@@ -209,7 +214,7 @@ def list_diagnostics(path: Path, timeout_s: float = 30.0) -> dict[str, list[str]
         work = Path(tmp)
         (work / "diagnostic.py").write_bytes(Path(path).read_bytes())
         got = _spawn(["list"], work, timeout_s, 1024)
-    code, out, err = got.code, got.out, got.err or got.killed
+    code, out, err = got.code, got.out, " ".join(x for x in (got.killed, got.err) if x)
     try:
         doc = json.loads(out.strip().splitlines()[-1]) if code == 0 else {}
         names, params = doc["names"], doc.get("params")

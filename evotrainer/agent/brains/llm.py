@@ -45,6 +45,7 @@ import re
 import threading
 import time
 import unicodedata
+from datetime import timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, get_args, get_origin
 
@@ -363,6 +364,43 @@ def reply_cap(settings: LLMSettings) -> int:
     return (1 << 20) + 16 * settings.max_tokens
 
 
+def _bounded_client(cap: int, deadline: float, timeout_s: float):
+    """An HTTP client for the ``openai`` client whose every response body (an error's too: ``openai`` reads it whole
+    to build the exception) is read up to ``cap`` bytes and no later than ``deadline``."""
+    import httpx2
+
+    class Capped(httpx2.SyncByteStream):
+        def __init__(self, inner) -> None:
+            self.inner = inner
+
+        def __iter__(self):
+            got = 0
+            for chunk in self.inner:
+                got += len(chunk)
+                if got > cap:
+                    raise NoAnswer(f"the answer is over {cap >> 10} KiB; it was cut off there")
+                if time.monotonic() > deadline:
+                    raise NoAnswer(f"no complete answer within {timeout_s:g}s")
+                yield chunk
+
+        def close(self) -> None:
+            self.inner.close()
+
+    class Bounded(httpx2.BaseTransport):
+        def __init__(self) -> None:
+            self.inner = httpx2.HTTPTransport()
+
+        def handle_request(self, request):
+            response = self.inner.handle_request(request)
+            response.stream = Capped(response.stream)
+            return response
+
+        def close(self) -> None:
+            self.inner.close()
+
+    return httpx2.Client(transport=Bounded(), timeout=timeout_s)
+
+
 def retry_after(err: Exception) -> float | None:
     """Seconds a 429 answer asks the client to wait (``Retry-After``: seconds or an HTTP date), or None."""
     headers = getattr(getattr(err, "response", None), "headers", None) or {}
@@ -372,8 +410,13 @@ def retry_after(err: Exception) -> float | None:
     try:
         wait = float(raw)
     except ValueError:
-        parsed = email.utils.parsedate_to_datetime(raw) if email.utils.parsedate_tz(raw) else None
-        wait = parsed.timestamp() - time.time() if parsed is not None else float("nan")
+        try:  # an HTTP date; one that parses but cannot be (day 32, hour 25) is no answer, not an error
+            parsed = email.utils.parsedate_to_datetime(raw)
+            if parsed.tzinfo is None:
+                parsed = parsed.replace(tzinfo=timezone.utc)
+            wait = parsed.timestamp() - time.time()
+        except (ValueError, TypeError, OverflowError, IndexError):
+            return None
     return max(0.0, wait) if math.isfinite(wait) else None
 
 
@@ -438,10 +481,14 @@ class LLMBrain:
         own: list[str] = []
 
         def work() -> None:
+            from openai import OpenAIError
+
             try:
                 box["value"] = self._request(messages, own, schema, deadline)
-            except BaseException as err:  # noqa: BLE001 - handed to the caller's thread below
+            except (OpenAIError, NoAnswer) as err:
                 box["error"] = err
+            except Exception as err:  # noqa: BLE001 - a transport error while the body was read: a failed attempt
+                box["error"] = NoAnswer(f"the answer broke off: {type(err).__name__}: {_clip(str(err), 120)}")
 
         worker = threading.Thread(target=work, name="llm-call", daemon=True)
         worker.start()
@@ -461,7 +508,8 @@ class LLMBrain:
         key = os.environ.get(s.api_key_env) or "EMPTY"
         args: dict[str, Any] = dict(model=s.model, messages=messages, temperature=s.temperature, max_tokens=s.max_tokens)
         cap = reply_cap(s)
-        with OpenAI(base_url=s.base_url, api_key=key, timeout=s.timeout_s, max_retries=0) as client:
+        with OpenAI(base_url=s.base_url, api_key=key, timeout=s.timeout_s, max_retries=0,
+                    http_client=_bounded_client(cap, deadline, s.timeout_s)) as client:
             while True:
                 rf = response_format(self.format, schema)
                 try:
