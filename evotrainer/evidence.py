@@ -365,13 +365,14 @@ def rollout_type_problem(raw: pd.DataFrame) -> str | None:
         ok = col is not None and bool(col.notna().all()) and bool(np.isfinite(col.to_numpy(dtype="float64")).all())
         if not ok or not bool((col % 1 == 0).all()) or col.min() < 0 or col.max() >= MAX_STEP:
             return f"column step holds {raw['step'].dtype} values, not whole numbers in [0, 2**53)"
-    for c in ("prompt", "completion"):
-        if c in raw and not isinstance(raw[c].dtype, pd.CategoricalDtype) and \
-                pd.api.types.infer_dtype(raw[c], skipna=True) not in _TEXT_KINDS | {"unknown-array"}:
-            return f"column {c} holds {pd.api.types.infer_dtype(raw[c], skipna=True)} values, not text"
-    for c in ("reward", "advantage", "correct"):
-        if c in raw and pd.api.types.infer_dtype(raw[c], skipna=True) not in _NUMBER_KINDS:
-            return f"column {c} holds {pd.api.types.infer_dtype(raw[c], skipna=True)} values, not numbers"
+    for cols, kinds, what in ((("prompt", "completion"), _TEXT_KINDS | {"unknown-array"}, "text"),
+                              (("reward", "advantage", "correct"), _NUMBER_KINDS, "numbers")):
+        for c in cols:
+            if c not in raw or (what == "text" and isinstance(raw[c].dtype, pd.CategoricalDtype)):
+                continue
+            kind = pd.api.types.infer_dtype(raw[c], skipna=True)  # once a column: it walks the values
+            if kind not in kinds:
+                return f"column {c} holds {kind} values, not {what}"
     return None
 
 
