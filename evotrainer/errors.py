@@ -24,6 +24,10 @@ class TaskError(ConfigError):
     """Unknown task, bad task option, or a task that cannot produce what was asked."""
 
 
+class WarmStartFailed(ConfigError):
+    """A built-in policy's warm start missed its probe target on every attempt; nothing trained on it."""
+
+
 class RunNotFound(EvoError):
     """A run id, name or directory that does not exist under the home."""
 

@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evotrainer.config.policy import FormatWarmStart, PolicySpec
-from evotrainer.errors import ConfigError
+from evotrainer.atomic import write_text as atomic_write_text
+from evotrainer.errors import ConfigError, WarmStartFailed
 from evotrainer.pretrained import _quiet_transformers
 from evotrainer.tasks import Problem, Task
 
@@ -192,19 +193,23 @@ def sft_batch(tokenizer, prompts: list[str], answers: list[str], add_special_tok
     return ids, mask, lab
 
 
-def warm_start(model, tokenizer, task: Task, spec: PolicySpec, seed: int, difficulty: tuple[int, int], log=None) -> dict:
-    """Supervised warm start on solved train-split problems; returns a small report.
+def warm_start(model, tokenizer, task: Task, spec: PolicySpec, seed: int, difficulty: tuple[int, int], log=None,
+               order_seed: int | None = None) -> dict:
+    """One supervised warm-start attempt on solved train-split problems; returns a small report.
 
     Small models learn arithmetic in a sudden transition (loss flat, then accuracy jumps within a few
     hundred steps, at a seed-dependent moment), so a fixed step count lands anywhere between 0 % and 90 %. Instead the loop checks
     greedy accuracy on a probe of train-split problems every 25 steps and stops at
-    ``sft_target_accuracy``: the base then has pass@k well above zero and room for RL to improve.
+    ``sft_target_accuracy``: the base then has pass@k well above zero and room for RL to improve. Once the transition
+    has started, an attempt that finds no new best probe accuracy for ``sft_patience`` steps stops early (it settled
+    below the target; :func:`warm_started_model` then re-initialises). ``order_seed`` draws the examples' order (the
+    seed itself on the first attempt); the pool and the probe always follow ``seed``.
     """
     import torch
 
     from evotrainer.evaluation import generate
 
-    rng = random.Random(seed)
+    rng = random.Random(seed if order_seed is None else order_seed)
     pool = task.sample("train", max(spec.sft_batch_size * 8, 4096), seed=seed + 7919, difficulty_range=difficulty)
     if not pool:
         raise ConfigError(f"task {task.name} produced no train problems at difficulty {list(difficulty)}")
@@ -237,6 +242,7 @@ def warm_start(model, tokenizer, task: Task, spec: PolicySpec, seed: int, diffic
     t0 = time.perf_counter()
     warm = min(100, max(1, spec.sft_steps // 10))
     acc, steps_done = None, 0
+    best, best_at = -1.0, 0
     for step in range(spec.sft_steps):
         # Constant after warm-up: when the transition comes is seed-dependent (900 to 1600 steps seen on
         # 3-digit arith), and a decaying rate can postpone it past the step budget.
@@ -258,6 +264,12 @@ def warm_start(model, tokenizer, task: Task, spec: PolicySpec, seed: int, diffic
                 log(f"warm start {steps_done}/{spec.sft_steps}: loss {losses[-1]:.3f}, probe accuracy {acc:.2f}")
             if acc >= spec.sft_target_accuracy:
                 break
+            if acc > best:
+                best, best_at = acc, steps_done
+            elif best >= spec.sft_target_accuracy / 4 and steps_done - best_at >= spec.sft_patience:
+                if log is not None:
+                    log(f"warm start settled at probe accuracy {best:.2f} (no new best in {spec.sft_patience} steps)")
+                break
         elif spec.sft_target_accuracy is None and log is not None and steps_done % 100 == 0:
             # no probe to wait for (a fixed number of steps): still say how far it is, a long warm start is not silent
             log(f"warm start {steps_done}/{spec.sft_steps}: loss {sum(losses[-20:]) / len(losses[-20:]):.3f}, "
@@ -269,9 +281,48 @@ def warm_start(model, tokenizer, task: Task, spec: PolicySpec, seed: int, diffic
     return {
         "sft_steps_run": steps_done,
         "probe_accuracy": acc,
+        "reached_target": (spec.sft_target_accuracy is None or not spec.sft_steps
+                           or (acc is not None and acc >= spec.sft_target_accuracy)),
         "final_loss": (sum(losses[-20:]) / len(losses[-20:])) if losses else None,
         "seconds": round(time.perf_counter() - t0, 2),
     }
+
+
+def restart_seed(seed: int, attempt: int) -> int:
+    """The initialisation and data-order seed of warm-start ``attempt`` (0: the seed itself)."""
+    return seed if attempt == 0 else (seed + 1_000_003 * attempt) % (2**31 - 1)
+
+
+def warm_started_model(tokenizer, task: Task, spec: PolicySpec, seed: int, difficulty: tuple[int, int], log=None,
+                       device: str = "cpu"):
+    """(model, report) of the first warm-start attempt that reaches ``sft_target_accuracy``, re-initialising up to
+    ``sft_restarts`` times; raises :class:`WarmStartFailed`, naming the best probe accuracy reached, when none does.
+
+    The first attempt is the seed's own initialisation and data order, so a seed that reaches its target at once is
+    the same base as before restarts existed; attempt k draws both from :func:`restart_seed`. The probe problems are
+    the same for every attempt, so each is held to the same test.
+    """
+    attempts: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    for attempt in range(spec.sft_restarts + 1):
+        init = restart_seed(seed, attempt)
+        model = build_model(spec.size, tokenizer, spec.max_position_embeddings, seed=init).to(device)
+        report = warm_start(model, tokenizer, task, spec, seed, difficulty, log=log, order_seed=init)
+        attempts.append({"attempt": attempt, "init_seed": init, "steps": report["sft_steps_run"],
+                         "probe_accuracy": report["probe_accuracy"], "seconds": report["seconds"]})
+        if report["reached_target"]:
+            report.update({"attempts": attempts, "init_seed": init, "seconds": round(time.perf_counter() - t0, 2)})
+            return model, report
+        if log is not None and attempt < spec.sft_restarts:
+            log(f"warm start attempt {attempt + 1} missed the target {spec.sft_target_accuracy:.2f} (probe "
+                f"{report['probe_accuracy']:.2f} after {report['sft_steps_run']} steps): re-initialising")
+    best = max(a["probe_accuracy"] or 0.0 for a in attempts)
+    raise WarmStartFailed(
+        f"the warm start of the {spec.size} policy on {task.name} (levels {list(difficulty)}, seed {seed}) missed its "
+        f"probe target {spec.sft_target_accuracy:.2f} on all {len(attempts)} attempts (best {best:.2f}; steps "
+        f"{', '.join(str(a['steps']) for a in attempts)}; {time.perf_counter() - t0:.0f} s): RL from it would start "
+        f"where groups rarely succeed. Lower policy.sft_target_accuracy (to {best:.2f} or below), raise "
+        f"policy.sft_restarts or policy.sft_steps, or use another seed")
 
 
 def pass_at_k(model, tokenizer, task: Task, problems, k: int, max_new_tokens: int) -> float:
@@ -385,6 +436,9 @@ def base_policy_dir(home: Path, task: Task, spec: PolicySpec, seed: int, difficu
     final = root / _cache_key(task, spec, seed, difficulty)
     if (final / "config.json").is_file() and (final / "warm_start.json").is_file():
         return final
+    refused = root / f"{final.name}.refused.json"
+    if refused.is_file():  # every attempt missed before, under these very settings: say so again, at once
+        raise WarmStartFailed(json.loads(refused.read_text())["error"])
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".{final.name}.tmp-{int(time.time() * 1e6)}"
     _quiet_transformers()
@@ -393,8 +447,11 @@ def base_policy_dir(home: Path, task: Task, spec: PolicySpec, seed: int, difficu
         from evotrainer.episodes import ensure_chat_template
 
         ensure_chat_template(tokenizer)
-    model = build_model(spec.size, tokenizer, spec.max_position_embeddings, seed=seed).to(device)
-    report = warm_start(model, tokenizer, task, spec, seed, difficulty, log=log)
+    try:
+        model, report = warm_started_model(tokenizer, task, spec, seed, difficulty, log=log, device=device)
+    except WarmStartFailed as err:
+        atomic_write_text(refused, json.dumps({"error": str(err)}))
+        raise
     report.update({"task": task.name, "size": spec.size, "seed": seed, "parameters": count_parameters(model)})
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)

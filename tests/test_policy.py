@@ -129,3 +129,51 @@ def test_a_fixed_length_warm_start_still_reports_progress():
     report = warm_start(build_model("nano", tok), tok, get_task("arith"), spec, seed=0, difficulty=(1, 1), log=lines.append)
     assert report["sft_steps_run"] == 100 and report["probe_accuracy"] is None
     assert [ln.split(":")[0] for ln in lines] == ["warm start 100/100"]
+
+
+def test_a_warm_start_that_misses_its_target_reinitialises_until_one_reaches_it():
+    """A seed whose first initialisation settles below the probe target gets a fresh initialisation and data order
+    (``restart_seed``), up to ``sft_restarts`` times; the first attempt is the seed's own, so a seed that reaches the
+    target at once keeps its base. The target here is set from the attempts' own probe accuracies (one probe, at step
+    25), so the test holds whatever this machine's arithmetic gives."""
+    from evotrainer.policy import restart_seed, warm_start, warm_started_model
+
+    tok, task = build_tokenizer(), get_task("arith")
+    spec = PolicySpec(size="nano", sft_steps=25, sft_batch_size=16, sft_target_accuracy=1.0, sft_restarts=5)
+    accs = [warm_start(build_model("nano", tok, seed=restart_seed(3, k)), tok, task, spec, seed=3, difficulty=(1, 1),
+                       order_seed=restart_seed(3, k))["probe_accuracy"] for k in range(6)]
+    later = next(k for k in range(1, 6) if accs[k] > accs[0])
+    model, report = warm_started_model(tok, task, spec.model_copy(update={"sft_target_accuracy": accs[later]}), 3,
+                                       (1, 1))
+    first = next(k for k in range(6) if accs[k] >= accs[later])
+    assert first >= 1 and report["init_seed"] == restart_seed(3, first)
+    assert [a["init_seed"] for a in report["attempts"]] == [restart_seed(3, k) for k in range(first + 1)]
+    assert [a["probe_accuracy"] for a in report["attempts"]] == accs[: first + 1]
+
+
+def test_a_warm_start_that_never_reaches_its_target_is_refused_and_the_refusal_is_remembered(tmp_path):
+    """Every attempt missing the target is a ``WarmStartFailed`` (exit 2) naming the task, the seed, the best probe
+    accuracy and what to change, raised before any job trains on the base; the refusal is kept beside the cache, so
+    the same settings are refused again without another warm start, and a job asking for that base writes nothing."""
+    from evotrainer.config.job import JobSpec
+    from evotrainer.errors import WarmStartFailed
+    from evotrainer.jobs.runner import run_job
+    from evotrainer.policy import _cache_key, base_policy_dir
+
+    task = get_task("arith")
+    spec = PolicySpec(size="nano", sft_steps=25, sft_batch_size=4, sft_target_accuracy=1.0, sft_restarts=1)
+    with pytest.raises(WarmStartFailed, match=r"nano policy on arith \(levels \[1, 1\], seed 0\) missed its probe "
+                                              r"target 1\.00 on all 2 attempts .*Lower policy\.sft_target_accuracy"):
+        base_policy_dir(tmp_path, task, spec, 0, (1, 1))
+    refused = tmp_path / "policies" / f"{_cache_key(task, spec, 0, (1, 1))}.refused.json"
+    assert refused.is_file() and not list((tmp_path / "policies").glob(".*tmp*"))
+    refused.write_text(json.dumps({"error": "remembered refusal"}))  # the second call reads it instead of training
+    with pytest.raises(WarmStartFailed, match="remembered refusal"):
+        base_policy_dir(tmp_path, task, spec, 0, (1, 1))
+    harness = tmp_path / "h.yaml"
+    harness.write_text("grpo: {prompts_per_step: 2, num_generations: 2, max_completion_length: 8}\n"
+                       "data: {pool_size: 16, difficulty: [1, 1]}\n")
+    with pytest.raises(WarmStartFailed, match="remembered refusal"):
+        run_job(JobSpec(task="arith", harness=str(harness), steps=1, seed=0, policy=spec, eval=EvalSpec(every=0)),
+                tmp_path)
+    assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").iterdir())
