@@ -40,8 +40,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evotrainer.config.policy import FormatWarmStart, PolicySpec
 from evotrainer.atomic import write_text as atomic_write_text
+from evotrainer.config.policy import FormatWarmStart, PolicySpec
 from evotrainer.errors import ConfigError, WarmStartFailed
 from evotrainer.pretrained import _quiet_transformers
 from evotrainer.tasks import Problem, Task
