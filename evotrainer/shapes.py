@@ -118,6 +118,8 @@ class KnobDoc(_Doc):
     default: Any
     bounds: dict[str, Any]
     description: str
+    normal: str | None = None
+    normal_source: str | None = None
 
 
 class KnobList(_Doc):

@@ -55,7 +55,7 @@ def harness_diff(a: Path, b: Path, as_json: bool = JsonOpt) -> None:
 
 @harness_app.command("knobs")
 def harness_knobs(as_json: bool = JsonOpt) -> None:
-    """Every harness knob with its default, bounds and description."""
+    """Every harness knob with its default, bounds, normal range (and where it comes from) and description."""
     from evotrainer.config.harness import knob_docs
 
     def body() -> None:
@@ -64,11 +64,11 @@ def harness_knobs(as_json: bool = JsonOpt) -> None:
             _emit_json({"knobs": rows}, "knobs")
             return
         table = Table(title="Harness knobs")
-        for col in ("knob", "default", "bounds", "description"):
+        for col in ("knob", "default", "bounds", "normal", "description"):
             table.add_column(col, overflow="fold")
         for r in rows:
             table.add_row(r["knob"], repr(r["default"]), " ".join(f"{k}={v}" for k, v in r["bounds"].items()),
-                          r["description"])
+                          f"{r['normal']} ({r['normal_source']})" if r["normal"] else "", r["description"])
         out_console.print(table)
 
     _guard(body, as_json)

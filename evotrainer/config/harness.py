@@ -29,6 +29,7 @@ from pydantic import (
     model_validator,
 )
 
+from evotrainer.config.ranges import NORMAL
 from evotrainer.config.reward import RewardKnobs
 from evotrainer.config.section import _Section
 from evotrainer.errors import ConfigError, format_validation_error
@@ -402,7 +403,8 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def knob_docs(model: type[BaseModel] = HarnessSpec, prefix: str = "") -> list[dict[str, Any]]:
-    """Every leaf knob with its description, default and bounds — the source of `evotrainer harness knobs`."""
+    """Every leaf knob with its description, default, bounds and normal range (:mod:`evotrainer.config.ranges`) — the
+    source of `evotrainer harness knobs`."""
     rows: list[dict[str, Any]] = []
     for name, field in model.model_fields.items():
         if field.exclude:
@@ -416,6 +418,7 @@ def knob_docs(model: type[BaseModel] = HarnessSpec, prefix: str = "") -> list[di
             for attr in ("ge", "gt", "le", "lt", "min_length", "max_length"):
                 if getattr(m, attr, None) is not None:
                     bounds[attr] = getattr(m, attr)
+        usual = NORMAL.get(f"{prefix}{name}")
         rows.append(
             {
                 "knob": f"{prefix}{name}",
@@ -423,6 +426,8 @@ def knob_docs(model: type[BaseModel] = HarnessSpec, prefix: str = "") -> list[di
                 "default": field.get_default(call_default_factory=True),
                 "bounds": bounds,
                 "description": field.description or "",
+                "normal": usual.describe() if usual else None,
+                "normal_source": usual.source if usual else None,
             }
         )
     return rows

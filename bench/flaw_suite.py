@@ -1,0 +1,216 @@
+"""The flaw suite's definitions (``bench/flaws.yaml``), read and checked before anything runs.
+
+Why a model of its own: the suite is pre-registered, so what it says (which flaws, which seeds, which tasks, what
+counts as live) must be read one way by every phase of ``bench/flaws.py``, and a typo in it must stop the bench
+with the file, the field and what is allowed instead of spending hours on a misread suite. The harnesses each arm
+starts from are built here too: a task's tuned recipe at the suite's prompts per step, and the same recipe with the
+flaw's knobs set (a flaw may give a knob one value per task).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SUITE = Path(__file__).resolve().parent / "flaws.yaml"
+FAMILIES = ("learning-rate", "exploration", "group-signal", "regularisation", "reward-composition",
+            "completion-budget", "data-selection", "optimiser", "double")
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TaskEntry(_M):
+    task: str | dict[str, Any] = Field(..., description="A task as a campaign spec names it (name or mapping).")
+    tuned: str = Field(..., description="The task's tuned harness, relative to flaws.yaml.")
+
+    def ref(self) -> tuple[str, dict[str, Any]]:
+        """(task name, task options) in the normal form jobs carry."""
+        from evotrainer.tasks import normalize_task
+
+        return normalize_task(self.task, None)
+
+
+class Flaw(_M):
+    id: str = Field(..., pattern=r"^[a-z0-9][a-z0-9+.-]*$", description="Short name; part of run names.")
+    family: str = Field(..., description=f"One of {', '.join(FAMILIES)}.")
+    knobs: dict[str, Any] = Field(..., min_length=1, max_length=2,
+                                  description="knob -> value, or knob -> {task: value} where it depends on the task.")
+    subtle: bool = Field(..., description="The value lies inside the range a practitioner calls normal.")
+    normal: str = Field(..., min_length=3, description="That range, and where it comes from.")
+    symptoms: list[str] = Field(..., min_length=1, description="What round 0's diagnosis should report (any one).")
+    remedy: str = Field(..., min_length=3, description="The documented remedy.")
+    tasks: list[str] = Field(..., min_length=2, description="The suite's tasks it runs on (at least two).")
+
+    @model_validator(mode="after")
+    def _check(self) -> Flaw:
+        if self.family not in FAMILIES:
+            raise ValueError(f"family {self.family!r} is not one of {', '.join(FAMILIES)}")
+        if (len(self.knobs) == 2) != (self.family == "double"):
+            raise ValueError("a flaw of two knobs is family 'double', and a 'double' flaw sets two knobs")
+        for knob, v in self.knobs.items():
+            if isinstance(v, dict) and set(v) != set(self.tasks):
+                raise ValueError(f"knob {knob}: per-task values for {sorted(v)}, but the flaw runs on "
+                                 f"{sorted(self.tasks)}; give one value per task")
+        return self
+
+    def values(self, task: str) -> dict[str, Any]:
+        """The flaw's knob values on ``task``."""
+        return {k: (v[task] if isinstance(v, dict) else v) for k, v in self.knobs.items()}
+
+
+class Demo(_M):
+    id: str
+    knobs: dict[str, Any]
+    tasks: list[str]
+
+    def values(self, task: str) -> dict[str, Any]:
+        return dict(self.knobs)
+
+
+class Suite(_M):
+    version: int = Field(..., ge=1)
+    budget: int = Field(..., ge=30, description="Trainer steps per arm.")
+    prompts: int = Field(..., ge=1, description="Prompts per step of every tuned recipe.")
+    eval_n: int = Field(..., ge=50)
+    wide: int = Field(..., ge=0)
+    live_gap: float = Field(..., gt=0, lt=1)
+    dev_seeds: list[int] = Field(..., min_length=1)
+    eval_seeds: list[int] = Field(..., min_length=1)
+    eval_seeds_extension: list[int] = Field(default_factory=list)
+    frozen_commit: str | None = None
+    tasks: dict[str, TaskEntry] = Field(..., min_length=1)
+    demo: Demo
+    flaws: list[Flaw] = Field(..., min_length=1)
+    source_dir: str = Field("", exclude=True)
+
+    @model_validator(mode="after")
+    def _check(self) -> Suite:
+        evals = set(self.eval_seeds) | set(self.eval_seeds_extension)
+        if evals & set(self.dev_seeds):
+            raise ValueError(f"evaluation seeds {sorted(evals & set(self.dev_seeds))} are also development seeds; "
+                             "keep them apart")
+        ids = [f.id for f in self.flaws]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"flaw ids repeat: {sorted({i for i in ids if ids.count(i) > 1})}")
+        for f in [*self.flaws, self.demo]:
+            unknown = set(f.tasks) - set(self.tasks)
+            if unknown:
+                raise ValueError(f"flaw {f.id}: tasks {sorted(unknown)} are not among the suite's "
+                                 f"{sorted(self.tasks)}")
+        return self
+
+    def flaw(self, flaw_id: str) -> Flaw | Demo:
+        if flaw_id == self.demo.id:
+            return self.demo
+        for f in self.flaws:
+            if f.id == flaw_id:
+                return f
+        raise SystemExit(f"{SUITE}: no flaw {flaw_id!r}; flaws: {', '.join(f.id for f in self.flaws)}, {self.demo.id}")
+
+    def seeds(self, which: str) -> list[int]:
+        """'dev', 'eval' (the first set), 'eval+' (with the extension), or a comma-separated list of seeds."""
+        if which == "dev":
+            return list(self.dev_seeds)
+        if which == "eval":
+            return list(self.eval_seeds)
+        if which == "eval+":
+            return [*self.eval_seeds, *self.eval_seeds_extension]
+        try:
+            return [int(s) for s in which.split(",")]
+        except ValueError:
+            raise SystemExit(f"--seeds {which!r}: give dev, eval, eval+ or a list such as 0,1,2") from None
+
+    # ------------------------------------------------------------------------------------------ harnesses
+    def tuned_doc(self, task: str) -> dict[str, Any]:
+        """The task's tuned recipe, at the suite's prompts per step, as a harness mapping."""
+        doc = yaml.safe_load((Path(self.source_dir) / self.tasks[task].tuned).read_text())
+        doc["grpo"]["prompts_per_step"] = self.prompts
+        return doc
+
+    def harness(self, task: str, flaw_id: str | None, out_dir: Path) -> Path:
+        """A harness file under ``out_dir``: the tuned recipe (``flaw_id`` None) or the flawed one, validated."""
+        from evotrainer.config.harness import load_harness
+
+        doc = self.tuned_doc(task)
+        name = f"flaws-{task}-{flaw_id or 'tuned'}"
+        if flaw_id is not None:
+            for knob, v in self.flaw(flaw_id).values(task).items():
+                *parents, leaf = knob.split(".")
+                node = doc
+                for p in parents:
+                    node = node.setdefault(p, {})
+                node[leaf] = v
+        doc["name"] = name
+        doc["description"] = f"bench/flaws.yaml: the {task} tuned recipe" + (f" with flaw {flaw_id}" if flaw_id else "")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = out_dir / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        load_harness(path)  # a value the harness refuses stops the bench here, naming the file and the knob
+        return path
+
+
+def load_suite(path: Path = SUITE) -> Suite:
+    """The suite, validated; every problem is one message naming the file and the field."""
+    from pydantic import ValidationError
+
+    from evotrainer.errors import ConfigError, format_validation_error
+    from evotrainer.safe_yaml import load_yaml_file
+
+    data = load_yaml_file(path, "flaw suite")
+    try:
+        suite = Suite.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, str(path), Suite, "flaw suite")) from None
+    suite.source_dir = str(path.resolve().parent)
+    for tid, entry in suite.tasks.items():
+        if not (Path(suite.source_dir) / entry.tuned).is_file():
+            raise ConfigError(f"{path}: tasks.{tid}.tuned: {entry.tuned} does not exist")
+    for f in suite.flaws:  # every flawed recipe must be one the harness accepts, on every task it names
+        for task in f.tasks:
+            from evotrainer.config.harness import HarnessSpec
+
+            h = HarnessSpec.model_validate(suite.tuned_doc(task))
+            for knob, v in f.values(task).items():
+                try:
+                    h = h.with_knob(knob, v)
+                except ConfigError as err:
+                    raise ConfigError(f"{path}: flaw {f.id} on {task}: {err}") from None
+    return suite
+
+
+# The campaign's own code: what the frozen commit pins (a change here after the evaluation seeds ran spends them).
+CAMPAIGN_PATHS = ("evotrainer", "skills", "bench/flaws.yaml", "bench/flaws.py", "bench/flaw_suite.py",
+                  "bench/flaw_arms.py", "bench/campaign.py")
+
+
+def code_commit(root: Path) -> str:
+    """HEAD, when the campaign's code in the working tree is exactly HEAD's; else a SystemExit saying what differs."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", *CAMPAIGN_PATHS], cwd=root, capture_output=True,
+                           text=True, check=True).stdout.strip()
+    if dirty:
+        raise SystemExit(f"the campaign's code differs from HEAD {head[:8]} (commit it first; rows record the commit "
+                         f"they ran from):\n{dirty}")
+    return head
+
+
+def frozen_check(suite: Suite, root: Path, seeds: list[int]) -> None:
+    """Evaluation seeds run only from the frozen commit's campaign code (``frozen_commit``), unchanged since."""
+    evals = set(suite.eval_seeds) | set(suite.eval_seeds_extension)
+    if not evals & set(seeds):
+        return
+    if suite.frozen_commit is None:
+        raise SystemExit("evaluation seeds run only from a frozen commit: set frozen_commit in bench/flaws.yaml "
+                         "(and commit it) once the campaign's code is final")
+    changed = subprocess.run(["git", "diff", "--name-only", suite.frozen_commit, "HEAD", "--", "evotrainer", "skills"],
+                             cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    if changed:
+        raise SystemExit(f"the campaign's code changed since the frozen commit {suite.frozen_commit[:8]} "
+                         f"({', '.join(changed[:5])}{'…' if len(changed) > 5 else ''}): these evaluation seeds are "
+                         "spent; name fresh ones in bench/flaws.yaml and freeze again")

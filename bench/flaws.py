@@ -1,0 +1,281 @@
+"""Benchmark (issue 59): does the campaign repair recipes it was not built for, and beat competent tuning?
+
+The suite (``bench/flaws.yaml``, pre-registered) holds single- and double-knob flaws of each task's tuned recipe. Its
+phases, each writing rows into ``bench/results/flaws.json`` keyed by (flaw, task, seed, arm, budget, rules off):
+
+- ``live``: the flawed recipe and the tuned one, static for the whole budget, on the development seeds. A flaw is
+  live on a task where tuned − flawed reaches ``live_gap`` on the wide confirmation split (mean over the seeds).
+- ``round0``: the first segment under the flawed recipe, diagnosed, and the heuristic brain's drafts for it: does the
+  diagnosis name the symptom the suite expects, and is the draft the flawed knob or a documented remedy?
+- ``arms``: the arms of ``bench/flaw_arms.py`` and ``bench/flaw_search.py`` (static flawed, tuned, campaign, PBT,
+  expert Optuna; ``--off`` runs the campaign with rules switched off, for the ablations), on live flaws.
+  Evaluation seeds run only from the frozen commit (``frozen_commit``): every row records the commit it ran from.
+- ``report``: per flaw × task × arm the wide accuracy over the seeds and the recovered share
+  (arm − flawed) / (tuned − flawed), the paired differences with 90 % t intervals, and the compute each arm spent.
+
+Every warm start is built (or found) before a seed's first arm: one that misses its target on every attempt is
+recorded as refused and the seed is skipped for that task, instead of spending the budget on it.
+
+    .venv/bin/python bench/flaws.py live --seeds dev
+    .venv/bin/python bench/flaws.py round0 --seeds dev
+    .venv/bin/python bench/flaws.py arms --seeds dev --flaws live --arms campaign
+    .venv/bin/python bench/flaws.py report
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import ROOT, parser, save
+from flaw_arms import ArmConfig, TaskRef, run_campaign, run_static
+from flaw_suite import Suite, code_commit, frozen_check, load_suite
+
+RESULTS = ROOT / "bench" / "results" / "flaws.json"
+ARMS = ("static", "tuned", "campaign", "pbt", "optuna")
+
+
+def row_key(r: dict[str, Any]) -> tuple:
+    return r["flaw"], r["task"], r["seed"], r["arm"], r["budget"], tuple(r.get("off") or ())
+
+
+def _load_rows() -> list[dict[str, Any]]:
+    return json.loads(RESULTS.read_text())["rows"] if RESULTS.exists() else []
+
+
+def _t90(xs: list[float]) -> list[float]:
+    from scipy import stats
+
+    if len(xs) < 2:
+        return [round(xs[0], 4)] * 2 if xs else [float("nan")] * 2
+    half = stats.t.ppf(0.95, len(xs) - 1) * statistics.stdev(xs) / len(xs) ** 0.5
+    m = statistics.fmean(xs)
+    return [round(m - half, 4), round(m + half, 4)]
+
+
+def warm_ok(suite: Suite, ref: TaskRef, harness: Path, seed: int, home: Path) -> str | None:
+    """None when the seed's warm start exists or could be built; else why it was refused."""
+    from evotrainer.config.harness import load_harness
+    from evotrainer.config.policy import PolicySpec
+    from evotrainer.data import difficulty_range
+    from evotrainer.errors import WarmStartFailed
+    from evotrainer.policy import base_policy_dir
+
+    task = ref.get()
+    try:
+        base_policy_dir(home, task, PolicySpec(seed=seed), seed, difficulty_range(task, load_harness(harness)),
+                        log=lambda m: print(f"  [warm start {ref.name} s{seed}] {m}", flush=True))
+    except WarmStartFailed as err:
+        return str(err)
+    return None
+
+
+def _cells(suite: Suite, a) -> list[tuple[str, str]]:
+    """(flaw, task) pairs the command names: every flaw × its tasks, or those of --flaws (ids, 'live', 'demo')."""
+    chosen = a.flaws or [f.id for f in suite.flaws]
+    cells: list[tuple[str, str]] = []
+    live = live_cells(suite, _load_rows()) if "live" in chosen else set()
+    for fid in chosen:
+        if fid == "live":
+            cells += sorted(live)
+            continue
+        f = suite.flaw(fid)
+        cells += [(f.id, t) for t in f.tasks]
+    return [(f, t) for f, t in dict.fromkeys(cells) if not a.tasks or t in a.tasks]
+
+
+def live_cells(suite: Suite, rows: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """(flaw, task) where tuned − flawed ≥ live_gap on the wide split, mean over the development seeds run."""
+    out = set()
+    for (flaw, task), gap in gaps(suite, rows).items():
+        if gap["mean"] is not None and gap["mean"] >= suite.live_gap:
+            out.add((flaw, task))
+    return out
+
+
+def gaps(suite: Suite, rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """tuned − flawed (wide split) per (flaw, task) over the development seeds, with its interval."""
+    wide = {(r["flaw"], r["task"], r["seed"]): r["accuracy_wide"] for r in rows
+            if r["arm"] in ("static", "tuned") and r["budget"] == suite.budget and r.get("accuracy_wide") is not None}
+    out = {}
+    for f in [*suite.flaws, suite.demo]:
+        for task in f.tasks:
+            d = [wide[("tuned", task, s)] - wide[(f.id, task, s)] for s in suite.dev_seeds
+                 if (f.id, task, s) in wide and ("tuned", task, s) in wide]
+            out[(f.id, task)] = {"mean": round(statistics.fmean(d), 4) if d else None, "ci90": _t90(d) if d else None,
+                                 "seeds": len(d)}
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------- phases
+def run_rows(suite: Suite, a, arms: list[str]) -> None:
+    from evotrainer.home import resolve_home
+
+    home = resolve_home(a.home)
+    home.mkdir(parents=True, exist_ok=True)
+    seeds = suite.seeds(a.seeds)
+    frozen_check(suite, ROOT, seeds)
+    commit = code_commit(ROOT)
+    cfg = ArmConfig(budget=suite.budget, eval_n=suite.eval_n, wide=suite.wide)
+    rows = _load_rows()
+    have = {row_key(r) for r in rows}
+    hdir = home / "harnesses"
+    off = tuple(sorted(a.off or ()))
+    for seed in seeds:
+        for flaw, task in _cells(suite, a):
+            ref = TaskRef(*suite.tasks[task].ref())
+            for arm in arms:
+                fid = "tuned" if arm == "tuned" else flaw
+                key = (fid, task, seed, arm, suite.budget, off if arm == "campaign" else ())
+                if key in have:
+                    continue
+                harness = suite.harness(task, None if arm == "tuned" else flaw, hdir)
+                refused = warm_ok(suite, ref, harness, seed, home)
+                row: dict[str, Any] = {"flaw": fid, "task": task, "seed": seed, "arm": arm, "budget": suite.budget,
+                                       "off": list(key[5]), "commit": commit, "date": time.strftime("%Y-%m-%d")}
+                print(f"== {fid} / {task} / seed {seed}: {arm}" + (f" (off: {', '.join(off)})" if key[5] else ""),
+                      flush=True)
+                if refused is not None:
+                    row["refused"] = refused
+                else:
+                    row.update(_arm(arm, ref, harness, seed, cfg, home, key[5]))
+                rows = [r for r in _load_rows() if row_key(r) != key] + [row]
+                have.add(key)
+                print(json.dumps(row, default=str), flush=True)
+                _save(suite, rows)
+
+
+def _arm(arm: str, ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, home: Path, off: tuple) -> dict[str, Any]:
+    if arm in ("static", "tuned"):
+        return run_static(ref, harness, seed, cfg, home)
+    if arm == "campaign":
+        return run_campaign(ref, harness, seed, cfg, home, off)
+    from flaw_search import run_optuna, run_pbt
+
+    return (run_pbt if arm == "pbt" else run_optuna)(ref, harness, seed, cfg, home)
+
+
+def round0(suite: Suite, a) -> None:
+    """The first segment under each flawed recipe, diagnosed, and the heuristic brain's drafts for its findings."""
+    from flaw_arms import _job
+
+    from evotrainer.agent.brains.base import BrainContext
+    from evotrainer.agent.brains.heuristic import HeuristicBrain
+    from evotrainer.agent.lessons import SEED_LIBRARY, brain_inputs
+    from evotrainer.config.harness import load_harness
+    from evotrainer.diagnostics.registry import Registry
+    from evotrainer.home import resolve_home
+    from evotrainer.jobs.runner import run_job
+    from evotrainer.readers import read_job_dir
+
+    home = resolve_home(a.home)
+    commit = code_commit(ROOT)
+    seeds = suite.seeds(a.seeds)
+    frozen_check(suite, ROOT, seeds)
+    out = []
+    for seed in seeds:
+        for flaw, task in _cells(suite, a):
+            ref = TaskRef(*suite.tasks[task].ref())
+            harness_path = suite.harness(task, flaw, home / "harnesses")
+            if (why := warm_ok(suite, ref, harness_path, seed, home)) is not None:
+                out.append({"flaw": flaw, "task": task, "seed": seed, "refused": why})
+                continue
+            name = f"round0-{harness_path.stem}-s{seed}-seg{a.segment}"
+            run_dir = home / "jobs" / name
+            if not (run_dir / "meta.json").exists() or json.loads((run_dir / "meta.json").read_text())["status"] != "finished":
+                job = _job(ref, harness_path, a.segment, seed, name, ArmConfig(suite.budget, suite.eval_n, 0), a.segment)
+                run_job(job, home, resume=name if run_dir.exists() else None)
+            harness = load_harness(harness_path)
+            findings = Registry(harness).run(read_job_dir(run_dir))
+            cands, _, _ = brain_inputs(SEED_LIBRARY, harness, findings, ref.name, task_inert=ref.get().inert_knobs())
+            brain = HeuristicBrain(explore_threshold=0.3)  # the campaign's defaults (BrainSpec)
+            res = brain.propose(BrainContext(harness=harness, findings=findings, candidates=cands, max_proposals=2,
+                                             seed=seed, round=0, min_effect=0.0, task=ref.name))
+            f = suite.flaw(flaw)
+            named = [x.symptom for x in findings if x.severity != "info" or x.symptom == "plateau"]
+            out.append({"flaw": flaw, "task": task, "seed": seed, "commit": commit,
+                        "findings": [{"symptom": x.symptom, "severity": x.severity} for x in findings],
+                        "expected": f.symptoms if hasattr(f, "symptoms") else [],
+                        "named_expected": bool(set(named) & set(getattr(f, "symptoms", []))),
+                        "drafts": [{"knob": d.knob, "value": d.value, "symptom": d.hypothesis.symptom,
+                                    "skills": d.cited_skills} for d in res.drafts],
+                        "draft_is_flawed_knob": any(d.knob in f.knobs for d in res.drafts)})
+            print(json.dumps(out[-1], default=str), flush=True)
+    save("flaws_round0", {"segment": a.segment, "rows": out})
+
+
+# ------------------------------------------------------------------------------------------------------ report
+def summary(suite: Suite, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per (flaw, task) on each seed set: every arm's wide accuracy (mean, 90 % t), its recovered share, and the
+    campaign's paired differences with the flawed recipe, PBT and Optuna."""
+    out: dict[str, Any] = {"gaps": {f"{f}/{t}": g for (f, t), g in gaps(suite, rows).items()},
+                           "live": sorted(f"{f}/{t}" for f, t in live_cells(suite, rows))}
+    for label, seeds in (("dev", suite.dev_seeds), ("eval", [*suite.eval_seeds, *suite.eval_seeds_extension])):
+        cells: dict[str, Any] = {}
+        for f in [*suite.flaws, suite.demo]:
+            for task in f.tasks:
+                by = {}
+                for r in rows:
+                    if r["task"] == task and r["seed"] in seeds and r.get("accuracy_wide") is not None and \
+                            r["budget"] == suite.budget and (r["flaw"] == f.id or r["arm"] == "tuned"):
+                        arm = r["arm"] + (f"-off-{'-'.join(r['off'])}" if r.get("off") else "")
+                        by.setdefault(arm, {})[r["seed"]] = r
+                if set(by) <= {"tuned"}:
+                    continue
+                cell: dict[str, Any] = {}
+                for arm, runs in by.items():
+                    xs = [runs[s]["accuracy_wide"] for s in sorted(runs)]
+                    cell[arm] = {"mean": round(statistics.fmean(xs), 4), "ci90": _t90(xs), "seeds": sorted(runs),
+                                 "steps": [runs[s].get("steps") for s in sorted(runs)],
+                                 "completions": [runs[s].get("compute", {}).get("completions") for s in sorted(runs)]}
+                flawed, tuned = by.get("static", {}), by.get("tuned", {})
+                for arm, runs in by.items():
+                    common = [s for s in runs if s in flawed and s in tuned]
+                    gap = [tuned[s]["accuracy_wide"] - flawed[s]["accuracy_wide"] for s in common]
+                    if common and abs(statistics.fmean(gap)) > 1e-9:
+                        share = (statistics.fmean(runs[s]["accuracy_wide"] for s in common)
+                                 - statistics.fmean(flawed[s]["accuracy_wide"] for s in common)) / statistics.fmean(gap)
+                        cell[arm]["recovered_share"] = round(share, 3)
+                camp = by.get("campaign", {})
+                for other in ("static", "pbt", "optuna", "tuned"):
+                    common = sorted(set(camp) & set(by.get(other, {})))
+                    if common:
+                        d = [camp[s]["accuracy_wide"] - by[other][s]["accuracy_wide"] for s in common]
+                        cell[f"campaign_minus_{other}"] = {"mean": round(statistics.fmean(d), 4), "ci90": _t90(d),
+                                                           "seeds": common}
+                cells[f"{f.id}/{task}"] = cell
+        out[label] = cells
+    return out
+
+
+def _save(suite: Suite, rows: list[dict[str, Any]]) -> None:
+    save("flaws", {"suite_version": suite.version, "budget": suite.budget, "rows": rows, "summary": summary(suite, rows)})
+
+
+def main() -> None:
+    p = parser(__doc__, "bench-flaws")
+    p.add_argument("phase", choices=["live", "round0", "arms", "report"])
+    p.add_argument("--seeds", default="dev", help="dev, eval, eval+ (with the extension) or a list such as 0,1")
+    p.add_argument("--flaws", nargs="*", default=None, help="flaw ids, 'live' (the live cells), or the demo's id")
+    p.add_argument("--tasks", nargs="*", default=None)
+    p.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS))
+    p.add_argument("--off", nargs="*", default=None, help="campaign rules switched off (flaw_arms.RULES)")
+    p.add_argument("--segment", type=int, default=20, help="round0: steps of the first segment")
+    a = p.parse_args()
+    suite = load_suite()
+    if a.phase == "live":
+        run_rows(suite, a, ["tuned", "static"])
+    elif a.phase == "arms":
+        run_rows(suite, a, a.arms)
+    elif a.phase == "round0":
+        round0(suite, a)
+    else:
+        rows = _load_rows()
+        print(json.dumps(summary(suite, rows), indent=1))
+
+
+if __name__ == "__main__":
+    main()
