@@ -82,8 +82,8 @@ def compute_of(run_dirs: list[Path], extra_eval: int = 0) -> dict[str, int]:
         if meta is None:
             continue
         m = read_metrics(d)
-        h = meta.spec.get("harness") or {}
-        g = h.get("grpo", {})
+        h = meta.raw.get("harness")  # the recipe the job trained under, as recorded (the spec may name a file)
+        g = h.get("grpo", {}) if isinstance(h, dict) else {}
         steps = int(m["loss"].notna().sum()) if "loss" in m else 0
         completions += steps * int(g.get("prompts_per_step", 0)) * int(g.get("num_generations", 0))
         if "eval/greedy_accuracy" in m:

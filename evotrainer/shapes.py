@@ -159,6 +159,8 @@ class EvidenceContractDoc(_Doc):
                                  "meaning, x-needed-by / x-read-by diagnostics and x-aliases in other tools.")
     diagnostics: list[dict[str, Any]] = Field(..., alias="x-diagnostics", description="Each diagnostic's needs "
                                               "(alternatives, in words, and how to supply them) and extra reads.")
+    record: dict[str, Any] = Field(default_factory=dict, alias="x-record", description="Fields of a run's own record "
+                                   "(its recipe) a diagnostic needs, with x-needed-by.")
     correctness: dict[str, Any] = Field(..., alias="x-correctness", description="How a correctness signal under "
                                         "another name is found.")
     mapping: str = Field(..., alias="x-mapping", description="How --map / --map-file / --correctness name a run's fields.")

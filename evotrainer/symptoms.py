@@ -79,6 +79,9 @@ _ALL = (
        "the reward checks only the examples the policy can see, so copying their outputs pays", exploit=True),
     _s("answer_leak", "Success depends on a tool that leaks the answer.",
        "the environment offers a tool that reveals the answer, so using it pays more than solving", exploit=True),
+    # not read from the training evidence: the recipe itself, against what practitioners run (config/ranges.py)
+    _s("unusual_recipe", "A knob of the recipe lies outside the range practitioners run (evotrainer harness knobs).",
+       "a value copied from another setting (a larger model, another library's default) or mistyped"),
     _s("diagnostic_error", "A diagnostic crashed, timed out or could not run; its verdict is unknown.",
        "the analyzer itself failed (a bug, a timeout, or evidence it cannot read), not the training run"),
 )

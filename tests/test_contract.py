@@ -29,12 +29,15 @@ FIXTURES = REPO / "tests" / "fixtures" / "runs"
 
 
 def project(ev: Evidence, fields: list[str]) -> Evidence:
-    """The evidence with only ``step`` and the given 'metric:…' / 'rollout:…' fields (metric patterns allowed)."""
+    """The evidence with only ``step`` and the given 'metric:…' / 'rollout:…' / 'meta:…' fields (metric patterns
+    allowed)."""
     mets = [f.split(":", 1)[1] for f in fields if f.startswith("metric:")]
     rols = {f.split(":", 1)[1] for f in fields if f.startswith("rollout:")}
     mcols = [c for c in ev.metrics.columns if c == "step" or any(fnmatch.fnmatchcase(str(c), p) for p in mets)]
     rcols = [c for c in ev.rollouts.columns if c == "step" or c in rols]
-    return Evidence(metrics=ev.metrics[mcols], rollouts=ev.rollouts[rcols], source=ev.source, run=ev.run)
+    keys = {f.split(":", 1)[1] for f in fields if f.startswith("meta:")}
+    return Evidence(metrics=ev.metrics[mcols], rollouts=ev.rollouts[rcols], source=ev.source, run=ev.run,
+                    meta={k: v for k, v in (ev.meta or {}).items() if k in keys})
 
 
 def verdicts(findings) -> list[tuple]:

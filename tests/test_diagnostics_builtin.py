@@ -60,7 +60,7 @@ def _prompt(pid: int) -> str:
 
 def build(acc=lambda t: 0.4 + 0.4 * t, entropy=lambda t: 0.5 - 0.2 * t, kl=lambda t: 0.002 + 0.04 * t,
           eval_acc=None, d1=lambda t: 0.9, mutate=None, metric_mutate=None, seed=0,
-          steps=STEPS, eval_every=20) -> Evidence:
+          steps=STEPS, eval_every=20, meta=None) -> Evidence:
     """A run's evidence. ``mutate(rollouts, rng)`` edits the rollouts before the metrics are derived from
     them; ``metric_mutate(metrics)`` edits the metrics afterwards."""
     rng = np.random.default_rng(seed)
@@ -90,7 +90,7 @@ def build(acc=lambda t: 0.4 + 0.4 * t, entropy=lambda t: 0.5 - 0.2 * t, kl=lambd
     m = m.merge(ev, on="step", how="outer").sort_values("step").reset_index(drop=True)
     if metric_mutate is not None:
         metric_mutate(m)
-    return Evidence(metrics=m, rollouts=r, source="test", run="synthetic")
+    return Evidence(metrics=m, rollouts=r, source="test", run="synthetic", meta=dict(meta or {}))
 
 
 def _derive(r: pd.DataFrame) -> None:
@@ -278,6 +278,8 @@ VARIANTS = {
     "overfitting": (dict(acc=lambda t: 0.4 + 0.55 * t, eval_acc=lambda t: 0.45), "warning"),
     "hardcoding": (dict(mutate=_hardcode), "critical"),
     "answer_leak": (dict(mutate=_leak), "warning"),
+    # the recipe itself: a KL coefficient three times the top of its normal range (config/ranges.py)
+    "unusual_recipe": (dict(meta={"harness": {"grpo": {"beta": 0.3}}}), "warning"),
 }
 
 

@@ -99,7 +99,7 @@ def brain_inputs(library_dir: Path, harness: HarnessSpec, findings: list[Finding
     # nothing on arith); retrieval merely ranks a partial mismatch lower
     ranked = [s for s in ranked if not s.triggers or any(not t.domains or domain in t.domains for t in s.triggers)]
     inert = {**harness.inert_knobs(), **(task_inert or {})}
-    candidates = [c for c in to_candidates(ranked, harness) if c.knob not in inert
+    candidates = [c for c in to_candidates(ranked, harness, findings) if c.knob not in inert
                   and overflows_context(c.knob, c.value, context) is None]
     refuted: list[RefutedChange] = []
     for c in candidates:

@@ -203,7 +203,8 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
                                                        "tokens": result.tokens})
         values = ValueOptimizer(ctx.home, ctx.campaign_id, ctx.spec.seed) if ctx.spec.values == "optuna" else None
         drafts, brackets = _bracketed(harness, result.drafts, k if ctx.spec.backtest.bracket else 0,
-                                      ctx.spec.backtest.bracket_factor, ctx.spec.backtest.bracket_range, stuck=stuck)
+                                      ctx.spec.backtest.bracket_factor, ctx.spec.backtest.bracket_range,
+                                      stuck=stuck and ctx.spec.backtest.stuck_interim)
         # When none of the round's drafts can be proposed and a stuck round had moved its first draft (to the interim
         # and the bracket, which can both reach a value a known mistake refuted: countdown seed 1 spent 12 stuck
         # rounds backtesting nothing, bench/RESULTS.md §7 session 32), that draft's own value is backtested instead.

@@ -164,6 +164,12 @@ class BacktestSpec(_S):
                     "control gains nothing however long it trains "
                     "(evotrainer/backtest.py). 0.02 is 10 of 500 decision problems, far below what a working learning "
                     "rate gains over a campaign. null = superiority only.")
+    stuck_interim: bool = Field(
+        True,
+        description="In a stuck round with a bracket, the first arm moves to the geometric middle of the draft's value "
+                    "and the bracket's (×27 beside ×243 for a learning rate) instead of the draft's own step "
+                    "(evotrainer/agent/arms.py): a small raise of a step that changes nothing moves nothing. false = "
+                    "the draft's own value beside the bracket. Applies only with stuck_share set and bracket on.")
     stuck_prefer_larger: bool = Field(
         True,
         description="In a stuck round, when a smaller raise of a step-size knob is promoted beside a larger raise of the "

@@ -34,15 +34,16 @@ class NormalRange(BaseModel):
         return isinstance(value, (int, float)) and not isinstance(value, bool) and self.low <= value <= self.high
 
     def distance(self, value: Any) -> float:
-        """How far outside the range ``value`` lies, in range widths (decades for a log range); 0 inside."""
+        """How far outside the range ``value`` lies, as a ratio beyond its nearer end minus one (3e-3 against a high
+        end of 1e-3 is 2.0; a group of 2 against a low end of 4 is 1.0); 0 inside, 1.0 for a value not among a
+        categorical knob's usual ones, inf for 0 below a positive low end."""
         if self.values is not None:
             return 0.0 if value in self.values else 1.0
-        if self.log:
-            lo, hi = math.log10(self.low), math.log10(self.high)
-            v = math.log10(value) if value > 0 else lo - 10
-            return max(lo - v, v - hi, 0.0)
-        width = (self.high - self.low) or 1.0
-        return max(self.low - value, value - self.high, 0.0) / width
+        if value > self.high:
+            return value / self.high - 1 if self.high > 0 else math.inf
+        if value < self.low:
+            return self.low / value - 1 if value > 0 else math.inf
+        return 0.0
 
     def nearest(self, value: Any) -> Any:
         """The usual value closest to ``value`` (the end of the range it lies beyond)."""

@@ -36,8 +36,8 @@ from evotrainer.evidence import Evidence
 @dataclass(frozen=True)
 class Need:
     """Evidence a diagnostic cannot decide without: one of ``options``, each a list of slots that must all be
-    present, each slot a list of alternative fields (``'metric:NAME'`` — fnmatch patterns allowed — or
-    ``'rollout:COLUMN'``). Built with :func:`need` from strings such as ``"rollout:reward + rollout:group_id|prompt_id"``.
+    present, each slot a list of alternative fields (``'metric:NAME'`` — fnmatch patterns allowed —,
+    ``'rollout:COLUMN'`` or ``'meta:KEY'``, a field of the run's own record). Built with :func:`need` from strings such as ``"rollout:reward + rollout:group_id|prompt_id"``.
 
     ``what`` names it in words ("strict correctness"); ``supply`` says how a user provides it when it is missing.
     """
@@ -68,8 +68,8 @@ def need(what: str, *options: str, supply: str = "") -> Need:
         slots = []
         for part in opt.split(" + "):
             kind, _, names = part.strip().partition(":")
-            if kind not in ("metric", "rollout") or not names:
-                raise ValueError(f"evidence field '{part}' must be 'metric:NAME' or 'rollout:COLUMN'")
+            if kind not in ("metric", "rollout", "meta") or not names:
+                raise ValueError(f"evidence field '{part}' must be 'metric:NAME', 'rollout:COLUMN' or 'meta:KEY'")
             slots.append(tuple(f"{kind}:{n}" for n in names.split("|")))
         parsed.append(tuple(slots))
     return Need(what, tuple(parsed), supply)
@@ -77,12 +77,15 @@ def need(what: str, *options: str, supply: str = "") -> Need:
 
 def _field_words(f: str) -> str:
     kind, _, name = f.partition(":")
-    return f"metric '{name}'" if kind == "metric" else f"rollout column '{name}'"
+    return {"metric": f"metric '{name}'", "meta": f"the run record's '{name}'"}.get(kind, f"rollout column '{name}'")
 
 
 def field_present(ev: Evidence, field: str) -> bool:
-    """Whether the evidence has data for ``'metric:NAME'`` (a pattern matches any metric) or ``'rollout:COLUMN'``."""
+    """Whether the evidence has data for ``'metric:NAME'`` (a pattern matches any metric), ``'rollout:COLUMN'`` or
+    ``'meta:KEY'`` (a field of the run's own record, such as the recipe it trained under)."""
     kind, _, name = field.partition(":")
+    if kind == "meta":
+        return isinstance(ev.meta, dict) and ev.meta.get(name) not in (None, "", {}, [])
     frame = ev.metrics if kind == "metric" else ev.rollouts
     if "step" not in frame.columns or not len(frame):
         return False

@@ -11,7 +11,8 @@ does not declare fails the tests; and it requires ``docs/evidence-contract.schem
 ``evotrainer evidence contract --json`` prints.
 
 The document is a JSON Schema (draft 2020-12) of two record types — ``metric_step`` (one per optimiser step) and
-``rollout`` (one per completion) — with the contract in annotation keywords a validator ignores:
+``rollout`` (one per completion), and the fields of a run's own record a diagnostic may need (``x-record``: the
+recipe) — with the contract in annotation keywords a validator ignores:
 ``x-contract-version``, per field ``x-needed-by`` / ``x-read-by`` (diagnostics) and ``x-aliases`` (what other
 tools call it, and how our readers map it), and ``x-diagnostics`` (each diagnostic's needs as alternatives,
 in words, with how to supply a missing one). Bump :data:`CONTRACT_VERSION` when a field is added, removed or
@@ -35,11 +36,15 @@ from evotrainer.evidence import (
     VERL_METRICS,
 )
 
-CONTRACT_VERSION = "1"
+CONTRACT_VERSION = "2"
 """Version of the contract: fields, their meaning and which diagnostics need them."""
 
 CORE_ROLLOUT_FIELDS = ("step", "prompt", "completion")
 """Every rollout record has these (the readers fill ``prompt_id`` and ``group_id`` when a tool has no such ids)."""
+
+RECORD_DOCS = {"harness": "The recipe the run trained under (every harness knob; our jobs' meta.json): what "
+                          "unusual_recipe compares with each knob's normal range. Other tools' runs carry none."}
+"""Fields of a run's own record (``Evidence.meta``) that a diagnostic may need (``'meta:KEY'``)."""
 
 _JSON_TYPES = {"string": "string", "int32": "integer", "int64": "integer", "double": "number", "bool": "boolean"}
 
@@ -187,6 +192,8 @@ def build_contract() -> dict[str, Any]:
             },
         },
         "x-diagnostics": listing,
+        "x-record": {k.split(":", 1)[1]: annotate(k, {"description": RECORD_DOCS[k.split(":", 1)[1]]})
+                     for k in sorted({*needed_by, *read_by}) if k.startswith("meta:")},
         "x-correctness": {
             "description": (
                 "Strict correctness is what separates a hacked reward from progress. When a run has no rollout "

@@ -10,20 +10,24 @@ Mistake notes are not candidates: use ``curation.known_mistake`` to check a chan
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from evotrainer.config.harness import HarnessSpec, locked_knob
-from evotrainer.domain import Candidate
+from evotrainer.domain import Candidate, Finding
 from evotrainer.errors import ConfigError
 from evotrainer.library.changes import resolve_value
 from evotrainer.library.format import Skill
 from evotrainer.library.retrieve import Hit
 
 
-def to_candidates(items: Iterable[Skill | Hit], harness: HarnessSpec) -> list[Candidate]:
+def to_candidates(items: Iterable[Skill | Hit], harness: HarnessSpec, findings: Sequence[Finding] = ()) -> list[Candidate]:
     """Candidates (id = slug) for the skills or hits given, in the order given; ``effects`` are the held-out
-    effects recorded in each skill's evidence (all campaigns that wrote to this library, this one included)."""
+    effects recorded in each skill's evidence (all campaigns that wrote to this library, this one included).
+
+    A candidate answers the symptoms of its skill's triggers, less those whose conditions every present finding of
+    that symptom fails: a trigger ``unusual_recipe`` when ``grpo.beta/above > 0`` does not make relaxing the KL
+    anchor an answer to an unusual learning rate (a brain matches candidates to findings by symptom)."""
     knobs = harness.knobs()
     out: list[Candidate] = []
     for item in items:
@@ -38,9 +42,22 @@ def to_candidates(items: Iterable[Skill | Hit], harness: HarnessSpec) -> list[Ca
             harness.with_knob(s.intervention.knob, value)
         except ConfigError:
             continue
-        out.append(Candidate(id=s.slug, symptoms=s.symptoms, knob=s.intervention.knob, value=value,
+        out.append(Candidate(id=s.slug, symptoms=answered(s, findings), knob=s.intervention.knob, value=value,
                              description=s.description, source=s.source_text(), effects=_effects(s, value)))
     return out
+
+
+def answered(skill: Skill, findings: Sequence[Finding]) -> list[str]:
+    """The skill's trigger symptoms less those ruled out by the findings: a symptom present in ``findings`` counts
+    only when some finding of it does not fail one of the trigger's conditions (a metric the finding lacks is
+    unknown, not a failure)."""
+    out = []
+    for t in skill.triggers:
+        present = [f for f in findings if f.symptom == t.symptom]
+        if present and t.conditions and all(any(c.holds(f.metrics) is False for c in t.conditions) for f in present):
+            continue
+        out.append(t.symptom)
+    return list(dict.fromkeys(out))
 
 
 def same_value(a: Any, b: Any) -> bool:

@@ -21,6 +21,7 @@ The modules group them by the evidence they read:
 - ``programs``: the programs written for the ``code`` task, run by the task's own interpreter
   (``hardcoding``); rollouts of other tasks are ignored.
 - ``tools``: the turns of multi-turn episodes (``answer_leak``); rollouts without turns are ignored.
+- ``recipe``: the run's recipe itself against each knob's normal range (``unusual_recipe``), not the evidence.
 - ``common``: the base classes, including ``ShareDiagnostic``, the share-of-the-recent-window rule.
 
 Cost: everything per step or per group is vectorised (pandas groupby); see ``text`` for the text checks.
@@ -42,6 +43,7 @@ from evotrainer.diagnostics.builtin.dynamics import (
 from evotrainer.diagnostics.builtin.groups import DeadGroups, TooEasy, TooHard
 from evotrainer.diagnostics.builtin.outcomes import Forgetting, Overfitting, RewardHacking
 from evotrainer.diagnostics.builtin.programs import Hardcoding, hardcoded
+from evotrainer.diagnostics.builtin.recipe import UnusualRecipe
 from evotrainer.diagnostics.builtin.text import (
     AnswerSpraying,
     Echo,
@@ -65,7 +67,7 @@ __all__ = [
     "DeadGroups", "TooHard", "TooEasy",
     "EntropyCollapse", "EntropyBlowup", "KLBlowup", "GradSpike", "NonFinite", "Plateau", "LearnsNothing",
     "Truncation", "LengthCollapse", "Repetition", "Echo", "AnswerSpraying",
-    "RewardHacking", "Forgetting", "Overfitting", "Hardcoding", "AnswerLeak",
+    "RewardHacking", "Forgetting", "Overfitting", "Hardcoding", "AnswerLeak", "UnusualRecipe",
     "count_candidates", "hardcoded", "used_leak", "echo_needles", "echoes", "has_repeated_run", "repeated_ngram_share",
 ]
 
@@ -73,7 +75,7 @@ BUILTIN_DIAGNOSTICS: dict[str, type[Diagnostic]] = {
     cls.name: cls
     for cls in (DeadGroups, TooHard, TooEasy, EntropyCollapse, EntropyBlowup, Truncation, LengthCollapse, Repetition,
                 Echo, RewardHacking, AnswerSpraying, KLBlowup, GradSpike, NonFinite, Plateau, LearnsNothing, Forgetting,
-                Overfitting, Hardcoding, AnswerLeak)
+                Overfitting, Hardcoding, AnswerLeak, UnusualRecipe)
 }
 
 
