@@ -157,6 +157,9 @@ def load_policy(path: str | Path):
     return PeftModel.from_pretrained(base, p).merge_and_unload(), tokenizer
 
 
+_RESTART_DEFAULTS = {k: PolicySpec.model_fields[k].default for k in ("sft_restarts", "sft_patience")}
+
+
 def _cache_key(task: Task, spec: PolicySpec, seed: int, difficulty: tuple[int, int]) -> str:
     blob = json.dumps(
         {
@@ -165,7 +168,9 @@ def _cache_key(task: Task, spec: PolicySpec, seed: int, difficulty: tuple[int, i
             "difficulty": list(difficulty),
             # the resolved seed and difficulty are keyed on their own, so naming them explicitly reuses the same base
             "spec": spec.model_dump(mode="json", exclude={"path", "seed", "warm_start_difficulty", "pretrained",
-                                                          "format_warm_start"}),
+                                                          "format_warm_start", *_RESTART_DEFAULTS}),
+            # restarts re-initialise only a seed that misses its target, so at their defaults a base keeps its key
+            **{k: getattr(spec, k) for k, v in _RESTART_DEFAULTS.items() if getattr(spec, k) != v},
             "seed": seed,
         },
         sort_keys=True,

@@ -265,9 +265,9 @@ def test_retrieval_a_deprecated_skill_is_not_first(lib_dir):
     write_skill(lib_dir, s.model_copy(update={"status": "deprecated", "deprecated_reason": "refuted twice",
                                               "counters": s.counters.model_copy(update={"harmful": 2, "uses": 2})}))
     lib = Library.load(lib_dir)
-    hits = retrieve(lib, [ENTROPY], k=30)
+    hits = retrieve(lib, [ENTROPY], k=100)
     assert "clip-higher" not in [h.slug for h in hits]
-    hits = retrieve(lib, [ENTROPY], k=30, include_deprecated=True)
+    hits = retrieve(lib, [ENTROPY], k=100, include_deprecated=True)
     assert hits[0].slug != "clip-higher" and hits[-1].slug == "clip-higher"
 
 

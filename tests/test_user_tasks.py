@@ -204,7 +204,7 @@ def _job(task, opts, harness, home, name):
     from evotrainer.jobs.runner import run_job
 
     spec = JobSpec(task=task, task_options=opts, harness=str(harness), steps=2, seed=0, name=name,
-                   policy=PolicySpec(size="nano", sft_steps=30), eval=EvalSpec(every=2, n=8, k=1, at_start=False))
+                   policy=PolicySpec(size="nano", sft_steps=30, sft_target_accuracy=None), eval=EvalSpec(every=2, n=8, k=1, at_start=False))
     return run_job(spec, home)
 
 
@@ -274,7 +274,7 @@ def _reward_job(tmp_path, home, fn, steps, name, module="evo_user_rewards_zz"):
     d = _write(tmp_path / "d.jsonl", ROWS, "jsonl")
     spec = JobSpec(task=str(d), task_options={"prompt": "question", "verifier": "numeric"},
                    harness=str(tmp_path / "h.yaml"), steps=steps, seed=0, name=name, save_every=1,
-                   policy=PolicySpec(size="nano", sft_steps=30), eval=EvalSpec(every=0, n=8, k=1, at_start=False))
+                   policy=PolicySpec(size="nano", sft_steps=30, sft_target_accuracy=None), eval=EvalSpec(every=0, n=8, k=1, at_start=False))
     return run_job(spec, home)
 
 
