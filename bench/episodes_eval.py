@@ -1,4 +1,4 @@
-"""Benchmark (issue 14): what one multi-turn held-out evaluation costs — ``evotrainer.episodes.play``.
+"""Benchmark (issue 14): what one multi-turn held-out evaluation costs — ``evotrainer.training.episodes.play``.
 
 A campaign on the ``agentic`` task evaluates 500 episodes at every backtest look, and those evaluations are ~20 %
 of its wall time (bench/RESULTS.md §7, session 26). This times the episode loop alone on a warm-started policy:
@@ -36,10 +36,10 @@ def main() -> None:
     import torch
 
     from evotrainer.config.eval import EvalSpec
-    from evotrainer.episodes import ensure_chat_template, play, solved
-    from evotrainer.evaluation import split_problems
-    from evotrainer.policy import load_policy
     from evotrainer.tasks import get_task
+    from evotrainer.training.episodes import ensure_chat_template, play, solved
+    from evotrainer.training.evaluation import split_problems
+    from evotrainer.training.policy import load_policy
 
     task = get_task("agentic")
     problems = split_problems(task, EvalSpec(n=a.n, k=1), "decision")

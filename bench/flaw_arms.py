@@ -57,8 +57,8 @@ class ArmConfig:
 def split_accuracy(ref: TaskRef, checkpoint: str, budget: int, n: int, wide: int | None = None) -> float:
     """Greedy accuracy on the confirmation split of ``n`` problems, or on ``wide`` problems outside the decision and
     selection splits of ``n`` (``split_problems(..., n=wide)``, which begins with the ``n`` of the default one)."""
-    from evotrainer.evaluation import EvalSpec, split_problems
-    from evotrainer.policy import policy_accuracy
+    from evotrainer.training.evaluation import EvalSpec, split_problems
+    from evotrainer.training.policy import policy_accuracy
 
     t = ref.get()
     ev = EvalSpec(n=n, k=1)
@@ -73,8 +73,8 @@ def scored(ref: TaskRef, checkpoint: str, budget: int, cfg: ArmConfig) -> dict[s
 def compute_of(run_dirs: list[Path], extra_eval: int = 0) -> dict[str, int]:
     """Completions generated (trained steps × prompts × group size of each job's harness) and evaluation problems
     scored (each evaluation row × its n) by these jobs; ``extra_eval`` adds problems scored outside them."""
-    from evotrainer.evidence import read_metrics
-    from evotrainer.runmeta import read_run_meta
+    from evotrainer.core.runmeta import read_run_meta
+    from evotrainer.evidence.model import read_metrics
 
     completions, problems = 0, extra_eval
     for d in run_dirs:
@@ -92,7 +92,7 @@ def compute_of(run_dirs: list[Path], extra_eval: int = 0) -> dict[str, int]:
 
 
 def trained_steps(run_dir: Path) -> int:
-    from evotrainer.evidence import read_metrics
+    from evotrainer.evidence.model import read_metrics
 
     m = read_metrics(run_dir)
     return int(m["loss"].notna().sum()) if "loss" in m else 0
@@ -113,8 +113,8 @@ def _job(ref: TaskRef, harness: Any, steps: int, seed: int, name: str, cfg: ArmC
 def run_static(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, home: Path) -> dict[str, Any]:
     """The recipe for the whole budget, one job (a finished run of the same name is scored again, not re-trained)."""
     from evotrainer.config.harness import load_harness
+    from evotrainer.core.runmeta import read_run_meta
     from evotrainer.jobs.runner import complete_checkpoints, run_job
-    from evotrainer.runmeta import read_run_meta
 
     t = time.perf_counter()
     name = f"static-{harness.stem}-s{seed}-b{cfg.budget}"
@@ -166,7 +166,7 @@ def campaign_spec(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, off: t
 def run_campaign(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, home: Path,
                  off: tuple[str, ...] = ()) -> dict[str, Any]:
     from evotrainer.agent.campaign import start_campaign
-    from evotrainer.reports import campaign_summary
+    from evotrainer.reports.summaries import campaign_summary
     from evotrainer.store import Store
 
     spec = campaign_spec(ref, harness, seed, cfg, off)
@@ -245,7 +245,7 @@ def apply_point(start: Any, point: dict[str, Any], space: dict[str, Any]) -> Any
     """``start`` with every knob of ``point`` set (a categorical value arrives as JSON text); a combination the
     harness refuses is repaired the way a user would (a reference sync without a KL term is switched off), and a value
     it refuses leaves that knob as it was."""
-    from evotrainer.errors import ConfigError
+    from evotrainer.core.errors import ConfigError
 
     h = start
     values = {k: json.loads(v) if space[k][0] == "cat" and isinstance(v, str) else v for k, v in point.items()}

@@ -65,7 +65,7 @@ def _harness_of(start_path: Path):
 
 
 def _last_eval(run_dir: Path, step: int) -> float | None:
-    from evotrainer.evidence import read_metrics
+    from evotrainer.evidence.model import read_metrics
 
     m = read_metrics(run_dir)
     if "eval/greedy_accuracy" not in m:
@@ -82,7 +82,7 @@ def _pbt_member(config: dict[str, Any]) -> None:
 
     from ray import tune
 
-    from evotrainer.errors import EvoError
+    from evotrainer.core.errors import EvoError
     from evotrainer.jobs.runner import run_job
 
     ctx = config["ctx"]
@@ -214,7 +214,7 @@ def run_optuna(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, home: Pat
     import optuna
 
     from evotrainer.agent.values import _quiet
-    from evotrainer.errors import ConfigError, EvoError
+    from evotrainer.core.errors import ConfigError, EvoError
     from evotrainer.jobs.lineage import complete_checkpoints
     from evotrainer.jobs.runner import run_job
 

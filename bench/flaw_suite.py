@@ -159,8 +159,8 @@ def load_suite(path: Path = SUITE) -> Suite:
     """The suite, validated; every problem is one message naming the file and the field."""
     from pydantic import ValidationError
 
-    from evotrainer.errors import ConfigError, format_validation_error
-    from evotrainer.safe_yaml import load_yaml_file
+    from evotrainer.core.errors import ConfigError, format_validation_error
+    from evotrainer.core.safe_yaml import load_yaml_file
 
     data = load_yaml_file(path, "flaw suite")
     try:

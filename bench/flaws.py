@@ -60,9 +60,9 @@ def warm_ok(suite: Suite, ref: TaskRef, harness: Path, seed: int, home: Path) ->
     """None when the seed's warm start exists or could be built; else why it was refused."""
     from evotrainer.config.harness import load_harness
     from evotrainer.config.policy import PolicySpec
-    from evotrainer.data import difficulty_range
-    from evotrainer.errors import WarmStartFailed
-    from evotrainer.policy import base_policy_dir
+    from evotrainer.core.errors import WarmStartFailed
+    from evotrainer.training.data import difficulty_range
+    from evotrainer.training.policy import base_policy_dir
 
     task = ref.get()
     try:
@@ -112,7 +112,7 @@ def gaps(suite: Suite, rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict
 
 # ------------------------------------------------------------------------------------------------------- phases
 def run_rows(suite: Suite, a, arms: list[str]) -> None:
-    from evotrainer.home import resolve_home
+    from evotrainer.core.home import resolve_home
 
     home = resolve_home(a.home)
     home.mkdir(parents=True, exist_ok=True)
@@ -166,10 +166,10 @@ def round0(suite: Suite, a) -> None:
     from evotrainer.agent.brains.heuristic import HeuristicBrain
     from evotrainer.agent.lessons import SEED_LIBRARY, brain_inputs
     from evotrainer.config.harness import load_harness
+    from evotrainer.core.home import resolve_home
     from evotrainer.diagnostics.registry import Registry
-    from evotrainer.home import resolve_home
+    from evotrainer.evidence.readers import read_job_dir
     from evotrainer.jobs.runner import run_job
-    from evotrainer.readers import read_job_dir
 
     home = resolve_home(a.home)
     commit = code_commit(ROOT)

@@ -24,8 +24,8 @@ def main() -> None:
 
     from evotrainer.config.eval import EvalSpec
     from evotrainer.config.job import JobSpec
-    from evotrainer.evidence import read_metrics
-    from evotrainer.home import resolve_home
+    from evotrainer.core.home import resolve_home
+    from evotrainer.evidence.model import read_metrics
     from evotrainer.jobs.runner import run_job
 
     home = resolve_home(a.home)

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 def contexts():
     from evotrainer.agent.brains.base import BrainContext
     from evotrainer.config.harness import HarnessSpec
-    from evotrainer.domain import Candidate, Finding
+    from evotrainer.core.domain import Candidate, Finding
 
     def finding(symptom, severity, metrics):
         return Finding(symptom=symptom, diagnostic=symptom, version="1", severity=severity, confidence=0.8,

@@ -85,7 +85,7 @@ def main() -> None:
     p.add_argument("--export", default=str(ROOT / "runs" / "pathological-export"))
     p.add_argument("--only", nargs="*", default=None)
     a = p.parse_args()
-    from evotrainer.home import resolve_home
+    from evotrainer.core.home import resolve_home
 
     path = make_runs(resolve_home(a.home), a.seeds, a.steps, Path(a.export), a.only)
     print(json.dumps({"archive": str(path)}))

@@ -23,7 +23,7 @@ def main() -> None:
 
     from evotrainer.config.eval import EvalSpec
     from evotrainer.config.job import JobSpec
-    from evotrainer.home import resolve_home
+    from evotrainer.core.home import resolve_home
     from evotrainer.jobs.runner import run_job
 
     home = resolve_home(a.home)

@@ -63,7 +63,7 @@ def steps_part(home: Path, n: int, device: str = "auto", batches=((4, 4),)) -> d
     from evotrainer.config.eval import EvalSpec
     from evotrainer.config.job import JobSpec
     from evotrainer.config.policy import FormatWarmStart, PolicySpec
-    from evotrainer.evidence import read_metrics
+    from evotrainer.evidence.model import read_metrics
     from evotrainer.jobs.runner import run_job
 
     out = {}
@@ -92,12 +92,12 @@ def steps_part(home: Path, n: int, device: str = "auto", batches=((4, 4),)) -> d
 def accuracy_part(home: Path, task_name: str, steps: int, eval_n: int, match: str, seed: int = 0,
                   device: str = "auto", batch=(4, 4)) -> dict:
     from evotrainer.config.job import JobSpec
-    from evotrainer.evaluation import EvalSpec, evaluate
-    from evotrainer.evidence import read_metrics
+    from evotrainer.evidence.model import read_metrics
     from evotrainer.jobs.runner import run_job
-    from evotrainer.policy import PolicySpec, load_policy, resolve_device
-    from evotrainer.pretrained import converted_dir
     from evotrainer.tasks import get_task
+    from evotrainer.training.evaluation import EvalSpec, evaluate
+    from evotrainer.training.policy import PolicySpec, load_policy, resolve_device
+    from evotrainer.training.pretrained import converted_dir
 
     task = get_task(task_name)
     lo, hi = LEVELS[task_name]
@@ -105,7 +105,7 @@ def accuracy_part(home: Path, task_name: str, steps: int, eval_n: int, match: st
     t = time.perf_counter()
     model, tok = load_policy(converted_dir(home, NAME, log=print))
     model.to(resolve_device(device))
-    from evotrainer.evaluation import heldout_problems
+    from evotrainer.training.evaluation import heldout_problems
 
     raw = evaluate(model, tok, task, heldout_problems(task, ev), ev, 16)
     raw_s = time.perf_counter() - t
@@ -138,9 +138,9 @@ def code_part(home: Path, steps: int, eval_n: int, tests: str, seed: int, lr: fl
               probe_share: float = 0.0, block: int = 10, device: str = "auto", batch=(4, 4)) -> dict:
     from evotrainer.config.job import JobSpec
     from evotrainer.config.policy import FormatWarmStart
-    from evotrainer.evaluation import EvalSpec
     from evotrainer.jobs.runner import run_job
-    from evotrainer.policy import PolicySpec
+    from evotrainer.training.evaluation import EvalSpec
+    from evotrainer.training.policy import PolicySpec
 
     f = home / f"code-{tests}.yaml"
     f.write_text(CODE_HARNESS.format(tests=tests, lr=lr, p=batch[0], g=batch[1]))
@@ -168,7 +168,7 @@ def code_report(home: Path, run_dir: Path, block: int = 10) -> dict:
 
     from evotrainer.cli import app
     from evotrainer.diagnostics.builtin.programs import Hardcoding
-    from evotrainer.evidence import read_metrics, read_rollouts
+    from evotrainer.evidence.model import read_metrics, read_rollouts
     from evotrainer.tasks.code import prompt_examples
 
     m = read_metrics(run_dir)
@@ -245,7 +245,7 @@ def main() -> None:
     p.add_argument("--batch", default="4x4",
                    help="PROMPTSxCOMPLETIONS per GRPO step; --part steps takes a comma list (4x4,16x8) and times each")
     a = p.parse_args()
-    from evotrainer.home import resolve_home
+    from evotrainer.core.home import resolve_home
 
     home = resolve_home(a.home)
     batches = [tuple(int(x) for x in b.lower().split("x")) for b in a.batch.split(",")]

@@ -81,7 +81,7 @@ def _metric_steps(run_dir: Path) -> list[int]:
 def _check_campaign(home: Path) -> dict[str, Any]:
     from mlflow.tracking import MlflowClient
 
-    from evotrainer import procs
+    from evotrainer.core import procs
     from evotrainer.store import Store
 
     store = Store.for_home(home)
@@ -133,7 +133,7 @@ def _check_campaign(home: Path) -> dict[str, Any]:
 
 
 def soak_campaigns(mode: str, n: int, kills: int, a: Any) -> dict[str, Any]:
-    from evotrainer import procs
+    from evotrainer.core import procs
     from evotrainer.store import Store
 
     rng = random.Random(f"soak:{mode}")
@@ -179,7 +179,7 @@ def soak_campaigns(mode: str, n: int, kills: int, a: Any) -> dict[str, Any]:
 def soak_train(n: int, kills: int, a: Any) -> dict[str, Any]:
     from mlflow.tracking import MlflowClient
 
-    from evotrainer.evidence import read_rollouts
+    from evotrainer.evidence.model import read_rollouts
 
     rng = random.Random("soak:train")
     out = {"mode": "train", "jobs": n, "kills": 0, "finished": 0, "duplicates": [], "lost": []}

@@ -59,11 +59,11 @@ def main() -> None:
         p.error("give --campaigns (or --resummarize FILE)")
 
     from evotrainer.config.eval import EvalSpec
-    from evotrainer.evaluation import split_problems
     from evotrainer.jobs.merge import average_checkpoints
     from evotrainer.jobs.runner import complete_checkpoints
-    from evotrainer.policy import policy_accuracy
     from evotrainer.tasks import get_task
+    from evotrainer.training.evaluation import split_problems
+    from evotrainer.training.policy import policy_accuracy
 
     task, ev = get_task(a.task), EvalSpec(n=a.n, k=1)
     splits = {s: split_problems(task, ev, s) for s in ("selection", "confirmation")}

@@ -59,7 +59,7 @@ def main() -> None:
     a = p.parse_args()
 
     from evotrainer.agent.campaign import start_campaign
-    from evotrainer.home import resolve_home
+    from evotrainer.core.home import resolve_home
     from evotrainer.library.loader import Library
     from evotrainer.store import Store
 

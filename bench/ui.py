@@ -53,9 +53,9 @@ def _metrics(run_dir: Path, start: int, rng: random.Random, eval_acc: float) -> 
 
 
 def fill_skills(lib: Path, rng: random.Random) -> list[str]:
+    from evotrainer.core.symptoms import SYMPTOMS
     from evotrainer.library.format import SECTIONS, Counters, Intervention, Skill, Source, Trigger
     from evotrainer.library.loader import write_skill
-    from evotrainer.symptoms import SYMPTOMS
 
     symptoms = [s for s in SYMPTOMS if s != "diagnostic_error"]
     slugs = []
@@ -80,7 +80,7 @@ def fill_skills(lib: Path, rng: random.Random) -> list[str]:
 
 def fill_store(home: Path, slugs: list[str], rng: random.Random) -> dict:
     from evotrainer.config.harness import HarnessSpec
-    from evotrainer.domain import (
+    from evotrainer.core.domain import (
         BacktestStats,
         BranchResult,
         Decision,
@@ -194,7 +194,7 @@ def fill_rollouts(run_dir: Path, rng: random.Random, steps: int = 100, per_step:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from evotrainer.evidence import ROLLOUT_SCHEMA
+    from evotrainer.evidence.model import ROLLOUT_SCHEMA
 
     (run_dir / "rollouts").mkdir(parents=True)
     lines = [json.dumps({"step": s, "reward": 0.4, "accuracy": 0.3 + s / 1000, "entropy": 0.5 - s / 1000,

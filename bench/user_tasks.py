@@ -31,9 +31,9 @@ SPECS = [ROOT / "campaigns" / "chain-sum-tiny.yaml", ROOT / "campaigns" / "gcd-s
 
 
 def confirmation(spec, checkpoint: str, budget: int) -> float:
-    from evotrainer.evaluation import split_problems
-    from evotrainer.policy import policy_accuracy
     from evotrainer.tasks import get_task
+    from evotrainer.training.evaluation import split_problems
+    from evotrainer.training.policy import policy_accuracy
 
     task = get_task(spec.task, spec.task_options)
     return policy_accuracy(checkpoint, task, split_problems(task, spec.eval, "confirmation"), spec.eval, budget)
@@ -42,9 +42,9 @@ def confirmation(spec, checkpoint: str, budget: int) -> float:
 def run_static(spec, seed: int, home: Path) -> dict[str, Any]:
     from evotrainer.config.harness import load_harness
     from evotrainer.config.job import JobSpec
-    from evotrainer.home import jobs_dir
+    from evotrainer.core.home import jobs_dir
+    from evotrainer.core.runmeta import read_run_meta
     from evotrainer.jobs.runner import complete_checkpoints, run_job
-    from evotrainer.runmeta import read_run_meta
 
     t = time.perf_counter()
     steps = spec.budget.total_steps
@@ -67,7 +67,7 @@ def run_static(spec, seed: int, home: Path) -> dict[str, Any]:
 
 def run_campaign(spec_path: Path, seed: int, home: Path) -> dict[str, Any]:
     from evotrainer.agent.campaign import start_campaign
-    from evotrainer.reports import campaign_summary
+    from evotrainer.reports.summaries import campaign_summary
 
     t = time.perf_counter()
     cid = start_campaign(spec_path, home, log=lambda m: print(f"  [{spec_path.stem} s{seed}] {m}", flush=True),

@@ -36,7 +36,7 @@ def write_step(run: Path, step: int, rng: np.random.Generator, nan: bool = False
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from evotrainer.evidence import ROLLOUT_SCHEMA, append_metrics
+    from evotrainer.evidence.model import ROLLOUT_SCHEMA, append_metrics
 
     rows = []
     acc = 0.3 + 0.4 * min(1.0, step / 300)
@@ -113,7 +113,7 @@ def one_trial(history: int, interval: float, step_seconds: float, trigger_after:
 def check_cost(history: int, seed: int) -> dict:
     """In-process: seconds of one Watcher.check() after a new step (incremental read + all diagnostics)."""
     from evotrainer.diagnostics.registry import Registry
-    from evotrainer.watch import Watcher
+    from evotrainer.monitor.watch import Watcher
 
     rng = np.random.default_rng(seed)
     with tempfile.TemporaryDirectory() as tmp:

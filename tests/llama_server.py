@@ -36,7 +36,7 @@ def available() -> bool:
 
 class LlamaServer:
     def __init__(self, n_ctx: int = 4096, threads: int = 2, start_timeout_s: float = 120.0):
-        from evotrainer.pretrained import gguf_path
+        from evotrainer.training.pretrained import gguf_path
 
         self.gguf: Path = gguf_path("smollm2-135m-instruct")
         self.n_ctx, self.threads, self.start_timeout_s = n_ctx, threads, start_timeout_s

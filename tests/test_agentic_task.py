@@ -18,9 +18,18 @@ import pyarrow.parquet as pq
 import pytest
 
 from evotrainer.config.harness import LATE_KNOBS, HarnessSpec, knob_docs, load_harness
-from evotrainer.data import problem_row
 from evotrainer.diagnostics.builtin import BUILTIN_DIAGNOSTICS, used_leak
-from evotrainer.episodes import (
+from evotrainer.evidence.model import (
+    ROLLOUT_SCHEMA,
+    RolloutRecorder,
+    read_rollouts,
+    undocumented_metrics,
+)
+from evotrainer.evidence.readers import read_job_dir
+from evotrainer.tasks import AgenticTask, Problem, get_task
+from evotrainer.tasks.agentic import LEAK_TOOL
+from evotrainer.training.data import problem_row
+from evotrainer.training.episodes import (
     CHAT_TEMPLATE,
     call_tool,
     ensure_chat_template,
@@ -32,18 +41,15 @@ from evotrainer.episodes import (
     transcript,
     turn_records,
 )
-from evotrainer.evaluation import EvalSpec, evaluate, heldout_problems
-from evotrainer.evidence import (
-    ROLLOUT_SCHEMA,
-    RolloutRecorder,
-    read_rollouts,
-    undocumented_metrics,
+from evotrainer.training.evaluation import EvalSpec, evaluate, heldout_problems
+from evotrainer.training.policy import PolicySpec, base_policy_dir, build_model, build_tokenizer, load_policy
+from evotrainer.training.rewards import (
+    CorrectnessTerm,
+    EfficiencyTerm,
+    FormatTerm,
+    RepetitionTerm,
+    build_reward_funcs,
 )
-from evotrainer.policy import PolicySpec, base_policy_dir, build_model, build_tokenizer, load_policy
-from evotrainer.readers import read_job_dir
-from evotrainer.rewards import CorrectnessTerm, EfficiencyTerm, FormatTerm, RepetitionTerm, build_reward_funcs
-from evotrainer.tasks import AgenticTask, Problem, get_task
-from evotrainer.tasks.agentic import LEAK_TOOL
 from tests.conftest import BASELINE, junk_texts
 
 

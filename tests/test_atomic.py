@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from evotrainer import atomic
+from evotrainer.core import atomic
 
 
 def test_write_replaces_the_file_with_usual_permissions_and_leaves_no_temp(tmp_path):

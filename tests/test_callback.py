@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from evotrainer.callback import EvoTrainerCallback
 from evotrainer.cli import app
-from evotrainer.errors import ConfigError
-from evotrainer.policy import build_model, build_tokenizer
-from evotrainer.readers import load_evidence
+from evotrainer.core.errors import ConfigError
+from evotrainer.evidence.readers import load_evidence
+from evotrainer.monitor.callback import EvoTrainerCallback
+from evotrainer.training.policy import build_model, build_tokenizer
 
 PROMPTS = ["1+1=", "0+2=", "2+0=", "1+0="]
 
@@ -119,7 +119,7 @@ def test_the_diagnosis_cadence_stretches_to_keep_its_share_of_training_time_unde
     max_overhead=0.05 each waits ceil(0.5 / (0.05 * 1)) = 10 steps, so the diagnosis's share stays at 5 %."""
     import types
 
-    import evotrainer.callback as module
+    import evotrainer.monitor.callback as module
 
     clock = types.SimpleNamespace(now=0.0)
     monkeypatch.setattr(module, "time", types.SimpleNamespace(perf_counter=lambda: clock.now))

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from evotrainer import procs
 from evotrainer.agent.campaign import start_campaign
-from evotrainer.runmeta import read_run_meta
+from evotrainer.core import procs
+from evotrainer.core.runmeta import read_run_meta
 from evotrainer.store import Store
 from tests.conftest import REPO
 
@@ -97,7 +97,7 @@ def test_auto_campaign_runs_end_to_end_within_budget(tmp_path):
     assert roles == {"segment", "control", "treatment"} | ({"merged"} if merged else set())
     # a kept average is scored on the decision split (its run's own evaluation, its version's held-out accuracy)
     # exactly when a round follows the segment trained from it: that round's movement starts from it
-    from evotrainer.evaluation import read_outcomes
+    from evotrainer.training.evaluation import read_outcomes
 
     for e in store.events(cid, kind="kept_branch"):
         m = e.message.get("merged") or {}
@@ -216,8 +216,8 @@ def _wait_for(pred, proc, timeout=400):
 
 def _warm_base(home: Path) -> None:
     """Build the campaign's warm-started base now, so that no job of the campaign spends its timeout on it."""
-    from evotrainer.policy import PolicySpec, base_policy_dir
     from evotrainer.tasks import get_task
+    from evotrainer.training.policy import PolicySpec, base_policy_dir
 
     base_policy_dir(home, get_task("arith", {}), PolicySpec(size="nano", sft_steps=150), 0, (1, 1))
 
@@ -255,7 +255,7 @@ def test_crashed_hung_and_out_of_memory_branches_are_recorded_failed_and_the_cam
     assert not [r for r in store.list_processes(camp.id) if procs.alive(r.pid, r.started)]  # no worker left behind
     # the branches side by side shared the cores, a segment (alone) had them all, and every session of a job computed
     # with the count its first one recorded (JobSpec.threads)
-    from evotrainer.runmeta import read_run_meta
+    from evotrainer.core.runmeta import read_run_meta
 
     cores, seen = os.cpu_count() or 1, set()
     for run in sorted((home / "jobs").iterdir()):
@@ -344,7 +344,7 @@ def test_kill_9_mid_segment_then_kill_only_the_owner_mid_branch_then_resume_with
     if merged["kept"]:
         # its decision split is scored, as its own record, only when a round after the segment that trains from it
         # reads it (that segment's movement starts from it); a segment that trains the rest of the budget has none
-        from evotrainer.evaluation import read_outcomes
+        from evotrainer.training.evaluation import read_outcomes
 
         dec = read_outcomes(jobs / merged["run"], merged["step"])
         after = jobs / f"{camp.id}__r01__segment" / "meta.json"
@@ -358,7 +358,7 @@ def test_kill_9_mid_segment_then_kill_only_the_owner_mid_branch_then_resume_with
     assert len({e.key for e in led}) == len(led) and store.ledger_total(camp.id) <= 11
     from mlflow.tracking import MlflowClient
 
-    from evotrainer.evidence import read_metrics
+    from evotrainer.evidence.model import read_metrics
 
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
     # the campaign's run plots the mainline's accuracy for the rounds that scored it, and no NaN for one that did not

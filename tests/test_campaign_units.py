@@ -10,11 +10,11 @@ import pytest
 from evotrainer.agent.brains.base import BrainContext, RefutedChange
 from evotrainer.agent.brains.heuristic import HeuristicBrain
 from evotrainer.agent.lessons import SEED_LIBRARY, brain_inputs
-from evotrainer.backtest import decide
 from evotrainer.config.campaign import BacktestSpec, load_campaign_spec
 from evotrainer.config.harness import HarnessSpec
-from evotrainer.domain import BranchResult, Finding
-from evotrainer.errors import ConfigError
+from evotrainer.core.domain import BranchResult, Finding
+from evotrainer.core.errors import ConfigError
+from evotrainer.stats.backtest import decide
 from tests.conftest import REPO
 
 
@@ -168,7 +168,7 @@ def test_a_blocked_trap_is_not_proposed_again_while_the_findings_of_its_round_pe
     from types import SimpleNamespace
 
     from evotrainer.agent.arms import _refuted
-    from evotrainer.domain import Decision, Hypothesis, Proposal
+    from evotrainer.core.domain import Decision, Hypothesis, Proposal
     from evotrainer.store import Store
 
     h = HarnessSpec()
@@ -285,7 +285,7 @@ def test_a_trap_that_raises_the_training_reward_is_blocked_even_when_held_out_ac
 
 
 def test_regression_margin_is_eval_noise_with_the_backtest_floor():
-    from evotrainer.backtest import regression_margin
+    from evotrainer.stats.backtest import regression_margin
 
     m = regression_margin(0.2, 0.14, 200, 0.9, 0.01)  # 1.2816 * sqrt((.16 + .1204) / 200)
     assert m == pytest.approx(0.04799, abs=1e-4)
@@ -302,8 +302,8 @@ def test_a_mainline_that_falls_below_its_best_version_goes_back_to_it_once(tmp_p
 
     from evotrainer.agent.mainline import _keep_best
     from evotrainer.config.campaign import CampaignSpec
-    from evotrainer.domain import PolicyVersion
-    from evotrainer.reports import campaign_summary
+    from evotrainer.core.domain import PolicyVersion
+    from evotrainer.reports.summaries import campaign_summary
     from evotrainer.store import Store
 
     h = HarnessSpec()
@@ -364,8 +364,8 @@ def test_a_first_segment_that_wrecks_the_policy_goes_back_to_the_base_policy(tmp
 
     from evotrainer.agent.mainline import _fork_of, _keep_best
     from evotrainer.config.campaign import CampaignSpec
-    from evotrainer.domain import PolicyVersion
-    from evotrainer.reports import spend
+    from evotrainer.core.domain import PolicyVersion
+    from evotrainer.reports.summaries import spend
     from evotrainer.store import Store
 
     h = HarnessSpec()
@@ -449,8 +449,8 @@ def test_a_completion_budget_that_fills_the_policy_context_is_no_candidate(tmp_p
 
 @pytest.mark.parametrize("task_name", ["arith", "countdown", "code", "agentic"])
 def test_the_decision_selection_and_confirmation_splits_are_disjoint(task_name):
-    from evotrainer.evaluation import SPLITS, EvalSpec, heldout_problems, split_problems
     from evotrainer.tasks import get_task
+    from evotrainer.training.evaluation import SPLITS, EvalSpec, heldout_problems, split_problems
 
     task = get_task(task_name)
     lo = task.default_difficulty
@@ -472,8 +472,8 @@ def test_the_decision_selection_and_confirmation_splits_are_disjoint(task_name):
 
 @pytest.mark.parametrize("task_name", ["arith", "countdown"])
 def test_a_wider_confirmation_stays_outside_the_other_splits_and_begins_with_the_default_one(task_name):
-    from evotrainer.evaluation import EvalSpec, split_problems
     from evotrainer.tasks import get_task
+    from evotrainer.training.evaluation import EvalSpec, split_problems
 
     task = get_task(task_name)
     ev = EvalSpec(n=50, k=1, seed=7)
@@ -501,8 +501,8 @@ def test_a_confirmations_paired_standard_error():
 
 
 def test_split_errors_name_what_to_change():
-    from evotrainer.evaluation import EvalSpec, split_problems
     from evotrainer.tasks import get_task
+    from evotrainer.training.evaluation import EvalSpec, split_problems
 
     task = get_task("arith")
     ev = EvalSpec(n=50, k=1, difficulty=(2, 2), seed=7)
@@ -679,7 +679,7 @@ def test_futility_projects_a_slow_acting_change_to_the_last_look_instead_of_refu
 
 
 def test_effect_interval_adds_the_problem_sample_to_the_seed_spread():
-    from evotrainer.backtest import effect_interval
+    from evotrainer.stats.backtest import effect_interval
 
     # every seed shows the same +0.1 on 10 problems: no seed spread, but which problems were drawn still matters
     rows = [[1, 0, 0, 0, 0, 0, 0, 0, 0, 0]] * 3
@@ -700,7 +700,7 @@ def _spent_30_of_100(tmp_path, cid: str, **spec_fields):
 
     from evotrainer.agent.state import CampaignContext
     from evotrainer.config.campaign import CampaignSpec
-    from evotrainer.domain import LedgerEntry
+    from evotrainer.core.domain import LedgerEntry
     from evotrainer.store import Store
 
     now = datetime.now(timezone.utc)
@@ -717,7 +717,7 @@ def _spent_30_of_100(tmp_path, cid: str, **spec_fields):
 
 def test_a_backtest_look_runs_only_within_the_budget_and_the_exploration_share(tmp_path):
     from evotrainer.agent.budget import _explore_spent, _look_budget
-    from evotrainer.domain import PolicyVersion
+    from evotrainer.core.domain import PolicyVersion
 
     ctx, spec, now = _spent_30_of_100(tmp_path, "b")
     mainline = PolicyVersion(id="v", campaign_id="b", parent_id=None, harness_version="h", checkpoint="c", run_name="seg",
@@ -748,7 +748,7 @@ def test_a_merged_average_is_scored_on_the_decision_split_only_when_something_wi
     ``stop.target_accuracy`` nor ``stop.plateau_rounds`` reads it now."""
     from evotrainer.agent.budget import _last_round
     from evotrainer.agent.state import CampaignContext
-    from evotrainer.domain import LedgerEntry, PolicyVersion
+    from evotrainer.core.domain import LedgerEntry, PolicyVersion
 
     ctx, spec, now = _spent_30_of_100(tmp_path, "m", stop={"plateau_rounds": 3})
     store = ctx.store
@@ -776,7 +776,7 @@ def test_an_inconclusive_gain_is_offered_once_more_while_its_knob_is_where_it_wa
     from evotrainer.agent.arms import _bracketed, _retests
     from evotrainer.agent.state import CampaignContext
     from evotrainer.config.campaign import CampaignSpec
-    from evotrainer.domain import BacktestStats, Decision, Hypothesis, Proposal
+    from evotrainer.core.domain import BacktestStats, Decision, Hypothesis, Proposal
     from evotrainer.store import Store
 
     now = datetime.now(timezone.utc)
@@ -863,7 +863,7 @@ def test_exploration_waits_while_the_mainline_still_improves_and_not_when_it_sta
 
     from evotrainer.agent.budget import _still_improving
     from evotrainer.config.campaign import CampaignSpec
-    from evotrainer.domain import PolicyVersion
+    from evotrainer.core.domain import PolicyVersion
     from evotrainer.store import Store
 
     h = HarnessSpec()
@@ -903,13 +903,13 @@ def test_exploration_waits_while_the_mainline_still_improves_and_not_when_it_sta
             update={"budget": spec.budget.model_copy(update={"improving_z": 3.0})})})
         assert _still_improving(stricter, state(add(3, 0.438, r0.id, 60)), [], h) is None
         # what the propose node records is what `campaign status` lists
-        from evotrainer.reports import campaign_summary
+        from evotrainer.reports.summaries import campaign_summary
 
         store.log_event("c", "explore_held", {"round": 0, **hold})
         store.set_campaign("c", mainline_version=r0.id)
         doc = campaign_summary(tmp_path, "c", store=store, read=lambda _p: __import__("pandas").DataFrame())
         assert doc["held"] == [{"round": 0, **hold}]
-        from evotrainer.shapes import HeldRound
+        from evotrainer.reports.shapes import HeldRound
 
         assert HeldRound.model_validate(doc["held"][0]).steps == 20  # the shape `campaign status --json` prints
 
@@ -924,7 +924,7 @@ def test_a_healthy_round_explores_within_the_healthy_share_and_a_troubled_one_wi
 
     from evotrainer.agent.budget import _allowance, _explore_mode, _explore_spent, _look_budget
     from evotrainer.config.campaign import CampaignSpec
-    from evotrainer.domain import LedgerEntry, PolicyVersion
+    from evotrainer.core.domain import LedgerEntry, PolicyVersion
     from evotrainer.store import Store
 
     h = HarnessSpec()
@@ -980,8 +980,8 @@ def test_a_healthy_round_explores_within_the_healthy_share_and_a_troubled_one_wi
         _explore_mode(null, {"mainline": learns.id}, 4, [], h)
         assert not any(e.message["round"] == 4 for e in store.events("c", kind="explore_mode"))
         # `campaign status` lists the verdicts, in the shape its --json prints
-        from evotrainer.reports import campaign_summary
-        from evotrainer.shapes import ExploreMode
+        from evotrainer.reports.shapes import ExploreMode
+        from evotrainer.reports.summaries import campaign_summary
 
         store.set_campaign("c", mainline_version=learns.id)
         doc = campaign_summary(tmp_path, "c", store=store, read=lambda _p: __import__("pandas").DataFrame())
@@ -1002,10 +1002,10 @@ def test_a_moving_mainline_is_healthy_unless_it_is_below_the_start_and_a_stuck_o
     from evotrainer.agent.budget import _explore_mode
     from evotrainer.agent.state import segment_id
     from evotrainer.config.campaign import CampaignSpec
-    from evotrainer.domain import PolicyVersion
-    from evotrainer.evaluation import write_outcomes
-    from evotrainer.shapes import ExploreMode
+    from evotrainer.core.domain import PolicyVersion
+    from evotrainer.reports.shapes import ExploreMode
     from evotrainer.store import Store
+    from evotrainer.training.evaluation import write_outcomes
 
     h = HarnessSpec()
     spec = CampaignSpec(name="c", eval={"every": 0, "n": 500, "k": 1}, budget={"total_steps": 400})

@@ -1,7 +1,7 @@
 """Every command that takes ``--json`` prints exactly one JSON document on stdout, in its documented shape.
 
 The commands are enumerated from the Typer app itself, so a new ``--json`` command fails this test until it
-is registered in ``evotrainer.shapes.COMMANDS`` and given arguments here. Each one runs for real against one
+is registered in ``evotrainer.reports.shapes.COMMANDS`` and given arguments here. Each one runs for real against one
 tiny campaign (waiting for a review, so nothing trains after its first segment): the ones that start
 workers or train run as subprocesses, where a stray print from a child process would land on the same
 stdout; the rest through Typer's runner. stdout must parse with ``json.loads`` and validate against one
@@ -23,7 +23,7 @@ import yaml
 from typer.testing import CliRunner
 
 from evotrainer.cli import app
-from evotrainer.shapes import COMMANDS, SHAPES
+from evotrainer.reports.shapes import COMMANDS, SHAPES
 from tests.conftest import REPO
 from tests.test_campaign import _spec
 
@@ -46,7 +46,7 @@ def json_commands() -> set[str]:
 
 
 def test_every_json_command_has_a_documented_shape_and_a_run_below():
-    assert json_commands() == set(COMMANDS), "register the command's shapes in evotrainer.shapes.COMMANDS"
+    assert json_commands() == set(COMMANDS), "register the command's shapes in evotrainer.reports.shapes.COMMANDS"
     assert set(ARGS) == set(COMMANDS), "give the new --json command its arguments in ARGS below"
     assert all(s in SHAPES for shapes in COMMANDS.values() for s in shapes)
 

@@ -17,11 +17,10 @@ import pandas as pd
 import pytest
 
 from evotrainer.config.harness import HarnessSpec, knob_docs
+from evotrainer.core.errors import ConfigError
 from evotrainer.diagnostics.base import Diagnostic
 from evotrainer.diagnostics.builtin import BUILTIN_DIAGNOSTICS, hardcoded
-from evotrainer.errors import ConfigError
-from evotrainer.evidence import Evidence
-from evotrainer.rewards import CorrectnessTerm, build_reward_funcs, correctness_value
+from evotrainer.evidence.model import Evidence
 from evotrainer.tasks import CodeTask, Problem, Verdict, get_task
 from evotrainer.tasks.code import prompt_examples
 from evotrainer.tasks.listlang import (
@@ -37,6 +36,7 @@ from evotrainer.tasks.listlang import (
     parse_value,
     run_text,
 )
+from evotrainer.training.rewards import CorrectnessTerm, build_reward_funcs, correctness_value
 from tests.conftest import junk_texts
 
 # ------------------------------------------------------------------------------------------------ interpreter
@@ -325,7 +325,7 @@ def _call(term: CorrectnessTerm, problems: list[Problem], completions: list[str]
 
 
 def test_hardcode_probe_teaches_a_share_of_copied_outputs_only_when_asked(task):
-    from evotrainer.policy import PolicySpec, _cache_key
+    from evotrainer.training.policy import PolicySpec, _cache_key
 
     problems = task.sample("train", 400, seed=4, difficulty_range=(3, 3))
     assert all(task.warm_start_answer(p) == p.answer for p in problems)  # off by default

@@ -19,8 +19,8 @@ from evotrainer.cli import app
 from evotrainer.diagnostics.base import Diagnostic
 from evotrainer.diagnostics.builtin import BUILTIN_DIAGNOSTICS
 from evotrainer.diagnostics.contract import CONTRACT_VERSION, build_contract, declared_fields, metric_fields
-from evotrainer.evidence import ROLLOUT_COLUMNS, ROLLOUT_DOCS, Evidence
-from evotrainer.readers import load_evidence
+from evotrainer.evidence.model import ROLLOUT_COLUMNS, ROLLOUT_DOCS, Evidence
+from evotrainer.evidence.readers import load_evidence
 from tests.conftest import REPO
 from tests.test_diagnostics_builtin import VARIANTS, build
 

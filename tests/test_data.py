@@ -6,10 +6,16 @@ import pandas as pd
 import pytest
 
 from evotrainer.config.harness import HarnessSpec
-from evotrainer.data import build_pool, difficulty_range, selection_weights, stream_problems, to_dataset
-from evotrainer.errors import ConfigError
-from evotrainer.evidence import prompt_pass_stats
+from evotrainer.core.errors import ConfigError
+from evotrainer.evidence.model import prompt_pass_stats
 from evotrainer.tasks import get_task
+from evotrainer.training.data import (
+    build_pool,
+    difficulty_range,
+    selection_weights,
+    stream_problems,
+    to_dataset,
+)
 
 
 def _rollouts(spec: dict[str, list[bool]], step: int = 1) -> pd.DataFrame:

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from evotrainer.core.domain import SEVERITY_RANK
 from evotrainer.diagnostics.base import Diagnostic
 from evotrainer.diagnostics.builtin import (
     BUILTIN_DIAGNOSTICS,
@@ -24,8 +25,7 @@ from evotrainer.diagnostics.builtin import (
     run_all,
 )
 from evotrainer.diagnostics.signals import windows
-from evotrainer.domain import SEVERITY_RANK
-from evotrainer.evidence import Evidence
+from evotrainer.evidence.model import Evidence
 from evotrainer.tasks import get_task
 
 STEPS, PROMPTS, GENS = 160, 8, 8

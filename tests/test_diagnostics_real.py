@@ -17,12 +17,12 @@ from typer.testing import CliRunner
 
 from evotrainer.cli import app
 from evotrainer.config.harness import load_harness
+from evotrainer.core.domain import SEVERITY_RANK
 from evotrainer.diagnostics.gates import check_gate
 from evotrainer.diagnostics.registry import Registry
 from evotrainer.diagnostics.revision import Archive
-from evotrainer.domain import SEVERITY_RANK
-from evotrainer.evidence import ROLLOUT_SCHEMA
-from evotrainer.readers import load_evidence
+from evotrainer.evidence.model import ROLLOUT_SCHEMA
+from evotrainer.evidence.readers import load_evidence
 from tests.conftest import BASELINE
 
 FIXTURES = Path(__file__).parent / "fixtures" / "runs"

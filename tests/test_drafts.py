@@ -23,7 +23,7 @@ from evotrainer.config.harness import HarnessSpec
 from evotrainer.diagnostics.confine import FULL, confinement, missing
 from evotrainer.diagnostics.registry import Registry
 from evotrainer.diagnostics.revision import Archive, LabelledRun, history
-from evotrainer.evidence import Evidence
+from evotrainer.evidence.model import Evidence
 from tests.llm_server import ScriptedLLM
 
 if os.environ.get("EVOTRAINER_REQUIRE_LANDLOCK") == "1" and confinement() != FULL:
@@ -168,7 +168,7 @@ def test_a_draft_must_define_exactly_the_one_diagnostic_it_names(tmp_path):
 
 
 def test_a_re_run_replays_the_kept_draft_and_refuses_a_changed_file(tmp_path):
-    from evotrainer.errors import ConfigError
+    from evotrainer.core.errors import ConfigError
 
     (first, new), _ = _draft(tmp_path, [_reply(GOOD)])
     (again, new2), llm = _draft(tmp_path, [])  # a node re-run after kill -9: nothing asked

@@ -1,4 +1,4 @@
-"""The multi-turn decoder (``evotrainer.episodes._Turns``): a cache kept between turns, rows leaving the batch as
+"""The multi-turn decoder (``evotrainer.training.episodes._Turns``): a cache kept between turns, rows leaving the batch as
 they end their turn, holes between rows of different lengths — and still each row's own greedy continuation.
 
 The reference is the plainest decoder there is: the whole sequence read again for every token, one row at a time,
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from evotrainer.episodes import _Turns
-from evotrainer.policy import build_model, build_tokenizer
+from evotrainer.training.episodes import _Turns
+from evotrainer.training.policy import build_model, build_tokenizer
 
 
 def _reference(model, seq: list[int], budget: int, eos: int) -> list[int]:

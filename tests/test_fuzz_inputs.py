@@ -36,8 +36,8 @@ from typer.testing import CliRunner
 from evotrainer.cli import app
 from evotrainer.config.campaign import CampaignSpec, load_campaign_spec
 from evotrainer.config.harness import HarnessSpec, load_harness
+from evotrainer.core.errors import ConfigError
 from evotrainer.diagnostics.registry import Registry, builtin_diagnostics
-from evotrainer.errors import ConfigError
 from tests.conftest import REPO
 
 DB = DirectoryBasedExampleDatabase(str(REPO / "tests" / ".hypothesis" / "examples"))

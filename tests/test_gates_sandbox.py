@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 
 from evotrainer.config.harness import HarnessSpec, load_harness
+from evotrainer.core.errors import ConfigError
 from evotrainer.diagnostics.gates import check_gate
 from evotrainer.diagnostics.registry import Registry
 from evotrainer.diagnostics.revision import Archive, evaluate_revision, history, record
-from evotrainer.errors import ConfigError
-from evotrainer.evidence import Evidence
+from evotrainer.evidence.model import Evidence
 from tests.conftest import landlock_or_skip
 
 USER_DIAG = '''

@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from evotrainer.cli import app
 from evotrainer.config.harness import HarnessSpec, diff, knob_docs, load_harness
-from evotrainer.errors import ConfigError
+from evotrainer.core.errors import ConfigError
 from tests.conftest import BASELINE
 
 

@@ -17,8 +17,8 @@ import pytest
 
 from evotrainer.config.campaign import LLMBrainSpec
 from evotrainer.config.harness import HarnessSpec
-from evotrainer.errors import ConfigError
-from evotrainer.redact import mask
+from evotrainer.core.errors import ConfigError
+from evotrainer.core.redact import mask
 from tests.conftest import REPO
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evotrainer.readers import load_evidence, read_job_dir
+from evotrainer.evidence.readers import load_evidence, read_job_dir
 from tests.conftest import REPO
 
 
@@ -85,7 +85,7 @@ def test_an_evidence_file_over_the_cap_is_named_with_the_cap(tmp_path, monkeypat
     assert any("over the 1 MiB one evidence file may have" in e and "EVOTRAINER_MAX_FILE_MB" in e
                for e in ev.meta["skipped"]), ev.meta
     monkeypatch.setenv("EVOTRAINER_MAX_FILE_MB", "lots")
-    from evotrainer.errors import ConfigError
+    from evotrainer.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="EVOTRAINER_MAX_FILE_MB is 'lots': set a positive whole number"):
         read_job_dir(run)
@@ -121,7 +121,7 @@ def test_all_non_finite_entropy_is_not_enough_evidence_and_no_traceback_is_outpu
     """D5: entropy_collapse and entropy_blowup crashed on all-NaN/inf entropy, with a traceback in the examples."""
     from evotrainer.config.harness import HarnessSpec
     from evotrainer.diagnostics.registry import Registry
-    from evotrainer.evidence import Evidence
+    from evotrainer.evidence.model import Evidence
 
     n = 30
     m = pd.DataFrame({"step": range(1, n + 1), "entropy": [float("nan")] * 10 + [float("inf")] * 10
@@ -197,7 +197,7 @@ def test_a_page_that_fails_still_has_the_security_headers(tmp_path, monkeypatch)
 def test_rollouts_with_nullable_booleans_and_text_steps_are_read():
     """The type check reads the values: a 0/1 column with nulls (object dtype) and steps written as text digits
     are rollouts; only values of the wrong kind are refused."""
-    from evotrainer.evidence import rollout_type_problem
+    from evotrainer.evidence.model import rollout_type_problem
 
     ok = pd.DataFrame({"step": ["1", "2"], "prompt": pd.Categorical(["a", "b"]), "completion": ["x", None],
                        "correct": [True, None], "reward": [0.5, float("nan")]})

@@ -181,8 +181,8 @@ def test_diagnose_reads_a_job_dir_with_a_damaged_meta_json(tmp_path, meta):
 
 # ------------------------------------------------------------------------------------ names (one rule) and train
 def test_the_name_rule():
-    from evotrainer.errors import ConfigError
-    from evotrainer.names import check_name, is_name, to_name
+    from evotrainer.core.errors import ConfigError
+    from evotrainer.core.names import check_name, is_name, to_name
 
     for ok in ("run-1", "a_b.c", "arith__tiny__s0__20261123T155026887917", "X" * 128, "..a", "a.."):
         assert is_name(ok), ok
@@ -272,7 +272,7 @@ def test_every_dashboard_path_segment_follows_the_name_rule(tmp_path, path):
 
 
 def test_campaign_ids_follow_the_name_rule(tmp_path):
-    from evotrainer.errors import ConfigError
+    from evotrainer.core.errors import ConfigError
     from evotrainer.store import Store
 
     store = Store.for_home(tmp_path / "home")

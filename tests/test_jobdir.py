@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from evotrainer.errors import JobBusy, RunNotFound
+from evotrainer.core.errors import JobBusy, RunNotFound
 from evotrainer.jobs.jobdir import CREATING, JobLock, is_locked, publish, staging_dir
 from evotrainer.jobs.runner import resolve_run
 from tests.conftest import REPO
@@ -115,7 +115,7 @@ def test_run_job_publishes_a_complete_directory_and_refuses_late_writers(shared_
 def test_run_meta_reads_a_job_record_one_way_and_knows_where_the_job_stands(tmp_path):
     import json
 
-    from evotrainer.runmeta import read_run_meta, run_meta_dict
+    from evotrainer.core.runmeta import read_run_meta, run_meta_dict
 
     d = tmp_path / "job"
     d.mkdir()

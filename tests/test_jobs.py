@@ -24,10 +24,10 @@ from evotrainer.config.eval import EvalSpec
 from evotrainer.config.harness import HarnessSpec
 from evotrainer.config.job import JobSpec
 from evotrainer.config.policy import PolicySpec
-from evotrainer.errors import ConfigError, RunNotFound, TaskError
-from evotrainer.evaluation import eval_steps
-from evotrainer.evidence import ROLLOUT_SCHEMA, read_metrics, read_rollouts, undocumented_metrics
+from evotrainer.core.errors import ConfigError, RunNotFound, TaskError
+from evotrainer.evidence.model import ROLLOUT_SCHEMA, read_metrics, read_rollouts, undocumented_metrics
 from evotrainer.jobs.runner import complete_checkpoints, run_job
+from evotrainer.training.evaluation import eval_steps
 from tests.conftest import REPO, TINY_HARNESS
 
 NANO = PolicySpec(size="nano", sft_steps=150, sft_batch_size=64)
@@ -292,7 +292,9 @@ def test_a_fork_under_its_parents_harness_and_seed_trains_the_steps_one_longer_r
 
     assert [r["step"] for r in steps(whole)] == [1, 2, 3, 4]
     assert steps(first) + steps(second) == steps(whole)
-    from evotrainer.data import STREAM_VERSION  # what reusing a finished run must match (bench/campaign.py)
+    from evotrainer.training.data import (
+        STREAM_VERSION,  # what reusing a finished run must match (bench/campaign.py)
+    )
 
     assert json.loads((Path(second.run_dir) / "meta.json").read_text())["data_stream"] == STREAM_VERSION == 2
     rollouts = [read_rollouts(Path(r.run_dir)).drop(columns=["run_id"]) for r in (whole, first, second)]
@@ -398,7 +400,7 @@ def test_a_clean_pause_resumes_without_asking_mlflow_and_mlflow_gets_every_step_
     run_dir = Path(legs.run_dir)
     assert json.loads((run_dir / "meta.json").read_text())["mlflow_synced_step"] == 5
     assert not (run_dir / "trainer" / "README.md").exists()  # TRL's model card: only once the job has finished
-    import evotrainer.tracking as tracking
+    import evotrainer.core.tracking as tracking
 
     asked: list[str] = []
     real = tracking.Tracker.max_step
@@ -489,7 +491,7 @@ def test_a_branch_under_a_data_rule_reads_its_lineage_once_and_its_later_session
     """A backtest branch under a data rule is resumed at every look, and its sibling seeds fork the same checkpoint;
     the lineage's pass statistics at a fork point never change, so the first session keeps them beside that
     checkpoint and every later one (a resume, a sibling) reads that one file, not the lineage's rollouts."""
-    from evotrainer.evidence import prompt_pass_stats
+    from evotrainer.evidence.model import prompt_pass_stats
     from evotrainer.jobs.lineage import PASS_STATS, ancestor_rollouts
 
     _, h = first_run

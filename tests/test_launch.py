@@ -73,7 +73,7 @@ def test_ray_launcher_runs_jobs_as_parallel_ray_tasks_and_faults_fail_only_their
 
 def test_launcher_settings_are_checked_and_name_what_to_set():
     from evotrainer.config.campaign import LauncherSpec
-    from evotrainer.errors import ConfigError
+    from evotrainer.core.errors import ConfigError
 
     with pytest.raises(ValueError, match="launcher.address, cpus_per_job and gpus_per_job are Ray settings"):
         LauncherSpec(kind="local", gpus_per_job=1)
@@ -133,7 +133,7 @@ def test_a_campaign_on_ray_runs_a_looks_arms_side_by_side_and_resumes_after_its_
 
     import psutil
 
-    from evotrainer import procs
+    from evotrainer.core import procs
     from evotrainer.store import Store
     from tests.test_campaign import _alive, _cli, _only_campaign, _spec, _wait_for, _warm_base
 
@@ -173,7 +173,7 @@ def test_a_campaign_on_ray_runs_a_looks_arms_side_by_side_and_resumes_after_its_
     assert len(store.list_decisions(camp.id)) == 1
     led = store.ledger(camp.id)
     assert len({e.key for e in led}) == len(led) and store.ledger_total(camp.id) <= 11
-    from evotrainer.evidence import read_metrics
+    from evotrainer.evidence.model import read_metrics
 
     for run in {e.run_name for e in led}:  # every step trained once, whichever process trained it
         m = read_metrics(jobs / run)

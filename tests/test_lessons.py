@@ -20,7 +20,7 @@ from evotrainer.agent.lessons import (
 )
 from evotrainer.config.campaign import CampaignSpec
 from evotrainer.config.harness import HarnessSpec
-from evotrainer.domain import BacktestStats, Decision, Finding, Hypothesis, Proposal
+from evotrainer.core.domain import BacktestStats, Decision, Finding, Hypothesis, Proposal
 from evotrainer.library.curation import read_log, record_outcome
 from evotrainer.library.loader import Library
 from evotrainer.store import Store

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from evotrainer.bm25 import BM25
 from evotrainer.cli.skills import skills_app
 from evotrainer.config.harness import HarnessSpec
-from evotrainer.domain import BacktestStats, Decision, Finding, Hypothesis, Proposal
-from evotrainer.errors import ConfigError
+from evotrainer.core.bm25 import BM25
+from evotrainer.core.domain import BacktestStats, Decision, Finding, Hypothesis, Proposal
+from evotrainer.core.errors import ConfigError
 from evotrainer.library.candidates import to_candidates
 from evotrainer.library.curation import (
     AddOp,

@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from evotrainer.evidence import read_rollouts
+from evotrainer.evidence.model import read_rollouts
 from evotrainer.jobs import live
 from evotrainer.jobs.jobdir import JobLock
 from evotrainer.jobs.runner import run_job
@@ -119,7 +119,7 @@ def test_live_sessions_are_capped_and_released_and_a_released_run_resumes_from_i
 
 
 def test_a_look_a_live_session_cannot_train_to_is_refused_as_a_resume_would_be(parent, shared_home):
-    from evotrainer.errors import ConfigError
+    from evotrainer.core.errors import ConfigError
 
     live.run(_spec(parent, 6, name="live-back", seed=9), shared_home, fork="live-parent@2", resume=None, stop_at=6,
              cap=4)

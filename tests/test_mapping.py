@@ -18,11 +18,11 @@ import pytest
 from typer.testing import CliRunner
 
 from evotrainer.cli import app
+from evotrainer.core.errors import ConfigError
 from evotrainer.diagnostics.base import Diagnostic
 from evotrainer.diagnostics.builtin import BUILTIN_DIAGNOSTICS
-from evotrainer.errors import ConfigError
-from evotrainer.mapping import FieldMap, as_bool, correctness_named, infer_reward_weights
-from evotrainer.readers import load_evidence
+from evotrainer.evidence.mapping import FieldMap, as_bool, correctness_named, infer_reward_weights
+from evotrainer.evidence.readers import load_evidence
 
 STEPS, PROMPTS, GENS = 40, 4, 4
 

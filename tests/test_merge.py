@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from evotrainer.config.eval import EvalSpec
 from evotrainer.config.job import JobSpec
 from evotrainer.config.policy import PolicySpec
-from evotrainer.errors import ConfigError, JobBusy
+from evotrainer.core.errors import ConfigError, JobBusy
 from evotrainer.jobs.merge import merge_runs
 from evotrainer.jobs.runner import complete_checkpoints, run_job
 from evotrainer.jobs.scoring import score_policies

@@ -19,8 +19,8 @@ import pytest
 from evotrainer.agent.lessons import SEED_LIBRARY
 from evotrainer.agent.movement import judge, segment_movement
 from evotrainer.config.harness import HarnessSpec, enlarges_update
-from evotrainer.domain import BacktestStats, Decision, Finding, Hypothesis, PolicyVersion, Proposal
-from evotrainer.evaluation import eval_steps, write_outcomes
+from evotrainer.core.domain import BacktestStats, Decision, Finding, Hypothesis, PolicyVersion, Proposal
+from evotrainer.training.evaluation import eval_steps, write_outcomes
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 BASE = [i % 10 < 3 for i in range(500)]  # 30 % right
@@ -52,7 +52,7 @@ def _branch(home: Path, name: str, backtest_id: str, proposal_id: str | None, se
     """A finished branch whose answers at ``step`` are BASE with ``up`` wrong answers made right and ``down`` right
     ones made wrong, taken from the end of the split with ``tail``; a treatment (``proposal_id`` set) passed its gate.
     Each of its ``looks`` records the same outcome."""
-    from evotrainer.domain import BranchResult
+    from evotrainer.core.domain import BranchResult
 
     wrong = [i for i, o in enumerate(BASE) if not o]
     right = [i for i, o in enumerate(BASE) if o]
@@ -180,8 +180,8 @@ def test_a_stuck_round_retests_the_learning_rate_instead_of_changes_that_cannot_
     (m,) = [e.message for e in store.events("c", kind="movement")]
     assert m["stuck"] and m["moved"] == 0.0 and m["steps"] == 20 and m["round"] == 1
     # what `campaign status --json` prints validates against its shape
-    from evotrainer.reports import campaign_summary
-    from evotrainer.shapes import Movement
+    from evotrainer.reports.shapes import Movement
+    from evotrainer.reports.summaries import campaign_summary
 
     store.set_campaign("c", mainline_version="c:r01:segment")
     doc = campaign_summary(tmp_path, "c", store=store, read=lambda _p: __import__("pandas").DataFrame())
@@ -315,7 +315,7 @@ def _tables(rng, effect: float, looks: int = 3):
 
 
 def _sequential_noninferior(tables, margin: float, looks: int = 3):
-    from evotrainer.backtest import decide
+    from evotrainer.stats.backtest import decide
     from tests.test_campaign_units import _look_branches
 
     for j, (c, t) in enumerate(tables, start=1):
@@ -347,7 +347,7 @@ def test_non_inferiority_adopts_a_change_worse_by_the_margin_at_most_at_the_conf
 
 
 def test_non_inferiority_only_at_the_final_look_for_a_treatment_that_moves_and_passes_the_gate():
-    from evotrainer.backtest import decide
+    from evotrainer.stats.backtest import decide
     from tests.test_campaign_units import _look_branches
 
     base = [1 if i % 10 < 3 else 0 for i in range(500)]

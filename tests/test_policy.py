@@ -7,9 +7,10 @@ import os
 
 import pytest
 
-from evotrainer.errors import ConfigError
-from evotrainer.evaluation import EvalSpec, evaluate, heldout_problems
-from evotrainer.policy import (
+from evotrainer.core.errors import ConfigError
+from evotrainer.tasks import get_task
+from evotrainer.training.evaluation import EvalSpec, evaluate, heldout_problems
+from evotrainer.training.policy import (
     PolicySpec,
     base_policy_dir,
     build_model,
@@ -17,7 +18,6 @@ from evotrainer.policy import (
     count_parameters,
     load_policy,
 )
-from evotrainer.tasks import get_task
 
 
 def test_char_tokenizer_round_trips_printable_ascii_with_bos_and_left_padding():
@@ -95,7 +95,7 @@ def test_warm_start_difficulty_picks_the_levels_the_base_is_built_on(tmp_path):
     from evotrainer.config.eval import EvalSpec
     from evotrainer.config.job import JobSpec
     from evotrainer.jobs.runner import run_job
-    from evotrainer.policy import _cache_key
+    from evotrainer.training.policy import _cache_key
 
     task = get_task("arith")
     # naming the training range explicitly reuses the base built without it (caches keep their keys) ...
@@ -121,7 +121,7 @@ def test_warm_start_difficulty_picks_the_levels_the_base_is_built_on(tmp_path):
 def test_a_fixed_length_warm_start_still_reports_progress():
     """With no probe target (``sft_target_accuracy: null``, as the code task's 1000-step warm start) the loop used to
     train in silence; it says how far it is every 100 steps."""
-    from evotrainer.policy import warm_start
+    from evotrainer.training.policy import warm_start
 
     tok = build_tokenizer()
     lines: list[str] = []
@@ -136,7 +136,7 @@ def test_a_warm_start_that_misses_its_target_reinitialises_until_one_reaches_it(
     (``restart_seed``), up to ``sft_restarts`` times; the first attempt is the seed's own, so a seed that reaches the
     target at once keeps its base. The target here is set from the attempts' own probe accuracies (one probe, at step
     25), so the test holds whatever this machine's arithmetic gives."""
-    from evotrainer.policy import restart_seed, warm_start, warm_started_model
+    from evotrainer.training.policy import restart_seed, warm_start, warm_started_model
 
     tok, task = build_tokenizer(), get_task("arith")
     spec = PolicySpec(size="nano", sft_steps=25, sft_batch_size=16, sft_target_accuracy=1.0, sft_restarts=5)
@@ -156,9 +156,9 @@ def test_a_warm_start_that_never_reaches_its_target_is_refused_and_the_refusal_i
     accuracy and what to change, raised before any job trains on the base; the refusal is kept beside the cache, so
     the same settings are refused again without another warm start, and a job asking for that base writes nothing."""
     from evotrainer.config.job import JobSpec
-    from evotrainer.errors import WarmStartFailed
+    from evotrainer.core.errors import WarmStartFailed
     from evotrainer.jobs.runner import run_job
-    from evotrainer.policy import _cache_key, base_policy_dir
+    from evotrainer.training.policy import _cache_key, base_policy_dir
 
     task = get_task("arith")
     spec = PolicySpec(size="nano", sft_steps=25, sft_batch_size=4, sft_target_accuracy=1.0, sft_restarts=1)

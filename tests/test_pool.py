@@ -14,7 +14,7 @@ import time
 
 import psutil
 
-from evotrainer import procs
+from evotrainer.core import procs
 from evotrainer.jobs.pool import BranchPool
 from tests.conftest import REPO
 

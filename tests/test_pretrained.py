@@ -16,12 +16,12 @@ from typer.testing import CliRunner
 
 from evotrainer.config.eval import EvalSpec
 from evotrainer.config.job import JobSpec
-from evotrainer.evidence import read_metrics, read_rollouts
+from evotrainer.evidence.model import read_metrics, read_rollouts
 from evotrainer.jobs.runner import complete_checkpoints, run_job
-from evotrainer.policy import FormatWarmStart, PolicySpec, format_warm_start, load_policy
-from evotrainer.pretrained import MARKER, converted_dir, file_sha256, gguf_path
-from evotrainer.prompting import chat_format, render
 from evotrainer.tasks import Problem, get_task
+from evotrainer.training.policy import FormatWarmStart, PolicySpec, format_warm_start, load_policy
+from evotrainer.training.pretrained import MARKER, converted_dir, file_sha256, gguf_path
+from evotrainer.training.prompting import chat_format, render
 
 NAME = "smollm2-135m-instruct"
 # The entropy bonus gives every step a gradient even when all of a group's rewards tie (a 135M model is rarely
@@ -168,12 +168,12 @@ def test_code_trap_job_rewards_a_real_models_programs_on_the_visible_examples(sm
     on the shown examples (an unwarmed model's 16 tokens rarely parse, so these are mostly 0), and evidence from
     which `hardcoding` reads the examples back."""
     from evotrainer.config.harness import load_harness
-    from evotrainer.data import build_pool
     from evotrainer.diagnostics.base import Diagnostic
     from evotrainer.diagnostics.builtin import BUILTIN_DIAGNOSTICS
-    from evotrainer.readers import load_evidence
-    from evotrainer.rewards import correctness_value
+    from evotrainer.evidence.readers import load_evidence
     from evotrainer.tasks.code import prompt_examples
+    from evotrainer.training.data import build_pool
+    from evotrainer.training.rewards import correctness_value
 
     h = tmp_path / "code.yaml"
     h.write_text("name: smol-code\noptim: {learning_rate: 0.001}\n"

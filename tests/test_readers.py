@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from evotrainer.errors import RunNotFound
-from evotrainer.evidence import ROLLOUT_SCHEMA
-from evotrainer.readers import load_evidence, read_trl_dir, read_verl_dir
+from evotrainer.core.errors import RunNotFound
+from evotrainer.evidence.model import ROLLOUT_SCHEMA
+from evotrainer.evidence.readers import load_evidence, read_trl_dir, read_verl_dir
 
 
 # ------------------------------------------------------------------------------------------ TRL layout
@@ -239,7 +239,7 @@ def test_own_job_dir_round_trip(tmp_path):
 
 
 def test_mlflow_run_id_without_job_dir(tmp_path, monkeypatch):
-    from evotrainer.tracking import Tracker
+    from evotrainer.core.tracking import Tracker
 
     monkeypatch.delenv("EVOTRAINER_MLFLOW_URI", raising=False)
     home = tmp_path / "home"

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from evotrainer.agent.brains.base import BrainResult
 from evotrainer.agent.lessons import SEED_LIBRARY
 from evotrainer.config.harness import HarnessSpec, shrinks_update
-from evotrainer.domain import Hypothesis, PolicyVersion, ProposalDraft
+from evotrainer.core.domain import Hypothesis, PolicyVersion, ProposalDraft
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

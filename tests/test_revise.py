@@ -23,9 +23,7 @@ from evotrainer.agent.revise import (
 )
 from evotrainer.config.campaign import CampaignSpec
 from evotrainer.config.harness import HarnessSpec
-from evotrainer.diagnostics.builtin import outcomes
-from evotrainer.diagnostics.revision import history
-from evotrainer.domain import (
+from evotrainer.core.domain import (
     BacktestStats,
     BranchResult,
     Decision,
@@ -33,6 +31,8 @@ from evotrainer.domain import (
     PolicyVersion,
     Proposal,
 )
+from evotrainer.diagnostics.builtin import outcomes
+from evotrainer.diagnostics.revision import history
 from evotrainer.store import Store
 
 FIX = Path(__file__).parent / "fixtures" / "runs"

@@ -16,11 +16,11 @@ from typer.testing import CliRunner
 from evotrainer.cli import app
 from evotrainer.config.campaign import load_campaign_spec
 from evotrainer.config.harness import load_harness
+from evotrainer.core.errors import ConfigError
+from evotrainer.core.safe_yaml import MAX_ALIAS_NODES, MAX_BYTES, MAX_DEPTH, parse_yaml
 from evotrainer.diagnostics.revision import Archive
-from evotrainer.errors import ConfigError
 from evotrainer.library.format import split_front_matter
 from evotrainer.library.lint import check_text
-from evotrainer.safe_yaml import MAX_ALIAS_NODES, MAX_BYTES, MAX_DEPTH, parse_yaml
 from tests.conftest import REPO
 
 

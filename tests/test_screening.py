@@ -17,9 +17,9 @@ from evotrainer.config.eval import EvalSpec
 from evotrainer.config.harness import HarnessSpec, load_harness
 from evotrainer.config.job import JobSpec
 from evotrainer.config.policy import PolicySpec
-from evotrainer.evidence import read_metrics, read_rollouts
+from evotrainer.evidence.model import read_metrics, read_rollouts
 from evotrainer.jobs.runner import run_job
-from evotrainer.screening import screen, screen_run
+from evotrainer.stats.screening import screen, screen_run
 from evotrainer.tasks import get_task
 from tests.conftest import REPO
 

@@ -20,7 +20,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import CheckConstraint, create_engine, inspect, text
 from sqlalchemy.exc import IntegrityError
 
-from evotrainer.domain import (
+from evotrainer.core.domain import (
     BacktestStats,
     BranchResult,
     Decision,
@@ -32,7 +32,7 @@ from evotrainer.domain import (
     Proposal,
     Review,
 )
-from evotrainer.errors import EvoError
+from evotrainer.core.errors import EvoError
 from evotrainer.store import NotFound, Store, StoreError, alembic_config
 from evotrainer.store.models import Base, include_name, is_fts_table
 
@@ -459,7 +459,7 @@ def test_a_new_file_held_by_another_opener_is_waited_for_not_refused(tmp_path):
 
 
 def test_the_sqlite_checkpointer_waits_for_an_opener_holding_its_new_file(tmp_path, monkeypatch):
-    """The LangGraph checkpoints file goes to WAL the same way (evotrainer.sqlite_wal)."""
+    """The LangGraph checkpoints file goes to WAL the same way (evotrainer.core.sqlite_wal)."""
     import sqlite3
     import threading
 
@@ -500,7 +500,7 @@ def test_two_processes_open_a_new_file_at_once(db, tmp_path):
 WRITER = """
 import os, sys, time
 from datetime import datetime, timezone
-from evotrainer.domain import LedgerEntry
+from evotrainer.core.domain import LedgerEntry
 from evotrainer.store import Store
 s = Store(sys.argv[1])
 while not os.path.exists(sys.argv[2]): time.sleep(0.005)
@@ -586,7 +586,7 @@ def test_for_home_uses_state_db_or_the_configured_url(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------------------- ownership (leases)
 def _exited_process():
     """A ProcessRef of a real process that has exited (its pid is free, or belongs to someone else now)."""
-    from evotrainer import procs
+    from evotrainer.core import procs
 
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     ref = procs.ref(p.pid)
@@ -596,8 +596,8 @@ def _exited_process():
 
 
 def test_lease_refuses_a_live_owner_and_takes_over_a_gone_one(store, campaign):
-    from evotrainer import procs
-    from evotrainer.errors import CampaignBusy
+    from evotrainer.core import procs
+    from evotrainer.core.errors import CampaignBusy
 
     me = procs.this_process()
     lease = store.acquire_lease("c1", "resume")
@@ -632,8 +632,8 @@ def test_lease_refuses_a_live_owner_and_takes_over_a_gone_one(store, campaign):
 
 
 def test_lease_from_another_host_lives_by_its_heartbeat(db, store, campaign):
-    from evotrainer import procs
-    from evotrainer.errors import CampaignBusy
+    from evotrainer.core import procs
+    from evotrainer.core.errors import CampaignBusy
     from evotrainer.store.ownership import STALE_AFTER_S
 
     far = procs.ProcessRef("another-host.example", 4242, 1.0)
@@ -659,7 +659,7 @@ def test_one_lease_among_processes_that_start_together(db, tmp_path):
     with Store(url) as s:
         s.create_campaign("c", "n", {}, "t")
     go = tmp_path / "go"
-    code = ("import os, sys, time\nfrom evotrainer.store import Store\nfrom evotrainer.errors import CampaignBusy\n"
+    code = ("import os, sys, time\nfrom evotrainer.store import Store\nfrom evotrainer.core.errors import CampaignBusy\n"
             "s = Store(sys.argv[1])\nwhile not os.path.exists(sys.argv[2]): time.sleep(0.01)\n"
             "try:\n    s.acquire_lease('c', 'resume')\nexcept CampaignBusy as e:\n    print('busy', e); sys.exit(2)\n"
             "print('owner', os.getpid()); sys.stdout.flush(); time.sleep(3)\n")
@@ -675,7 +675,7 @@ def test_one_lease_among_processes_that_start_together(db, tmp_path):
 
 
 def test_recorded_processes_are_idempotent_and_forgotten(store, campaign):
-    from evotrainer import procs
+    from evotrainer.core import procs
 
     me = procs.this_process()
     assert store.record_processes("c1", [me, me]) == 1

@@ -6,8 +6,8 @@ import pytest
 from pydantic import ValidationError
 
 from evotrainer.agent.brains.heuristic import EXPLAINS
+from evotrainer.core.symptoms import EXPLOIT_SYMPTOMS, SYMPTOMS, Symptom, check_symptom
 from evotrainer.diagnostics.registry import builtin_diagnostics
-from evotrainer.symptoms import EXPLOIT_SYMPTOMS, SYMPTOMS, Symptom, check_symptom
 
 
 def test_every_symptom_is_complete():

@@ -13,7 +13,7 @@ from fractions import Fraction
 import pytest
 from pydantic import ValidationError
 
-from evotrainer.errors import ConfigError, TaskError
+from evotrainer.core.errors import ConfigError, TaskError
 from evotrainer.tasks import (
     BUILTIN_TASKS,
     ArithTask,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from evotrainer.errors import ConfigError
+from evotrainer.core.errors import ConfigError
 from evotrainer.store import Store
 from tests.conftest import REPO
 from tests.mlflow_server import MlflowServer

@@ -3,8 +3,8 @@ there at checkpoints and at the end of a run."""
 
 from __future__ import annotations
 
-from evotrainer import tracking
-from evotrainer.tracking import Tracker
+from evotrainer.core import tracking
+from evotrainer.core.tracking import Tracker
 
 
 def _steps(tr: Tracker, run_id: str, key: str) -> list[int]:
@@ -39,7 +39,7 @@ def test_unbuffered_metrics_are_written_at_once(tmp_path):
 
 
 def test_rollout_files_written_in_the_background_are_complete_after_wait(tmp_path):
-    from evotrainer.evidence import RolloutRecorder, read_rollouts
+    from evotrainer.evidence.model import RolloutRecorder, read_rollouts
 
     rec = RolloutRecorder(tmp_path, "run")
     for step in (1, 2, 3):
@@ -91,7 +91,7 @@ def test_a_kill_while_mlflow_creates_its_database_leaves_a_home_that_works(tmp_p
 
     home = tmp_path / "home"
     home.mkdir()
-    code = "import sys; from pathlib import Path; from evotrainer.tracking import Tracker; Tracker(Path(sys.argv[1]))"
+    code = "import sys; from pathlib import Path; from evotrainer.core.tracking import Tracker; Tracker(Path(sys.argv[1]))"
     p = subprocess.Popen([sys.executable, "-c", code, str(home)])
     deadline = time.monotonic() + 120
     while not any(home.glob("*mlflow.db*")) and p.poll() is None and time.monotonic() < deadline:

@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
-from evotrainer.evidence import RolloutRecorder
+from evotrainer.evidence.model import RolloutRecorder
 from evotrainer.jobs.trainer import MAX_SKIPPED_UPDATES_IN_A_ROW, EvidenceCallback, NonFiniteLoss
 
 

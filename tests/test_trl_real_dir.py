@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from evotrainer.policy import build_model, build_tokenizer
-from evotrainer.readers import load_evidence
+from evotrainer.evidence.readers import load_evidence
+from evotrainer.training.policy import build_model, build_tokenizer
 
 
 def test_reader_reads_what_trl_writes(tmp_path):

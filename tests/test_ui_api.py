@@ -18,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from evotrainer.domain import (
+from evotrainer.core.domain import (
     BacktestStats,
     BranchResult,
     Decision,
@@ -29,7 +29,7 @@ from evotrainer.domain import (
     PolicyVersion,
     Proposal,
 )
-from evotrainer.evidence import ROLLOUT_SCHEMA
+from evotrainer.evidence.model import ROLLOUT_SCHEMA
 from evotrainer.library.format import Evidence, Intervention, Skill, Trigger
 from evotrainer.library.loader import write_skill
 from evotrainer.store import Store
@@ -406,7 +406,7 @@ def test_lineage_tree_shows_a_fork_beside_the_mainline(home, library):
 
 
 def test_cli_and_dashboard_share_reviews_summary_and_history(home, library):
-    """`review approve`, `campaign status` and `skills history` run the same functions (evotrainer.reports)."""
+    """`review approve`, `campaign status` and `skills history` run the same functions (evotrainer.reports.summaries)."""
     from evotrainer.cli import app
 
     runner = CliRunner()

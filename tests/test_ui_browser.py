@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evotrainer.domain import Example, Finding
+from evotrainer.core.domain import Example, Finding
 from evotrainer.store import Store
 from tests.conftest import REPO
 

@@ -19,10 +19,10 @@ from evotrainer.cli import app
 from evotrainer.config.eval import EvalSpec
 from evotrainer.config.job import JobSpec
 from evotrainer.config.policy import PolicySpec
-from evotrainer.errors import ConfigError, TaskError
-from evotrainer.evaluation import SPLITS, split_problems
+from evotrainer.core.errors import ConfigError, TaskError
 from evotrainer.tasks import get_task, normalize_task
 from evotrainer.tasks.verifiers import VERIFIER_ERROR
+from evotrainer.training.evaluation import SPLITS, split_problems
 
 ROWS = [{"question": f"{a}+{b}=", "answer": str(a + b), "level": "easy" if a < 5 else "hard", "key": f"r{a}-{b}"}
         for a in range(20) for b in range(20)]
@@ -226,7 +226,7 @@ def test_the_nano_policy_trains_on_a_dataset_and_a_reasoning_gym_task(tmp_path, 
 
 
 def test_a_verifier_that_raises_scores_0_and_the_rollout_says_why(tmp_path, shared_home, monkeypatch):
-    from evotrainer.evidence import read_rollouts
+    from evotrainer.evidence.model import read_rollouts
 
     (tmp_path / "evo_picky_judge_zz.py").write_text(
         "def judge(completion, row):\n"
@@ -279,7 +279,7 @@ def _reward_job(tmp_path, home, fn, steps, name, module="evo_user_rewards_zz"):
 
 
 def test_a_user_reward_function_is_a_term_under_trls_name(tmp_path, shared_home, monkeypatch):
-    from evotrainer.evidence import read_rollouts
+    from evotrainer.evidence.model import read_rollouts
 
     (tmp_path / "evo_user_rewards_zz.py").write_text(REWARDS)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -303,7 +303,7 @@ def test_a_user_reward_function_is_a_term_under_trls_name(tmp_path, shared_home,
                                          ("nan_out", "nan_out .* at step 1 returned nan")])
 def test_a_misbehaving_reward_function_fails_the_job_naming_it_and_the_step(tmp_path, shared_home, monkeypatch, fn,
                                                                           message):
-    from evotrainer.errors import JobFailed
+    from evotrainer.core.errors import JobFailed
 
     (tmp_path / "evo_user_rewards_zz.py").write_text(REWARDS)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -329,7 +329,7 @@ def test_a_campaign_over_a_dataset_task_runs_a_round_with_disjoint_splits(tmp_pa
 
     from evotrainer.agent.campaign import start_campaign
     from evotrainer.config.campaign import load_campaign_spec
-    from evotrainer.evidence import read_rollouts
+    from evotrainer.evidence.model import read_rollouts
     from evotrainer.store import Store
 
     data = tmp_path / "data"

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from evotrainer.diagnostics.registry import Registry
-from evotrainer.watch import Watcher, run_finished
+from evotrainer.monitor.watch import Watcher, run_finished
 from tests.conftest import REPO
 
 FIXTURE = REPO / "tests" / "fixtures" / "runs" / "lr-too-high-s0"
@@ -29,7 +29,7 @@ SCRIPT = textwrap.dedent('''
     import sys
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
-    from evotrainer.policy import build_model, build_tokenizer
+    from evotrainer.training.policy import build_model, build_tokenizer
 
     out, reward, callback = sys.argv[1], sys.argv[2], sys.argv[3] == "callback"
 
@@ -45,7 +45,7 @@ SCRIPT = textwrap.dedent('''
                       bf16=False, disable_tqdm=True, log_completions=not callback, num_completions_to_print=0, seed=0)
     callbacks = []
     if callback:
-        from evotrainer.callback import EvoTrainerCallback
+        from evotrainer.monitor.callback import EvoTrainerCallback
         callbacks.append(EvoTrainerCallback(every=1))
     GRPOTrainer(model=build_model("nano", tok), reward_funcs=[constant if reward == "constant" else brevity], args=args,
                 processing_class=tok, train_dataset=Dataset.from_dict({{"prompt": ["1+1=", "0+2="] * 16}}),

@@ -65,7 +65,7 @@ def _check_draft(ctx: CampaignContext, harness: HarnessSpec, knob: str, value: A
     gain in this campaign, which is the stronger evidence.
     """
     from evotrainer.agent.lessons import overflows_context, repeated_mistake
-    from evotrainer.errors import ConfigError
+    from evotrainer.core.errors import ConfigError
 
     harness.with_knob(knob, value)  # brains validate too
     if locked_knob(knob):
@@ -98,8 +98,8 @@ def _retests(ctx: CampaignContext, harness: HarnessSpec) -> list:
     something else), and only when its effect was above ``backtest.min_effect``; it is backtested as it was,
     neither bracketed nor re-valued by Optuna.
     """
-    from evotrainer.domain import Candidate
-    from evotrainer.errors import ConfigError
+    from evotrainer.core.domain import Candidate
+    from evotrainer.core.errors import ConfigError
 
     knobs = harness.knobs()
     props = ctx.store.list_proposals(ctx.campaign_id)
@@ -192,7 +192,7 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None 
 
 def _screen(ctx: CampaignContext, state: CampaignState, harness: HarnessSpec, knob: str, value: Any):
     """Screen a change on this round's segment rollouts (None when it cannot be, or the screening failed)."""
-    from evotrainer.screening import SCREENABLE, screen_run
+    from evotrainer.stats.screening import SCREENABLE, screen_run
     from evotrainer.tasks import get_task
 
     if knob not in SCREENABLE or not state.get("segment_run"):

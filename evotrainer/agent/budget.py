@@ -17,7 +17,7 @@ from evotrainer.agent.state import CampaignContext, CampaignState
 from evotrainer.config.harness import (
     HarnessSpec,
 )
-from evotrainer.domain import PolicyVersion
+from evotrainer.core.domain import PolicyVersion
 
 
 def _still_improving(ctx: CampaignContext, state: CampaignState, findings: list,

@@ -27,8 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evotrainer.agent.state import CampaignContext
 from evotrainer.config.campaign import CampaignSpec, load_campaign_spec, spec_of
-from evotrainer.domain import CampaignOwner
-from evotrainer.errors import ConfigError
+from evotrainer.core.domain import CampaignOwner
+from evotrainer.core.errors import ConfigError
 
 
 def _store(home: Path):
@@ -97,8 +97,8 @@ def _parsed(spec_path: Path, seed: int | None = None) -> CampaignSpec:
 def _validated(spec_path: Path, spec: CampaignSpec) -> tuple[CampaignSpec, Any]:
     """``spec`` (from :func:`_parsed`) checked against what it names: harness, diagnostics, task, splits, paths."""
     from evotrainer.config.harness import load_harness
+    from evotrainer.core.errors import TaskError
     from evotrainer.diagnostics.registry import Registry
-    from evotrainer.errors import TaskError
     from evotrainer.tasks import get_task
 
     harness = load_harness(spec.harness_path())
@@ -108,7 +108,7 @@ def _validated(spec_path: Path, spec: CampaignSpec) -> tuple[CampaignSpec, Any]:
     except TaskError as err:  # the task's own message, with the file and field that gave it
         raise TaskError(f"{spec_path}: task / task_options: {err}") from None
     if spec.confirm:  # refused now, not after the whole budget is spent (the held-out pool can be too small)
-        from evotrainer.evaluation import split_problems
+        from evotrainer.training.evaluation import split_problems
 
         try:
             split_problems(task, spec.eval, "confirmation", n=spec.confirm_n)
@@ -123,7 +123,7 @@ def _validated(spec_path: Path, spec: CampaignSpec) -> tuple[CampaignSpec, Any]:
 
 
 def _create(spec: CampaignSpec, harness: Any, home: Path) -> str:
-    from evotrainer.tracking import Tracker
+    from evotrainer.core.tracking import Tracker
 
     slug = re.sub(r"[^a-z0-9]+", "-", spec.name.lower()).strip("-")[:40] or "campaign"
     cid = f"{slug}-{datetime.now(timezone.utc).strftime('%Y%m%d%H%M%S')}"
@@ -165,7 +165,7 @@ def launcher_for(spec: CampaignSpec):
 def _check_paths(spec: CampaignSpec, spec_path: Path) -> None:
     """Paths the campaign reads later must exist now: a typo found in round 3 would cost the rounds before it."""
     from evotrainer.agent.lessons import source_library
-    from evotrainer.errors import ConfigError
+    from evotrainer.core.errors import ConfigError
     from evotrainer.library.loader import Library
 
     lib = source_library(spec)
@@ -218,8 +218,8 @@ def _run_owned(cid: str, home: Path, store: Any, camp: Any, owner: Any, log: Cal
     from evotrainer.agent.graph import compile_graph
     from evotrainer.agent.lessons import campaign_library
     from evotrainer.agent.runs import CampaignStopped
+    from evotrainer.core.tracking import Tracker
     from evotrainer.jobs.pool import PoolStopped
-    from evotrainer.tracking import Tracker
 
     spec = spec_of(camp)
     graph = compile_graph(home)
@@ -296,7 +296,7 @@ def _trace(home: Path) -> None:
     import mlflow
     import mlflow.langchain
 
-    from evotrainer.tracking import Tracker, tracking_uri
+    from evotrainer.core.tracking import Tracker, tracking_uri
 
     mlflow.set_tracking_uri(tracking_uri(home))
     mlflow.set_experiment(experiment_id=Tracker(home).experiment_id)
@@ -324,7 +324,7 @@ def stop_campaign(cid: str, home: Path, now: bool = False, wait_s: float = 30.0)
     Without a live owner (a campaign waiting for review, an interrupted one) only the mark is set. An owner on
     another host (shared PostgreSQL store) sees the mark before its next job; ``now`` must run on that host.
     """
-    from evotrainer import procs
+    from evotrainer.core import procs
 
     store = _store(home)
     camp = store.get_campaign(cid)

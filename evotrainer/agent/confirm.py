@@ -3,7 +3,7 @@
 Why: a campaign chooses on held-out problems: backtests promote on the decision split, and the mainline
 continues from the branch (and rolls back to the version) that scored best on the selection split. Accuracy
 on either is the maximum of noisy numbers, biased upward by that choice. A confirmation evaluates the base
-policy and the final mainline once on the third split (:func:`evotrainer.evaluation.split_problems`:
+policy and the final mainline once on the third split (:func:`evotrainer.training.evaluation.split_problems`:
 ``eval.n`` problems of the same levels, none of the other two splits) and records the result as an event,
 so the start → end claim rests on problems no choice has seen.
 
@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, Field
 
-from evotrainer.errors import ConfigError
+from evotrainer.core.errors import ConfigError
 
 
 class Confirmation(BaseModel):
@@ -73,11 +73,11 @@ def confirm(home: Path, cid: str, seed: int | None = None, store: Any = None, sc
 
     from evotrainer.config.campaign import spec_of
     from evotrainer.config.harness import HarnessSpec
-    from evotrainer.evaluation import split_problems
+    from evotrainer.core.runmeta import read_run_meta
     from evotrainer.jobs.scoring import score_policies
-    from evotrainer.runmeta import read_run_meta
     from evotrainer.store import Store
     from evotrainer.tasks import get_task
+    from evotrainer.training.evaluation import split_problems
 
     store = store or Store.for_home(home)
     camp = store.get_campaign(cid)

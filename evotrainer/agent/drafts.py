@@ -40,17 +40,17 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from evotrainer import atomic
 from evotrainer.agent.brains.llm import LLMBrain, clean, template_env
 from evotrainer.config.harness import GateRule, HarnessSpec, UserDiagnostic
+from evotrainer.core import atomic
+from evotrainer.core.domain import Finding
+from evotrainer.core.errors import ConfigError
+from evotrainer.core.symptoms import SYMPTOMS, check_symptom
 from evotrainer.diagnostics.confine import missing
 from evotrainer.diagnostics.registry import Registry, SandboxedDiagnostic
 from evotrainer.diagnostics.revision import Archive, evaluate_revision, history, record
 from evotrainer.diagnostics.sandbox import list_diagnostics
-from evotrainer.domain import Finding
-from evotrainer.errors import ConfigError
-from evotrainer.evidence import Evidence
-from evotrainer.symptoms import SYMPTOMS, check_symptom
+from evotrainer.evidence.model import Evidence
 
 MAX_CODE_CHARS = 20_000
 """The longest drafted file accepted (a diagnostic is tens of lines; a longer reply is not one)."""

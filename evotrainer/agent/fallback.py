@@ -21,12 +21,12 @@ from typing import Any, Literal
 
 from evotrainer.agent.brains.base import RefutedChange
 from evotrainer.config.harness import HarnessSpec
-from evotrainer.domain import Hypothesis, ProposalDraft
-from evotrainer.errors import ConfigError
+from evotrainer.core.domain import Hypothesis, ProposalDraft
+from evotrainer.core.errors import ConfigError
+from evotrainer.core.symptoms import SYMPTOMS
 from evotrainer.library.candidates import same_value
 from evotrainer.library.changes import resolve_value
 from evotrainer.library.format import Intervention
-from evotrainer.symptoms import SYMPTOMS
 
 KNOB = "optim.learning_rate"
 FACTOR: dict[str, float] = {"larger": 3.0, "smaller": 0.5}  # the seed library's raise-lr and lower-lr

@@ -24,7 +24,7 @@ from typing import Any
 
 from evotrainer.agent.brains.base import KnownMistake, RefutedChange
 from evotrainer.config.harness import HarnessSpec
-from evotrainer.domain import Candidate, Finding
+from evotrainer.core.domain import Candidate, Finding
 
 SEED_LIBRARY = Path(__file__).resolve().parents[2] / "skills"
 

@@ -10,12 +10,12 @@ from evotrainer.agent.movement import (
     round_stuck,
 )
 from evotrainer.agent.state import CampaignContext
-from evotrainer.backtest import decide
 from evotrainer.config.harness import (
     STEP_SIZE_KNOBS,
     enlarges_update,
 )
-from evotrainer.domain import BranchResult, Decision, PolicyVersion
+from evotrainer.core.domain import BranchResult, Decision, PolicyVersion
+from evotrainer.stats.backtest import decide
 
 
 def _at_look(b: BranchResult, look: int) -> BranchResult:
@@ -65,7 +65,7 @@ def _larger_step(ctx: CampaignContext, best: Decision, decisions: list[Decision]
     ``inconclusive`` decision) at the look ``best`` was promoted at. One is adopted when the data do not show it
     worse: its effect over the control is positive, every branch finished with its gate passed, no seed sits more
     than ``backtest.stuck_margin`` below its control (a raise that diverged on one seed is a raise too far), and its
-    per-problem paired interval against ``best``'s branches (:func:`evotrainer.backtest.effect_interval`, at
+    per-problem paired interval against ``best``'s branches (:func:`evotrainer.stats.backtest.effect_interval`, at
     ``backtest.confidence``) reaches 0. Of several, the largest. Why: a look 10-30 steps in is biased toward the
     smaller step (short-horizon bias, Wu et al. 2018, "Understanding Short-Horizon Bias in Stochastic
     Meta-Optimization"): a larger step's gain compounds over the steps the mainline has left, and a smaller one that
@@ -73,7 +73,7 @@ def _larger_step(ctx: CampaignContext, best: Decision, decisions: list[Decision]
     proves no gain over the control (rule ``larger_step``); the selection-split rollback (:func:`_keep_best`) guards
     the mainline after it.
     """
-    from evotrainer.backtest import effect_interval
+    from evotrainer.stats.backtest import effect_interval
 
     b = ctx.spec.backtest
     if not b.stuck_prefer_larger or b.stuck_margin is None or best.stats is None:

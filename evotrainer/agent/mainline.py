@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from evotrainer.agent.runs import _harness, _now, _score
 from evotrainer.agent.state import CampaignContext
-from evotrainer.backtest import regression_margin
 from evotrainer.config.harness import (
     HarnessSpec,
 )
-from evotrainer.domain import PolicyVersion
+from evotrainer.core.domain import PolicyVersion
+from evotrainer.core.runmeta import read_run_meta
 from evotrainer.jobs.lineage import complete_checkpoints
-from evotrainer.runmeta import read_run_meta
+from evotrainer.stats.backtest import regression_margin
 
 
 def _judged(pv: PolicyVersion) -> float | None:

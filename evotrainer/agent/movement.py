@@ -31,7 +31,7 @@ When ``frac_reward_zero_std`` was not recorded (a run from elsewhere), the movem
 generated batch. (Not a shorter warm-up: a fork does not repeat its lineage's warm-up, so every branch and later
 segment would train exactly as before.)
 
-**Non-inferiority** (spec ``backtest.stuck_margin``; the rule is in :mod:`evotrainer.backtest`): in a stuck round a
+**Non-inferiority** (spec ``backtest.stuck_margin``; the rule is in :mod:`evotrainer.stats.backtest`): in a stuck round a
 change that enlarges the update may be promoted when it is shown not worse by more than the margin, because the
 control cannot gain. :func:`noninferiority` checks that premise on the backtest's own branches: the control's
 answers must not move from the fork point (the round's segment may have been stuck for a reason the control
@@ -46,10 +46,10 @@ from typing import TYPE_CHECKING, Any
 
 from evotrainer.agent.state import segment_id
 from evotrainer.config.harness import enlarges_update
-from evotrainer.domain import PolicyVersion
-from evotrainer.evaluation import eval_steps, read_outcomes
-from evotrainer.evidence import read_metrics
+from evotrainer.core.domain import PolicyVersion
+from evotrainer.evidence.model import read_metrics
 from evotrainer.store import NotFound
+from evotrainer.training.evaluation import eval_steps, read_outcomes
 
 if TYPE_CHECKING:
     from evotrainer.agent.state import CampaignContext
@@ -168,7 +168,7 @@ def moves(verdict: dict[str, Any] | None) -> bool:
 
 def noninferiority(ctx: CampaignContext, pid: str, parent: PolicyVersion,
                    arms: dict[str, list[list[int]]]) -> tuple[float | None, bool]:
-    """(margin, moves) of the stuck-round rule for proposal ``pid`` (:mod:`evotrainer.backtest`, "Stuck rounds").
+    """(margin, moves) of the stuck-round rule for proposal ``pid`` (:mod:`evotrainer.stats.backtest`, "Stuck rounds").
 
     The margin is ``backtest.stuck_margin`` when the proposal's round was judged stuck and the proposal enlarges the
     update, else None (superiority only). ``moves`` holds when, from ``parent``'s recorded answers, the treatment's

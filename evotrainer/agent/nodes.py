@@ -64,9 +64,9 @@ from evotrainer.config.harness import (
     enlarges_update,
     shrinks_update,
 )
-from evotrainer.domain import BranchResult, Decision, PolicyVersion, Proposal, Review
-from evotrainer.readers import read_job_dir
-from evotrainer.runmeta import read_run_meta
+from evotrainer.core.domain import BranchResult, Decision, PolicyVersion, Proposal, Review
+from evotrainer.core.runmeta import read_run_meta
+from evotrainer.evidence.readers import read_job_dir
 
 STATUS_OF = {"promote": "promoted", "reject": "refuted", "inconclusive": "inconclusive", "blocked": "blocked",
              "failed": "failed"}
@@ -150,7 +150,7 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
     if not existing:
         from evotrainer.agent.lessons import brain_inputs
         from evotrainer.agent.values import ValueOptimizer
-        from evotrainer.errors import ConfigError
+        from evotrainer.core.errors import ConfigError
 
         harness = _harness(ctx, state["harness_version"])
         findings = ctx.store.list_findings(ctx.campaign_id, round=rnd)
@@ -289,7 +289,7 @@ def backtest(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command
     """Control and treatments × paired seeds from the mainline's checkpoint, one look at a time.
 
     At each look every open arm's branches train to the look's step (paused jobs resume) and are evaluated on
-    the decision split; each open proposal then gets the sequential rule (``evotrainer.backtest``). A decided
+    the decision split; each open proposal then gets the sequential rule (``evotrainer.stats.backtest``). A decided
     proposal's branches stop there; the control goes on while any proposal is open; a promotion ends the
     backtest (only one change is adopted a round, so the others would be re-tested on the new mainline
     anyway). Everything is re-derived from the job directories, so a re-run after ``kill -9`` retrains nothing
@@ -297,7 +297,7 @@ def backtest(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command
     """
     from evotrainer.diagnostics.gates import check_gate
     from evotrainer.diagnostics.registry import Registry
-    from evotrainer.evidence import evidence_upto
+    from evotrainer.evidence.model import evidence_upto
     from evotrainer.store import NotFound
 
     ctx, rnd = runtime.context, state["round"]

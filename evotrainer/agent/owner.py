@@ -17,7 +17,7 @@
 
 Leaving the block stops the heartbeat, restores the signal handlers, forgets records of workers that are
 gone and releases the lease. If the owner dies instead (``kill -9``, the OOM killer), its workers die with it
-(``evotrainer.procs.die_with_parent``) and the campaign reads as ``interrupted`` until someone resumes it.
+(``evotrainer.core.procs.die_with_parent``) and the campaign reads as ``interrupted`` until someone resumes it.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import signal
 import threading
 from typing import Any, Callable
 
-from evotrainer import procs
+from evotrainer.core import procs
 from evotrainer.store.ownership import HEARTBEAT_S
 
 

@@ -27,7 +27,7 @@ again, the next round's segment shows it.
 from __future__ import annotations
 
 from evotrainer.agent.state import CampaignContext, segment_id
-from evotrainer.domain import Finding
+from evotrainer.core.domain import Finding
 
 DIAGNOSTIC = "rollback"  # the finding's diagnostic: the campaign's own comparison of versions, not a registry entry
 VERSION = "1"

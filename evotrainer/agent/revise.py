@@ -43,16 +43,16 @@ from typing import Any, Callable, Literal
 import yaml
 from pydantic import BaseModel
 
-from evotrainer import atomic
 from evotrainer.agent.drafts import draft_diagnostic, with_draft
 from evotrainer.agent.regression import DIAGNOSTIC as REGRESSION_DIAGNOSTIC
 from evotrainer.agent.state import segment_id
 from evotrainer.config.harness import HarnessSpec, diff
+from evotrainer.core import atomic
+from evotrainer.core.domain import SEVERITY_RANK, Finding
+from evotrainer.core.errors import ConfigError
+from evotrainer.core.symptoms import EXPLOIT_SYMPTOMS
 from evotrainer.diagnostics.revision import Archive, LabelledRun, RevisionResult, evaluate_revision, record
-from evotrainer.domain import SEVERITY_RANK, Finding
-from evotrainer.errors import ConfigError
-from evotrainer.evidence import Evidence
-from evotrainer.symptoms import EXPLOIT_SYMPTOMS
+from evotrainer.evidence.model import Evidence
 
 FACTORS = (0.5, 0.75, 1.25, 1.5, 2.0)
 
@@ -323,7 +323,7 @@ def label_round(ctx: Any, rnd: int, bt_id: str | None, harness: HarnessSpec, reg
 def campaign_revisions(ctx: Any, rnd: int, bt_id: str | None, harness: HarnessSpec) -> HarnessSpec:
     """Label the round, revise every new misfire, and return the (possibly revised) mainline harness."""
     from evotrainer.diagnostics.registry import Registry
-    from evotrainer.readers import load_evidence
+    from evotrainer.evidence.readers import load_evidence
 
     if not ctx.spec.revision.enabled:
         return harness

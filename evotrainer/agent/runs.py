@@ -18,9 +18,9 @@ from evotrainer.config.harness import (
     HarnessSpec,
 )
 from evotrainer.config.job import JobSpec
-from evotrainer.evidence import read_metrics
+from evotrainer.core.runmeta import RunMeta, read_run_meta
+from evotrainer.evidence.model import read_metrics
 from evotrainer.jobs.lineage import complete_checkpoints
-from evotrainer.runmeta import RunMeta, read_run_meta
 
 
 class CampaignStopped(Exception):
@@ -91,7 +91,7 @@ def _while_workers_import(ctx: CampaignContext) -> None:
         return
     _IMPORTED_AHEAD = True
     import evotrainer.agent.revise  # noqa: F401 - distill's labelling and propose's refuted changes
-    import evotrainer.screening  # noqa: F401
+    import evotrainer.stats.screening  # noqa: F401
 
     if ctx.spec.values == "optuna":
         from evotrainer.agent.values import ValueOptimizer
@@ -143,8 +143,8 @@ def _collect(ctx: CampaignContext, name: str, tags: dict[str, str], stop_at: int
     """Read job ``name`` back as it stands at ``stop_at`` and ledger its new steps: held-out accuracy there,
     training reward over the five steps before it, its checkpoint and its per-problem outcomes. ``outcome``: the
     launcher's ``JobOutcome`` when the job was just run (None: read back only)."""
-    from evotrainer.domain import LedgerEntry
-    from evotrainer.evaluation import read_outcomes
+    from evotrainer.core.domain import LedgerEntry
+    from evotrainer.training.evaluation import read_outcomes
 
     run_dir = ctx.home / "jobs" / name
     meta = read_run_meta(run_dir) or RunMeta(status="failed")
@@ -187,7 +187,7 @@ def _score(ctx: CampaignContext, policies: list[tuple[str, int]], split: str = "
     :class:`evotrainer.jobs.scoring.MergeRequest`) has the worker average seeds into a new job first; its accuracy
     comes last. ``record``: a (run dir, step) per policy, where its per-problem outcomes are stored as that run's
     evaluation at that step (a merged job's own record, which :mod:`evotrainer.agent.movement` reads)."""
-    from evotrainer.evaluation import write_outcomes
+    from evotrainer.training.evaluation import write_outcomes
 
     sp = ctx.spec
     if not policies and merge is None:

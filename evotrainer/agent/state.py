@@ -44,7 +44,7 @@ class CampaignContext:
     store: Any  # evotrainer.store.Store
     brain: Any  # Brain
     pool: Any  # a Launcher (evotrainer.jobs.launch): where jobs and scoring run
-    tracker: Any  # evotrainer.tracking.Tracker
+    tracker: Any  # evotrainer.core.tracking.Tracker
     mlflow_run_id: str | None = None
     log: Callable[[str], None] = field(default=lambda _m: None)
     started_at: float = 0.0

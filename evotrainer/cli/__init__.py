@@ -22,9 +22,9 @@ __all__ = ["app", "main"]
 
 
 def __getattr__(name: str) -> Any:
-    """``campaign_summary`` lives in ``evotrainer.reports`` (shared with the UI); importable from here as before."""
+    """``campaign_summary`` lives in ``evotrainer.reports.summaries`` (shared with the UI); importable from here as before."""
     if name == "campaign_summary":
-        from evotrainer.reports import campaign_summary
+        from evotrainer.reports.summaries import campaign_summary
 
         return campaign_summary
     raise AttributeError(f"module 'evotrainer.cli' has no attribute '{name}'")

@@ -2,7 +2,7 @@
 
 Commands that write state take ``--home`` (default ``$EVOTRAINER_HOME``, else ``./runs``); commands that
 report take ``--json`` and then print exactly one JSON document on stdout (progress and logs go to
-stderr). User errors (:class:`~evotrainer.errors.EvoError`) print one red message and exit with the
+stderr). User errors (:class:`~evotrainer.core.errors.EvoError`) print one red message and exit with the
 error's code (2 for bad input, 3 for a failed job); nothing else is swallowed.
 """
 
@@ -51,8 +51,8 @@ app.command("watch")(watch_cmd)
 @app.command("schema")
 def schema_cmd(name: Optional[str] = typer.Argument(None, help="A shape name (default: list them all)."),
                as_json: bool = JsonOpt) -> None:
-    """The JSON Schema of what each --json command prints (see evotrainer/shapes.py)."""
-    from evotrainer.shapes import schema_entries
+    """The JSON Schema of what each --json command prints (see evotrainer/reports/shapes.py)."""
+    from evotrainer.reports.shapes import schema_entries
 
     def body() -> None:
         entries = schema_entries(name)

@@ -31,7 +31,7 @@ def campaign_start(
 ) -> None:
     """Start a campaign and run it until it finishes (or waits for a review with --no-wait)."""
     from evotrainer.agent.campaign import start_campaign
-    from evotrainer.home import resolve_home
+    from evotrainer.core.home import resolve_home
 
     def body() -> None:
         h = resolve_home(home)
@@ -51,7 +51,7 @@ def campaign_resume(
 ) -> None:
     """Continue a campaign from where it stopped (a kill, a stop, a review). Exit 2 if another process runs it."""
     from evotrainer.agent.campaign import run_campaign
-    from evotrainer.home import resolve_home
+    from evotrainer.core.home import resolve_home
 
     def body() -> None:
         h = resolve_home(home)
@@ -65,7 +65,7 @@ def campaign_resume(
 def campaign_status(cid: Optional[str] = typer.Argument(None, help="Campaign id (default: all)."),
                     home: Optional[Path] = HomeOpt, as_json: bool = JsonOpt) -> None:
     """Lineage, budget spent and every decision with its reason."""
-    from evotrainer.home import resolve_home
+    from evotrainer.core.home import resolve_home
 
     def body() -> None:
         h = resolve_home(home)
@@ -94,7 +94,7 @@ def campaign_stop(cid: str,
                   home: Optional[Path] = HomeOpt, as_json: bool = JsonOpt) -> None:
     """Stop a campaign: its owner abandons the job in flight and exits (resume continues it); --now kills it at once."""
     from evotrainer.agent.campaign import stop_campaign
-    from evotrainer.home import resolve_home
+    from evotrainer.core.home import resolve_home
 
     def body() -> None:
         res = stop_campaign(cid, resolve_home(home), now=now, wait_s=wait_s)
@@ -113,7 +113,7 @@ def campaign_confirm(cid: str, seed: Optional[int] = typer.Option(None, help="Se
                      home: Optional[Path] = HomeOpt, as_json: bool = JsonOpt) -> None:
     """Evaluate the base policy and the mainline on fresh held-out problems (none the campaign decided on)."""
     from evotrainer.agent.confirm import confirm
-    from evotrainer.home import resolve_home
+    from evotrainer.core.home import resolve_home
 
     def body() -> None:
         c = confirm(resolve_home(home), cid, seed, n=n)
@@ -130,7 +130,7 @@ def campaign_rollback(cid: str, version: str = typer.Argument(..., help="Policy 
                       home: Optional[Path] = HomeOpt) -> None:
     """Return the mainline to an earlier policy version (and its harness); exit 2 while a process runs the campaign."""
     from evotrainer.agent.campaign import rollback
-    from evotrainer.home import resolve_home
+    from evotrainer.core.home import resolve_home
 
     _guard(lambda: (rollback(cid, version, resolve_home(home), log=_say(False)),
                     out_console.print(f"{cid}: mainline is now {version}")))
@@ -139,7 +139,7 @@ def campaign_rollback(cid: str, version: str = typer.Argument(..., help="Policy 
 def _print_status(home: Path, cid: str, as_json: bool) -> None:
     from collections import Counter
 
-    from evotrainer.reports import campaign_summary
+    from evotrainer.reports.summaries import campaign_summary
 
     doc = campaign_summary(home, cid)
     if as_json:

@@ -6,7 +6,7 @@ as ``cli`` without importing it (``cli`` registers them at import time, which wo
 ``--json`` is a promise to scripts: exactly one JSON document on stdout, whatever happens. ``guard(fn,
 as_json=True)`` keeps it: while the command runs, stdout — Python's and file descriptor 1, which child
 processes and native code inherit — goes to stderr; the document the command emits (checked against its
-shape in ``evotrainer.shapes``) is printed when it is done, or an ``error`` document if it failed.
+shape in ``evotrainer.reports.shapes``) is printed when it is done, or an ``error`` document if it failed.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from evotrainer.errors import EvoError
+from evotrainer.core.errors import EvoError
 
 err_console = Console(stderr=True)
 out_console = Console()
@@ -50,7 +50,7 @@ def seconds(upper: float):
 def emit_json(doc: Any, shape: str | None = None) -> None:
     """Print ``doc`` as the command's JSON document (held until the command ends, inside ``guard(as_json=True)``).
 
-    ``shape``: its name in ``evotrainer.shapes.SHAPES``; the document is checked against it, so what a script
+    ``shape``: its name in ``evotrainer.reports.shapes.SHAPES``; the document is checked against it, so what a script
     reads is what ``evotrainer schema`` documents. A mismatch is a bug of ours: it is reported on stderr, and the
     document is printed all the same (``tests/test_cli_json.py`` fails on it).
     """
@@ -58,7 +58,7 @@ def emit_json(doc: Any, shape: str | None = None) -> None:
         from pydantic import ValidationError
         from rich.markup import escape
 
-        from evotrainer.shapes import SHAPES
+        from evotrainer.reports.shapes import SHAPES
 
         try:
             SHAPES[shape].model_validate(json.loads(json.dumps(doc, default=str)))

@@ -42,10 +42,10 @@ def diagnose_cmd(
 ) -> None:
     """Diagnose a run's rollout evidence: findings by severity, with example rollouts."""
 
-    from evotrainer.domain import SEVERITY_RANK
-    from evotrainer.home import resolve_home
-    from evotrainer.readers import describe_skipped, load_evidence, require_readable
-    from evotrainer.watch import correctness_line
+    from evotrainer.core.domain import SEVERITY_RANK
+    from evotrainer.core.home import resolve_home
+    from evotrainer.evidence.readers import describe_skipped, load_evidence, require_readable
+    from evotrainer.monitor.watch import correctness_line
 
     def body() -> None:
         registry = diagnosis_setup(harness, only, fail_on)  # unknown --only names fail with the known ones
@@ -135,11 +135,11 @@ def diagnostics_revise(
 ) -> None:
     """Replay a revision over a labelled archive; accept only if no invalid-run recall is lost and F1 improves."""
     from evotrainer.config.harness import HarnessSpec, load_harness
+    from evotrainer.core.errors import ConfigError
+    from evotrainer.core.home import resolve_home
     from evotrainer.diagnostics.registry import Registry, SandboxedDiagnostic, load_diagnostic_file
     from evotrainer.diagnostics.revision import Archive, evaluate_revision, record
-    from evotrainer.errors import ConfigError
-    from evotrainer.home import resolve_home
-    from evotrainer.readers import load_evidence
+    from evotrainer.evidence.readers import load_evidence
 
     def body() -> None:
         if (params is None) == (code is None):

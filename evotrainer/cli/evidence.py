@@ -1,9 +1,9 @@
 """``evotrainer evidence contract`` and ``evotrainer watch``, and the field-map options ``diagnose`` shares with them.
 
 A module of its own, like ``cli.skills``: the evidence contract (what the diagnostics consume,
-:mod:`evotrainer.diagnostics.contract`) and live diagnosis (:mod:`evotrainer.watch`) are what a user who never runs
+:mod:`evotrainer.diagnostics.contract`) and live diagnosis (:mod:`evotrainer.monitor.watch`) are what a user who never runs
 a campaign needs, and they share the options that map a run's own names onto the contract
-(:class:`evotrainer.mapping.FieldMap`).
+(:class:`evotrainer.evidence.mapping.FieldMap`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ OnlyOpt = typer.Option([], "--only", help="Run only these diagnostics (repeatabl
 
 def field_map(pairs: list[str], correctness: str | None, file: Path | None):
     """The FieldMap of the options, or None when none was given (ConfigError on a bad pair or file)."""
-    from evotrainer.mapping import FieldMap
+    from evotrainer.evidence.mapping import FieldMap
 
     if not pairs and not correctness and file is None:
         return None
@@ -43,8 +43,8 @@ def diagnosis_setup(harness: Path | None, only: list[str], fail_on: str | None):
     """The registry a diagnose or watch command runs (the harness's params and user files), checking ``--only``
     names (an unknown one fails with the known ones) and ``--fail-on`` (ConfigError naming what is allowed)."""
     from evotrainer.config.harness import HarnessSpec, load_harness
+    from evotrainer.core.errors import ConfigError
     from evotrainer.diagnostics.registry import Registry
-    from evotrainer.errors import ConfigError
 
     if fail_on is not None and fail_on not in ("warning", "critical"):
         raise ConfigError(f"--fail-on {fail_on!r}: use 'warning' or 'critical'")
@@ -132,8 +132,8 @@ def watch_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Follow a run while it trains: re-diagnose as evidence arrives and print each new finding once."""
-    from evotrainer.home import resolve_home
-    from evotrainer.watch import Watcher, WatchOutcome
+    from evotrainer.core.home import resolve_home
+    from evotrainer.monitor.watch import Watcher, WatchOutcome
 
     def body() -> None:
         registry = diagnosis_setup(harness, only, fail_on)

@@ -19,7 +19,7 @@ review_app = typer.Typer(no_args_is_help=True, help="Review proposals waiting fo
 @review_app.command("list")
 def review_list(home: Optional[Path] = HomeOpt, as_json: bool = JsonOpt) -> None:
     """Proposals waiting for a person, oldest first."""
-    from evotrainer.home import resolve_home
+    from evotrainer.core.home import resolve_home
     from evotrainer.store import Store
 
     def body() -> None:
@@ -39,7 +39,7 @@ def review_list(home: Optional[Path] = HomeOpt, as_json: bool = JsonOpt) -> None
 def review_show(pid: str, home: Optional[Path] = HomeOpt, as_json: bool = JsonOpt) -> None:
     """One proposal: hypothesis, the knob changed, cited skills, the findings behind it."""
 
-    from evotrainer.home import resolve_home
+    from evotrainer.core.home import resolve_home
     from evotrainer.store import Store
 
     def body() -> None:
@@ -63,8 +63,8 @@ def review_show(pid: str, home: Optional[Path] = HomeOpt, as_json: bool = JsonOp
 
 
 def _review(pid: str, verdict: str, comment: str, reviewer: str, home: Optional[Path]) -> None:
-    from evotrainer.home import resolve_home
-    from evotrainer.reports import AFTER_REVIEW, record_review
+    from evotrainer.core.home import resolve_home
+    from evotrainer.reports.summaries import AFTER_REVIEW, record_review
     from evotrainer.store import Store
 
     record_review(Store.for_home(resolve_home(home)), pid, verdict, comment, reviewer)

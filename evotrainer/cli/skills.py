@@ -20,7 +20,7 @@ from rich.table import Table
 from evotrainer.cli.common import HomeOpt, JsonOpt, err_console, out_console
 from evotrainer.cli.common import emit_json as _emit_json
 from evotrainer.cli.common import guard as _guard
-from evotrainer.errors import ConfigError
+from evotrainer.core.errors import ConfigError
 
 skills_app = typer.Typer(no_args_is_help=True, help="The skill library: list, show, search, lint, and where a skill was used.")
 
@@ -53,7 +53,7 @@ def skills_list(
     as_json: bool = JsonOpt,
 ) -> None:
     """Entries of the library with their intervention, counters and status."""
-    from evotrainer.symptoms import check_symptom
+    from evotrainer.core.symptoms import check_symptom
 
     def body() -> None:
         if kind is not None and kind not in ("skill", "mistake"):
@@ -121,7 +121,7 @@ def skills_search(
     as_json: bool = JsonOpt,
 ) -> None:
     """Full-text search over names, descriptions, bodies, symptoms and knobs (the store's index, re-synced first)."""
-    from evotrainer.home import resolve_home
+    from evotrainer.core.home import resolve_home
     from evotrainer.library.retrieve import search
     from evotrainer.store import Store
 
@@ -168,9 +168,9 @@ def skills_lint(library: Path | None = LibraryOpt, as_json: bool = JsonOpt) -> N
 def skills_history(slug: str, library: Path | None = LibraryOpt, home: Path | None = HomeOpt,
                    as_json: bool = JsonOpt) -> None:
     """Proposals (across campaigns) that cited SLUG, with their decision and held-out effect."""
-    from evotrainer.home import resolve_home
+    from evotrainer.core.home import resolve_home
     from evotrainer.library.loader import Library, resolve_library
-    from evotrainer.reports import skill_history
+    from evotrainer.reports.summaries import skill_history
     from evotrainer.store import Store
 
     def body() -> None:

@@ -55,7 +55,7 @@ def tasks_cmd(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
 def _resolve(task_or_spec: str, task_opt: list[str], eval_n: int | None):
     """(task name, options, EvalSpec) for a task name or path with options, or a campaign spec file."""
     from evotrainer.config.eval import EvalSpec
-    from evotrainer.errors import ConfigError
+    from evotrainer.core.errors import ConfigError
     from evotrainer.tasks import normalize_task, parse_task_options
 
     p = Path(task_or_spec)
@@ -73,8 +73,8 @@ def _resolve(task_or_spec: str, task_opt: list[str], eval_n: int | None):
 
 def show_task(task_or_spec: str, task_opt: list[str], samples: int, eval_n: int | None) -> dict[str, Any]:
     """The document ``tasks show`` prints (see the module docstring); raises when the task cannot be built."""
-    from evotrainer.evaluation import SPLITS, split_problems
     from evotrainer.tasks import get_task
+    from evotrainer.training.evaluation import SPLITS, split_problems
 
     name, opts, ev = _resolve(task_or_spec, task_opt, eval_n)
     task = get_task(name, opts)

@@ -59,11 +59,11 @@ def train_cmd(
     from evotrainer.config.eval import EvalSpec
     from evotrainer.config.job import JobSpec
     from evotrainer.config.policy import PolicySpec
-    from evotrainer.errors import ConfigError
-    from evotrainer.home import resolve_home
+    from evotrainer.core.errors import ConfigError
+    from evotrainer.core.home import resolve_home
     from evotrainer.jobs.runner import run_job
-    from evotrainer.policy import SIZES
     from evotrainer.tasks import parse_task_options
+    from evotrainer.training.policy import SIZES
 
     def body() -> None:
         from evotrainer.config.policy import PRETRAINED

@@ -17,7 +17,7 @@ import typer
 
 from evotrainer.cli.common import HomeOpt, err_console, out_console
 from evotrainer.cli.common import guard as _guard
-from evotrainer.errors import ConfigError
+from evotrainer.core.errors import ConfigError
 
 
 def ui_cmd(
@@ -28,7 +28,7 @@ def ui_cmd(
     mlflow_url: Optional[str] = typer.Option(None, "--mlflow-url", help="URL of a running `mlflow ui` (e.g. http://127.0.0.1:5000): run ids become links."),
 ) -> None:
     """Serve the review dashboard: campaigns, proposals to approve or reject, the skill library, diagnoses."""
-    from evotrainer.home import resolve_home
+    from evotrainer.core.home import resolve_home
     from evotrainer.ui.security import TOKEN_ENV, check_bind, new_token
 
     def body() -> None:

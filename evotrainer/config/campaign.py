@@ -131,7 +131,7 @@ class BacktestSpec(_S):
         True, description="At an interim look, judge futility on the interval's upper end scaled by looks / look (an "
                           "effect that builds up with steps trained, as a learning rate's does, may reach that much by "
                           "the last look); false judges it on the look's own interval, which refutes slow-acting "
-                          "changes after a few steps (evotrainer/backtest.py).")
+                          "changes after a few steps (evotrainer/stats/backtest.py).")
     merge_seeds: bool = Field(
         True, description="After a decision, also average the weights (and Adam moments) of every seed of the arm the "
                           "round adopts into one checkpoint (a model soup; evotrainer/jobs/merge.py) and score it on "
@@ -141,7 +141,7 @@ class BacktestSpec(_S):
         None, ge=1, le=20,
         description="Evaluations of every branch at evenly spaced steps (branch_steps / looks apart). A proposal stops "
                     "at the first look that decides it: promoted early under alpha spending, rejected early for "
-                    "futility, blocked as soon as a gate trips (evotrainer/backtest.py); its unspent steps go to the "
+                    "futility, blocked as soon as a gate trips (evotrainer/stats/backtest.py); its unspent steps go to the "
                     "next mainline segment. 1 = a single evaluation at the end (fixed horizon). null = 3, or 2 or 1 "
                     "when branch_steps is not a multiple of 3.")
     stuck_share: float | None = Field(
@@ -162,7 +162,7 @@ class BacktestSpec(_S):
                     "out a loss beyond this margin (lower bound above −margin, point estimate positive, every gate "
                     "passed) and the control's branches did not move: a non-inferiority test, since the stuck "
                     "control gains nothing however long it trains "
-                    "(evotrainer/backtest.py). 0.02 is 10 of 500 decision problems, far below what a working learning "
+                    "(evotrainer/stats/backtest.py). 0.02 is 10 of 500 decision problems, far below what a working learning "
                     "rate gains over a campaign. null = superiority only.")
     stuck_interim: bool = Field(
         True,
@@ -219,7 +219,7 @@ class LLMBrainSpec(_S):
     def _http_url(cls, v: str) -> str:
         from urllib.parse import urlsplit
 
-        from evotrainer.redact import mask
+        from evotrainer.core.redact import mask
 
         try:
             parts = urlsplit(v.strip())
@@ -366,7 +366,7 @@ class CampaignSpec(_S):
     library_in_place: bool = Field(
         False, description="Curate the library folder itself (review with git diff) instead of a copy under the campaign.")
     screen: bool = Field(
-        True, description="Pre-screen reward and data changes on the last segment's rollouts (evotrainer/screening.py): "
+        True, description="Pre-screen reward and data changes on the last segment's rollouts (evotrainer/stats/screening.py): "
                           "a change predicted to leave the training signal unchanged is recorded 'screened' with the "
                           "numbers instead of backtested.")
     values: Literal["optuna", "brain"] = Field(

@@ -1,5 +1,5 @@
 """How a job evaluates on held-out problems: a spec every job and campaign carries, free of torch (see
-:mod:`evotrainer.evaluation` for the evaluation itself and its three disjoint splits)."""
+:mod:`evotrainer.training.evaluation` for the evaluation itself and its three disjoint splits)."""
 
 from __future__ import annotations
 

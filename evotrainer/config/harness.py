@@ -7,8 +7,8 @@ between segments. It lives in a YAML file under ``harnesses/``. Later issues add
 Why pydantic with one ``Field`` per knob: the field's description, default and bounds *are* the
 documentation (``evotrainer harness knobs`` prints them, a test fails when one is missing), and the same
 model validates a file, a single-factor intervention (``with_knob``) and an LLM's proposal alike. Invalid
-files fail with :class:`~evotrainer.errors.ConfigError` naming the file, the field, the value and what is
-allowed; files are read by :mod:`evotrainer.safe_yaml` (no duplicate keys, alias bombs, deep nesting, oversized or
+files fail with :class:`~evotrainer.core.errors.ConfigError` naming the file, the field, the value and what is
+allowed; files are read by :mod:`evotrainer.core.safe_yaml` (no duplicate keys, alias bombs, deep nesting, oversized or
 non-UTF-8 files). Which diagnostics a gate or ``diagnostics.params`` may name is known only to the registry (user
 files included): ``evotrainer.diagnostics.registry.Registry`` checks them. The content hash (``version``) ignores
 ``name``/``description`` so that two files with the same recipe are the same harness version.
@@ -32,8 +32,8 @@ from pydantic import (
 from evotrainer.config.ranges import NORMAL
 from evotrainer.config.reward import RewardKnobs
 from evotrainer.config.section import _Section
-from evotrainer.errors import ConfigError, format_validation_error
-from evotrainer.safe_yaml import MAX_BYTES, load_yaml_file
+from evotrainer.core.errors import ConfigError, format_validation_error
+from evotrainer.core.safe_yaml import MAX_BYTES, load_yaml_file
 
 LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"]
 ScaleRewards = Literal["group", "batch", "none"]
@@ -447,8 +447,8 @@ def load_yaml_model(path: str | Path, model: type[BaseModel], what: str, *, max_
 
     Harness files, campaign specs and labelled archives all load through here, so they fail the same way:
     missing or oversized file, bytes that are not UTF-8, YAML syntax, duplicate keys, alias bombs or deep
-    nesting (each with its line: :mod:`evotrainer.safe_yaml`), not a mapping, or invalid fields (see
-    :func:`~evotrainer.errors.format_validation_error`). A model with a ``source_dir`` field learns the
+    nesting (each with its line: :mod:`evotrainer.core.safe_yaml`), not a mapping, or invalid fields (see
+    :func:`~evotrainer.core.errors.format_validation_error`). A model with a ``source_dir`` field learns the
     file's directory, against which it resolves relative paths (and ``source_file``, the file itself).
     """
     p = Path(path)

@@ -1,9 +1,9 @@
 """Which policy a job trains: the built-in sizes, the built-in pretrained models and a local model directory.
 
-Why here, apart from :mod:`evotrainer.policy` (which builds, warm-starts and loads models): a spec is read and
+Why here, apart from :mod:`evotrainer.training.policy` (which builds, warm-starts and loads models): a spec is read and
 validated by every command, the campaign included, and that must not import torch or transformers. So the
 policy's *description* lives in the config package with the table of built-in pretrained models (what the
-context guard needs), and :mod:`evotrainer.pretrained` / :mod:`evotrainer.policy` do the heavy work.
+context guard needs), and :mod:`evotrainer.training.pretrained` / :mod:`evotrainer.training.policy` do the heavy work.
 """
 
 from __future__ import annotations
@@ -53,14 +53,14 @@ class PolicySpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    size: Literal["nano", "tiny", "small"] = Field("tiny", description="Built-in model size (see evotrainer.policy).")
+    size: Literal["nano", "tiny", "small"] = Field("tiny", description="Built-in model size (see evotrainer.training.policy).")
     path: str | None = Field(
         None, description="Local Hugging Face causal-LM directory to use instead of the built-in model (no warm start "
                           "unless format_warm_start is set).",
     )
     pretrained: str | None = Field(
         None, description="A built-in pretrained model, converted once from the package that ships it "
-                          "(evotrainer.pretrained: 'smollm2-135m-instruct'); exclusive with path.",
+                          "(evotrainer.training.pretrained: 'smollm2-135m-instruct'); exclusive with path.",
     )
     format_warm_start: FormatWarmStart | None = Field(
         None, description="Warm start of a pretrained or path policy on the task's answer format when its pass@k is "

@@ -2,7 +2,7 @@
 
 Kept apart from :mod:`evotrainer.config.harness` (which holds the recipe as a whole) because the reward composition is
 where a user's own code enters a harness: ``reward.functions`` names functions by import path, validated here, imported
-by the job (:mod:`evotrainer.rewards`).
+by the job (:mod:`evotrainer.training.rewards`).
 """
 
 from __future__ import annotations

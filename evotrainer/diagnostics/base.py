@@ -24,13 +24,13 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
-from evotrainer.domain import (  # re-exported: what a user diagnostic returns
+from evotrainer.core.domain import (  # re-exported: what a user diagnostic returns
     SEVERITY_RANK,
     Example,
     Finding,
     Severity,
 )
-from evotrainer.evidence import Evidence
+from evotrainer.evidence.model import Evidence
 
 
 @dataclass(frozen=True)

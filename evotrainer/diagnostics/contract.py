@@ -4,8 +4,8 @@ Why: a team that trains with TRL, verl or its own loop wants to know, before ado
 per-step metrics and per-rollout fields they read and which diagnostic needs which — the "minimal evidence
 contract". Written by hand, such a list drifts from the code; here it is *computed* from what each diagnostic
 declares (``needs``, ``requires_*``, ``reads``: :mod:`evotrainer.diagnostics.base`), with field meanings from
-:data:`evotrainer.evidence.METRIC_DOCS` and :data:`evotrainer.evidence.ROLLOUT_DOCS`, and readers' aliases
-from :mod:`evotrainer.readers`. ``tests/test_contract.py`` projects real and synthetic evidence onto each
+:data:`evotrainer.evidence.model.METRIC_DOCS` and :data:`evotrainer.evidence.model.ROLLOUT_DOCS`, and readers' aliases
+from :mod:`evotrainer.evidence.readers`. ``tests/test_contract.py`` projects real and synthetic evidence onto each
 diagnostic's declared fields and requires the same verdicts, so a diagnostic that starts reading a field it
 does not declare fails the tests; and it requires ``docs/evidence-contract.schema.json`` to equal what
 ``evotrainer evidence contract --json`` prints.
@@ -25,7 +25,7 @@ import fnmatch
 from typing import Any
 
 from evotrainer.diagnostics.base import Diagnostic
-from evotrainer.evidence import (
+from evotrainer.evidence.model import (
     CORRECT_WORDS,
     FULL_ROLLOUT_SCHEMA,
     LENGTH_KEYS,

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from evotrainer.core.domain import SEVERITY_RANK, Finding
 from evotrainer.diagnostics.base import Diagnostic
 from evotrainer.diagnostics.registry import Registry
-from evotrainer.domain import SEVERITY_RANK, Finding
-from evotrainer.evidence import Evidence
+from evotrainer.evidence.model import Evidence
 
 
 class GateResult(BaseModel):

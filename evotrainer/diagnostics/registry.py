@@ -23,10 +23,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from evotrainer.config.harness import HarnessSpec
+from evotrainer.core.domain import SEVERITY_RANK, Finding
+from evotrainer.core.errors import ConfigError
 from evotrainer.diagnostics.base import Diagnostic
-from evotrainer.domain import SEVERITY_RANK, Finding
-from evotrainer.errors import ConfigError
-from evotrainer.evidence import Evidence
+from evotrainer.evidence.model import Evidence
 
 
 def builtin_diagnostics() -> dict[str, type[Diagnostic]]:

@@ -19,13 +19,13 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from evotrainer.domain import SEVERITY_RANK
-from evotrainer.evidence import Evidence
-from evotrainer.symptoms import check_symptom
+from evotrainer.core.domain import SEVERITY_RANK
+from evotrainer.core.symptoms import check_symptom
+from evotrainer.evidence.model import Evidence
 
 ARCHIVE_MAX_BYTES = 16 * 1024 * 1024
 """An archive grows by a few hundred bytes per labelled branch (a campaign appends its rounds): 16 MiB is tens of
-thousands of runs, where other YAML files stop at :data:`evotrainer.safe_yaml.MAX_BYTES`."""
+thousands of runs, where other YAML files stop at :data:`evotrainer.core.safe_yaml.MAX_BYTES`."""
 
 
 class LabelledRun(BaseModel):

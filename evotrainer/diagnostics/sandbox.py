@@ -88,7 +88,7 @@ def _limits(memory_mb: int, cpu_s: int) -> None:
 
 
 def _error_finding(name: str, message: str):
-    from evotrainer.domain import Finding
+    from evotrainer.core.domain import Finding
 
     return Finding(symptom="diagnostic_error", diagnostic=name, version="sandboxed", severity="warning",
                    confidence=0.0, explanation=message[:2000])
@@ -172,7 +172,7 @@ def run_sandboxed(path: Path, name: str, params: dict[str, Any], ev, timeout_s: 
     """Run diagnostic ``name`` from the untrusted file ``path`` on ``ev`` in a sandboxed process."""
     from pydantic import ValidationError
 
-    from evotrainer.domain import Finding
+    from evotrainer.core.domain import Finding
 
     with tempfile.TemporaryDirectory(prefix="evo-sandbox-") as tmp:
         work = Path(tmp)
@@ -208,7 +208,7 @@ def list_names(path: Path, timeout_s: float = 30.0) -> list[str]:
 def list_diagnostics(path: Path, timeout_s: float = 30.0) -> dict[str, list[str] | None]:
     """The diagnostics an untrusted file defines, each with its parameter names (None when the child could not
     say), learned in the sandbox. The child's answer is untrusted too: anything but identifiers is dropped."""
-    from evotrainer.errors import ConfigError
+    from evotrainer.core.errors import ConfigError
 
     with tempfile.TemporaryDirectory(prefix="evo-sandbox-") as tmp:
         work = Path(tmp)
@@ -249,7 +249,7 @@ def _child(argv: list[str]) -> int:
     import pandas as pd
 
     from evotrainer.diagnostics.base import Diagnostic
-    from evotrainer.evidence import Evidence
+    from evotrainer.evidence.model import Evidence
 
     ev = None
     if argv[0] == "run":

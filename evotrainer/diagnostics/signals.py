@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
+from evotrainer.core.domain import SEVERITY_RANK, Example, Severity
 from evotrainer.diagnostics.base import examples_from
-from evotrainer.domain import SEVERITY_RANK, Example, Severity
-from evotrainer.evidence import Evidence
+from evotrainer.evidence.model import Evidence
 
 # -------------------------------------------------------------------------------------------- params
 

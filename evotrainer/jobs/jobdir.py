@@ -20,7 +20,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-from evotrainer.errors import JobBusy
+from evotrainer.core.errors import JobBusy
 
 try:
     import fcntl

@@ -35,7 +35,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 
 from evotrainer.config.job import JobSpec
-from evotrainer.errors import ConfigError
+from evotrainer.core.errors import ConfigError
 from evotrainer.jobs.pool import _UNSET, BranchPool, PoolStopped, job_timeout_from_env, run_branch
 
 
@@ -404,7 +404,7 @@ class RayLauncher(_Closing):
         import subprocess
         import sys
 
-        from evotrainer.procs import group_members, this_process
+        from evotrainer.core.procs import group_members, this_process
 
         socks = []
         for _ in range(8):
@@ -428,7 +428,7 @@ class RayLauncher(_Closing):
                                 text=True, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
         self._pgid = head.pid
         me = this_process()
-        self._guard = subprocess.Popen([sys.executable, "-m", "evotrainer.procs", "guard", str(me.pid), repr(me.started),
+        self._guard = subprocess.Popen([sys.executable, "-m", "evotrainer.core.procs", "guard", str(me.pid), repr(me.started),
                                         str(self._pgid)], start_new_session=True, stdin=subprocess.DEVNULL,
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
@@ -447,7 +447,7 @@ class RayLauncher(_Closing):
     def pids(self) -> list[int]:
         """The local head's processes and its guard, when this launcher started them (a cluster's are its own:
         the tasks this driver owns end with it, by Ray's ownership model)."""
-        from evotrainer.procs import group_members
+        from evotrainer.core.procs import group_members
 
         if self._pgid is None:
             return []
@@ -543,7 +543,7 @@ class RayLauncher(_Closing):
         self.close()
 
     def close(self) -> None:
-        from evotrainer.procs import end_group
+        from evotrainer.core.procs import end_group
 
         if self._ray is not None:
             self._ray.shutdown()

@@ -29,11 +29,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from evotrainer import atomic
 from evotrainer.config.harness import HarnessSpec
 from evotrainer.config.job import JobSpec
-from evotrainer.errors import ConfigError, RunNotFound
-from evotrainer.home import jobs_dir
+from evotrainer.core import atomic
+from evotrainer.core.errors import ConfigError, RunNotFound
+from evotrainer.core.home import resolve_run
 
 CKPT = "checkpoint-"
 
@@ -78,32 +78,6 @@ def resume_record(run_dir: Path) -> tuple[dict[str, Any], JobSpec, HarnessSpec, 
 
 def write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
     atomic.write_text(run_dir / "meta.json", json.dumps(meta, indent=2, sort_keys=True))
-
-
-def resolve_run(home: Path, ref: str) -> Path:
-    """A job directory from a run name, an MLflow run id, a path, or ``latest``. RunNotFound otherwise."""
-    p = Path(ref).expanduser()
-    if (p / "meta.json").is_file():
-        return p.resolve()
-    root = jobs_dir(home)
-    if ref == "latest" and root.is_dir():
-        runs = [d for d in root.iterdir() if (d / "meta.json").is_file() and not d.name.startswith(".")]
-        if runs:
-            return max(runs, key=lambda d: (d / "meta.json").stat().st_mtime)
-    if (root / ref / "meta.json").is_file():
-        return root / ref
-    if root.is_dir():
-        for d in root.iterdir():
-            mf = d / "meta.json"
-            if mf.is_file():
-                try:
-                    if json.loads(mf.read_text(encoding="utf-8")).get("run_id") == ref:
-                        return d
-                except (OSError, ValueError, AttributeError, RecursionError):  # a damaged record is not this run
-                    continue
-    known = sorted(d.name for d in root.iterdir()) if root.is_dir() else []
-    hint = f"; known runs: {', '.join(known[-5:])}" if known else "; this home has no runs yet"
-    raise RunNotFound(f"no run '{ref}' under {root} (give a run name, an MLflow run id or a job directory{hint})")
 
 
 def complete_checkpoints(run_dir: Path) -> dict[int, Path]:
@@ -194,7 +168,7 @@ def ancestor_rollouts(home: Path, meta: dict[str, Any]):
     """Rollouts of the job's ancestors (up to the fork points): the evidence data rules read."""
     import pandas as pd
 
-    from evotrainer.evidence import read_rollouts
+    from evotrainer.evidence.model import read_rollouts
 
     frames, limit = [], None
     for child, pdir, _ in ancestry(home, meta):
@@ -217,7 +191,7 @@ def lineage_pass_stats(home: Path, meta: dict[str, Any]):
     resumed at every look. None without ancestors."""
     import pandas as pd
 
-    from evotrainer.evidence import prompt_pass_stats
+    from evotrainer.evidence.model import prompt_pass_stats
 
     cache = None
     if meta.get("parent_run") and meta.get("parent_step") is not None:

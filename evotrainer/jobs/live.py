@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from evotrainer.config.job import JobSpec
-from evotrainer.jobs.runner import JobResult, SessionAbandoned, run_job
+from evotrainer.jobs.result import JobResult, SessionAbandoned
+from evotrainer.jobs.runner import run_job
 
 _END = object()
 

@@ -29,8 +29,8 @@ import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
-from evotrainer.errors import ConfigError
-from evotrainer.home import jobs_dir
+from evotrainer.core.errors import ConfigError
+from evotrainer.core.home import jobs_dir
 from evotrainer.jobs.jobdir import publish, staging_dir
 from evotrainer.jobs.lineage import CKPT, complete_checkpoints, read_meta, resolve_run, write_meta
 
@@ -80,7 +80,7 @@ def average_checkpoints(sources: list[Path], dst: Path) -> None:
 def merge_runs(home: Path, name: str, sources: list[tuple[str, int]], tags: dict[str, str] | None = None) -> Path:
     """The checkpoint of job ``name``: the average of ``sources`` ((run, step) pairs, all at one step and under
     one harness), created once. Returns the merged job's checkpoint directory."""
-    from evotrainer.tracking import Tracker
+    from evotrainer.core.tracking import Tracker
 
     if len(sources) < 2:
         raise ConfigError(f"merging needs at least two (run, step) sources, got {len(sources)}")

@@ -7,7 +7,7 @@ segfault, the OOM killer) breaks the pool, which is then rebuilt while the faile
 failed and the others go on. On a Ray cluster the same ``run_branch`` function is what a Ray task calls.
 
 Workers die with their owner. Each worker arms the kernel's parent-death signal and a parent-pid watchdog
-(``evotrainer.procs.die_with_parent``) before it does anything else, so ``kill -9`` of the campaign (or the
+(``evotrainer.core.procs.die_with_parent``) before it does anything else, so ``kill -9`` of the campaign (or the
 OOM killer choosing it) ends its workers within a second instead of leaving them training on, re-parented
 to init. The parent-death signal fires when the *thread* that started a worker ends, so workers are
 started from a thread of the pool's own that lives exactly as long as they do. Workers ignore SIGINT (a
@@ -44,7 +44,7 @@ class PoolStopped(Exception):
 
 def job_timeout_from_env() -> float | None:
     """``$EVOTRAINER_JOB_TIMEOUT_S``: seconds a job may run before it is ended and recorded failed (unset: none)."""
-    from evotrainer.errors import ConfigError
+    from evotrainer.core.errors import ConfigError
 
     raw = os.environ.get(TIMEOUT_ENV, "").strip()
     if not raw:
@@ -62,7 +62,7 @@ def _worker_init(parent_pid: int, threads: int | None = None) -> None:
     """First thing in every worker: die with the owner, leave Ctrl-C to the owner, keep stdout for the owner;
     ``threads``: torch's intra-op threads (set before torch is imported), so that workers side by side share the
     cores instead of each taking all of them."""
-    from evotrainer.procs import die_with_parent
+    from evotrainer.core.procs import die_with_parent
 
     die_with_parent(parent_pid)
     if threads:

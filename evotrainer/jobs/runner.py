@@ -29,14 +29,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
-
 from evotrainer.config.harness import HarnessSpec, dump_harness
 from evotrainer.config.job import JobSpec
 from evotrainer.config.policy import PolicySpec, budget_overflow
+from evotrainer.core.errors import ConfigError, JobBusy, JobFailed
+from evotrainer.core.home import jobs_dir
+from evotrainer.core.names import check_name, to_name
 from evotrainer.diagnostics.registry import Registry
-from evotrainer.errors import ConfigError, JobBusy, JobFailed
-from evotrainer.home import jobs_dir
 from evotrainer.jobs.jobdir import JobLock, is_locked, publish, staging_dir
 from evotrainer.jobs.lineage import (
     CKPT,
@@ -52,30 +51,8 @@ from evotrainer.jobs.lineage import (
     resume_record,
     write_meta,
 )
+from evotrainer.jobs.result import JobResult, SessionAbandoned, last_metrics, record_pause
 from evotrainer.jobs.trl_config import grpo_config, peft_config
-from evotrainer.names import check_name, to_name
-
-
-class SessionAbandoned(BaseException):
-    """A live session (``run_job``'s ``hold``) ended at a pause that is already on disk: nothing more is written.
-
-    A ``BaseException``, so that nothing between the Trainer's callback and ``run_job`` records it as a failure."""
-
-
-class JobResult(BaseModel):
-    run_id: str
-    name: str
-    run_dir: str
-    steps_done: int
-    checkpoint: str | None
-    evidence: dict[str, str]
-    metrics: dict[str, float]
-    status: str
-    seconds: float
-    train_seconds: float
-    eval_seconds: float
-    setup_seconds: float
-    warm_start_seconds: float = 0.0  # building the warm-started base policy (0 when it was cached); not in setup
 
 
 # ---------------------------------------------------------------------------------------------- the job
@@ -133,7 +110,7 @@ def run_job(
         import torch
 
         torch.set_num_threads(spec.threads)
-    from evotrainer.data import check_range, difficulty_range
+    from evotrainer.training.data import check_range, difficulty_range
 
     diff = difficulty_range(task, harness)
     if spec.eval.difficulty is not None:
@@ -158,8 +135,8 @@ def run_job(
         if not first < stop_at <= target:
             raise ConfigError(f"stop_at={stop_at} must lie after the job's current step {first} and at most at its "
                               f"target step {target}")
-    from evotrainer.policy import base_policy_dir
-    from evotrainer.tracking import Tracker
+    from evotrainer.core.tracking import Tracker
+    from evotrainer.training.policy import base_policy_dir
 
     # The base fixes the architecture and tokenizer; a fork's or resume's weights come from its checkpoint, so it
     # reuses its parent's base instead of warm-starting a new one for another difficulty or seed.
@@ -173,16 +150,16 @@ def run_job(
     context = spec.policy.context_length() if base_dir is None else PolicySpec(path=str(base_dir)).context_length()
     if (why := budget_overflow(harness.grpo.max_completion_length, context)) is not None:
         raise ConfigError(f"{spec.harness_label}: {why}")
-    from evotrainer.policy import precision, resolve_device
+    from evotrainer.training.policy import precision, resolve_device
 
     device = resolve_device(spec.device)
     say(f"device {device}, precision {precision(device)}" + (f", LoRA r={harness.model.lora_r}" if harness.model.lora_r
                                                              else "") +
         (", gradient checkpointing" if harness.model.gradient_checkpointing else ""))
     if not spec.policy.real:  # the character-level policies know their alphabet only: refuse other text before training
-        from evotrainer.data import build_pool
-        from evotrainer.policy import CHARS
         from evotrainer.tasks import check_alphabet
+        from evotrainer.training.data import build_pool
+        from evotrainer.training.policy import CHARS
 
         rows = getattr(task, "problems", None) or build_pool(task, harness, spec.seed)
         check_alphabet(task, rows, frozenset(CHARS), spec.policy.size)
@@ -233,7 +210,7 @@ def run_job(
             if spec.policy.real:
                 params["policy.source"] = spec.policy.pretrained or spec.policy.path
             run_id = tracker.create_run(name, tags, params)
-            from evotrainer.data import STREAM_VERSION as data_stream
+            from evotrainer.training.data import STREAM_VERSION as data_stream
 
             meta = {
                 "name": name,
@@ -294,7 +271,7 @@ def run_job(
 
     if stop_at is not None and resume and died_at(run_dir, meta) == stop_at:
         try:
-            return _record_pause(run_dir, meta, tracker, stop_at, t_start)
+            return record_pause(run_dir, meta, tracker, stop_at, t_start)
         finally:
             lock.release()
 
@@ -317,7 +294,7 @@ def run_job(
     ckpts = acknowledged_checkpoints(run_dir, meta)
     resume_ckpt = ckpts[max(ckpts)] if ckpts else None
     start_step = max(ckpts) if ckpts else meta["start_step"]
-    from evotrainer.evidence import truncate_after
+    from evotrainer.evidence.model import truncate_after
 
     # from the job's own start, its at-start evaluation runs again as in a fresh start (it draws from the RNG the
     # steps after it draw from): the row an earlier session wrote there goes, so the run is the same step for step
@@ -355,30 +332,6 @@ def run_job(
     return result
 
 
-def _last_metrics(mdf: Any) -> dict[str, float]:
-    """Each metric's last recorded value (a job's result)."""
-    return {c: float(mdf[c].dropna().iloc[-1]) for c in mdf.columns if c != "step" and mdf[c].notna().any()}
-
-
-def _record_pause(run_dir: Path, meta: dict[str, Any], tracker: Any, step: int, t_start: float) -> JobResult:
-    """Record the pause at ``step`` that a job reached but did not get to write (see :func:`died_at`); nothing
-    is trained, so a resumed campaign neither retrains that look nor fails it."""
-    from evotrainer.evidence import read_metrics
-
-    mdf = read_metrics(run_dir)
-    tracker.backfill(meta["run_id"], mdf, step)
-    meta.update(status="paused", paused_at=step, steps_done=step)
-    meta.pop("error", None)
-    write_meta(run_dir, meta)
-    tracker.end_run(meta["run_id"], "FINISHED")
-    return JobResult(run_id=meta["run_id"], name=meta["name"], run_dir=str(run_dir), steps_done=step,
-                     checkpoint=str(complete_checkpoints(run_dir)[step]),
-                     evidence={"metrics": str(run_dir / "metrics.jsonl"), "rollouts": str(run_dir / "rollouts"),
-                               "mlflow": tracker.uri},
-                     metrics=_last_metrics(mdf), status="paused", seconds=round(time.perf_counter() - t_start, 2),
-                     train_seconds=0.0, eval_seconds=0.0, setup_seconds=round(time.perf_counter() - t_start, 2))
-
-
 def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_ckpt, start_step, target, diff,
            progress, say, t_start, stop_at=None, warm_s=0.0, mlflow_had: int | None = None,
            handover: Callable[[JobResult], int | None] | None = None) -> JobResult:
@@ -392,12 +345,18 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
 
     # TRL 1.16 calls transformers APIs deprecated for v6 on every step; the warnings say nothing to our users.
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers(\.|$)")
-    from evotrainer.data import build_pool, needs_pass_stats, selection_weights, stream_problems, to_dataset
-    from evotrainer.evaluation import evaluate, heldout_problems, write_outcomes
-    from evotrainer.evidence import RolloutRecorder
+    from evotrainer.evidence.model import RolloutRecorder
     from evotrainer.jobs.trainer import EvidenceCallback, EvoGRPOTrainer, rng_state, set_rng_state
-    from evotrainer.policy import load_policy
-    from evotrainer.rewards import build_reward_funcs
+    from evotrainer.training.data import (
+        build_pool,
+        needs_pass_stats,
+        selection_weights,
+        stream_problems,
+        to_dataset,
+    )
+    from evotrainer.training.evaluation import evaluate, heldout_problems, write_outcomes
+    from evotrainer.training.policy import load_policy
+    from evotrainer.training.rewards import build_reward_funcs
 
     run_id = meta["run_id"]
     # where the set-up's seconds go, part by part (meta timings' ``setup_parts``): a session that stalls before its
@@ -418,12 +377,12 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
     env_args: dict[str, Any] = {}
     rounds = None
     if env_factory is not None:
-        from evotrainer.episodes import ensure_chat_template, max_rounds
+        from evotrainer.training.episodes import ensure_chat_template, max_rounds
 
         warnings.filterwarnings("ignore", message="You are using 'environment_factory'", category=UserWarning)
         ensure_chat_template(tokenizer)
         env_args, rounds = {"environment_factory": env_factory}, max_rounds(task)
-    from evotrainer.prompting import chat_format, dataset_prompts
+    from evotrainer.training.prompting import chat_format, dataset_prompts
 
     chat = env_factory is None and chat_format(tokenizer, task)  # a chat model: conversational rows (TRL templates)
     recorder = RolloutRecorder(run_dir, run_id)
@@ -461,7 +420,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
         write_outcomes(run_dir, step, outcomes)  # per problem: backtests pair arms problem by problem
         return metrics
 
-    from evotrainer.evidence import read_metrics
+    from evotrainer.evidence.model import read_metrics
 
     if mlflow_had is None:
         synced_upto = [tracker.max_step(run_id, "reward")]  # rollout files after it go up at the next checkpoint
@@ -554,7 +513,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
             **({} if first else {"live": True})})
         write_meta(run_dir, meta)
         tracker.end_run(run_id, "FINISHED")  # a resume (or the live session's next look) reopens it
-        from evotrainer.evidence import read_metrics
+        from evotrainer.evidence.model import read_metrics
 
         mdf = read_metrics(run_dir)
         return JobResult(
@@ -565,7 +524,7 @@ def _train(spec, harness, task, home, run_dir, meta, tracker, base_dir, resume_c
             checkpoint=str(final) if final else None,
             evidence={"metrics": str(run_dir / "metrics.jsonl"), "rollouts": str(run_dir / "rollouts"),
                       "mlflow": tracker.uri},
-            metrics=_last_metrics(mdf),
+            metrics=last_metrics(mdf),
             status=meta["status"],
             seconds=round(now - session["t"], 2),
             train_seconds=round(train_s, 2),

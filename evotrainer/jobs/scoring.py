@@ -2,7 +2,7 @@
 
 Why a worker: the campaign process does not import torch for its own bookkeeping, and a worker already
 holds the training stack. A campaign scores on the *selection* split the branches its mainline may continue
-from, and the segment checkpoints a rollback may return to (:mod:`evotrainer.evaluation` explains the three
+from, and the segment checkpoints a rollback may return to (:mod:`evotrainer.training.evaluation` explains the three
 splits). Like ``run_branch`` it never raises: the error is the result.
 
 A request may also ask for the seeds of one arm to be averaged first (``merge``, :mod:`evotrainer.jobs.merge`):
@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from evotrainer.config.eval import EvalSpec
-from evotrainer.evaluation import Split
+from evotrainer.training.evaluation import Split
 
 
 class MergeRequest(BaseModel):
@@ -115,9 +115,9 @@ def score_policies(request: dict[str, Any]) -> dict[str, Any]:
     checkpoint's last, when ``merge`` asked for one), with ``"outcomes"`` (a list of booleans per policy) when the
     request asked for them; or ``{"ok": False, "error"}``."""
     try:
-        from evotrainer.evaluation import split_problems
-        from evotrainer.policy import policy_accuracy
         from evotrainer.tasks import get_task
+        from evotrainer.training.evaluation import split_problems
+        from evotrainer.training.policy import policy_accuracy
 
         req = ScoreRequest.model_validate(request)
         task = get_task(req.task, req.task_options)

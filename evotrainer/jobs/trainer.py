@@ -4,13 +4,13 @@ We subclass instead of forking TRL: the only additions are (1) copying each gene
 terms and advantages into the rollout recorder right after TRL computes them (for a multi-turn task also
 each completion's policy-written length, from TRL's tool mask), (2) for a multi-turn task, dropping the extra
 reward column TRL adds for an environment's ``get_reward``: our correctness term pays that reward itself,
-under the harness's weight (see :mod:`evotrainer.rewards`), (3) checkpoints whose ``trainer_state.json`` keeps only
+under the harness's weight (see :mod:`evotrainer.training.rewards`), (3) checkpoints whose ``trainer_state.json`` keeps only
 the newest row of ``log_history`` (below), and (4) callbacks that
 mirror every logged step to ``metrics.jsonl`` and MLflow, run held-out evaluation, flush rollouts at each
 step and sync them to MLflow at each checkpoint, stop on non-finite loss, skip the weight update of a step whose
 gradient is not finite (and stop after a few in a row), and drive a progress display.
 TRL's own completion logging is left off (it prints a table per step); our recorder writes a richer
-schema (see :mod:`evotrainer.evidence`).
+schema (see :mod:`evotrainer.evidence.model`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from evotrainer.evidence import RolloutRecorder, append_metrics
+from evotrainer.evidence.model import RolloutRecorder, append_metrics
 
 
 def rng_state() -> dict[str, Any]:

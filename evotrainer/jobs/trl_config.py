@@ -15,7 +15,7 @@ from evotrainer.config.job import JobSpec
 
 
 def device_args(device: str = "auto") -> dict[str, Any]:
-    from evotrainer.policy import precision, resolve_device
+    from evotrainer.training.policy import precision, resolve_device
 
     dev = resolve_device(device)
     return {"use_cpu": dev == "cpu", "bf16": precision(dev) == "bf16"}

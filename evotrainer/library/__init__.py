@@ -11,7 +11,7 @@
 
 Names are imported lazily (``from evotrainer.library import Library`` works) so that importing the package
 costs nothing until a name is used. The library sits above the store (its index lives there); the store needs
-nothing from it (the skill vocabularies are in ``evotrainer.domain``, BM25 in ``evotrainer.bm25``).
+nothing from it (the skill vocabularies are in ``evotrainer.core.domain``, BM25 in ``evotrainer.core.bm25``).
 """
 
 from __future__ import annotations

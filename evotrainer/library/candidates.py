@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from evotrainer.config.harness import HarnessSpec, locked_knob
-from evotrainer.domain import Candidate, Finding
-from evotrainer.errors import ConfigError
+from evotrainer.core.domain import Candidate, Finding
+from evotrainer.core.errors import ConfigError
 from evotrainer.library.changes import resolve_value
 from evotrainer.library.format import Skill
 from evotrainer.library.retrieve import Hit

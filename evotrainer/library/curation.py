@@ -33,7 +33,8 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from evotrainer.config.harness import knob_docs
-from evotrainer.errors import EvoError, format_validation_error
+from evotrainer.core.errors import EvoError, format_validation_error
+from evotrainer.core.symptoms import SYMPTOMS, check_symptom
 from evotrainer.library.changes import direction, intervention_direction, knob_slug, resolve_value
 from evotrainer.library.format import (
     SKILL_FILE,
@@ -49,7 +50,6 @@ from evotrainer.library.format import (
 from evotrainer.library.lint import check_file
 from evotrainer.library.loader import CURATION_LOG, Library, relative, resolve_library, write_skill
 from evotrainer.library.retrieve import domain_of, evidence_score
-from evotrainer.symptoms import SYMPTOMS, check_symptom
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 

@@ -38,10 +38,10 @@ from pydantic import (
 )
 
 from evotrainer.config.harness import HarnessSpec
-from evotrainer.domain import SkillKind, SkillStatus
-from evotrainer.errors import ConfigError
-from evotrainer.safe_yaml import parse_yaml
-from evotrainer.symptoms import check_symptom
+from evotrainer.core.domain import SkillKind, SkillStatus
+from evotrainer.core.errors import ConfigError
+from evotrainer.core.safe_yaml import parse_yaml
+from evotrainer.core.symptoms import check_symptom
 
 EvidenceOutcome = Literal["promote", "reject", "inconclusive", "blocked", "screened"]
 InterventionOp = Literal["set", "scale", "step"]
@@ -153,7 +153,7 @@ class Condition(_Model):
 class Trigger(_Model):
     """When the skill applies: a symptom, optionally only when metrics of its finding pass conditions, in domains."""
 
-    symptom: str = Field(..., description="A symptom from the diagnostics vocabulary (evotrainer.symptoms).")
+    symptom: str = Field(..., description="A symptom from the diagnostics vocabulary (evotrainer.core.symptoms).")
     conditions: list[Condition] = Field(default_factory=list, description="All must hold on the finding's metrics.")
     domains: list[Domain] = Field(default_factory=list, description="Task domains (math, code, agentic, …); empty = any.")
     weight: float = Field(1.0, gt=0.0, le=1.0,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from evotrainer.bm25 import BM25
+from evotrainer.core.bm25 import BM25
 from evotrainer.library.format import relative
 from evotrainer.store.entities import SkillDoc, SkillSync
 

@@ -18,11 +18,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from evotrainer import atomic
-from evotrainer.errors import ConfigError
+from evotrainer.core import atomic
+from evotrainer.core.errors import ConfigError
+from evotrainer.core.names import check_name
 from evotrainer.library.format import SKILL_FILE, Skill, dump_skill, relative
 from evotrainer.library.lint import Problem, check_file, check_text
-from evotrainer.names import check_name
 
 LIBRARY_ENV = "EVOTRAINER_LIBRARY"
 CURATION_LOG = "CURATION.jsonl"

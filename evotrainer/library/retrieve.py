@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from evotrainer.domain import Finding
+from evotrainer.core.domain import Finding
+from evotrainer.core.symptoms import SYMPTOMS
 from evotrainer.library.format import Skill
 from evotrainer.library.index import text_scores
-from evotrainer.symptoms import SYMPTOMS
 
 if TYPE_CHECKING:
     from evotrainer.library.loader import Library

@@ -4,7 +4,7 @@ one SQL database behind one facade, ``Store``.
 
 Why a facade: a campaign, the ``review`` CLI and the UI all read and write the same state, possibly from
 different processes at once. Giving them one object whose methods take and return the pydantic entities
-of ``evotrainer.domain`` (never ORM rows, never sessions) keeps transactions short and in one
+of ``evotrainer.core.domain`` (never ORM rows, never sessions) keeps transactions short and in one
 place, makes every keyed write idempotent (a node re-run after ``kill -9`` duplicates nothing), and lets
 the tables change behind migrations without touching callers. ``store.models`` is imported inside this package
 alone: ``store.store`` (the engine, migrations and the class), ``store.base`` (sessions, keyed writes, errors),

@@ -13,8 +13,8 @@ from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from evotrainer.errors import EvoError
-from evotrainer.names import check_name
+from evotrainer.core.errors import EvoError
+from evotrainer.core.names import check_name
 from evotrainer.store.models import (
     CampaignRow,
 )

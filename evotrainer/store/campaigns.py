@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from evotrainer.domain import (
+from evotrainer.core.domain import (
     Campaign,
     CampaignStatus,
     Finding,
@@ -17,7 +17,7 @@ from evotrainer.domain import (
     LedgerEntry,
     PolicyVersion,
 )
-from evotrainer.names import check_name
+from evotrainer.core.names import check_name
 from evotrainer.store.base import _UNSET, StoreBase, StoreError, _check
 from evotrainer.store.entities import Event
 from evotrainer.store.models import (

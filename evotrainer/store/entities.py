@@ -1,4 +1,4 @@
-"""Nouns the store returns that ``evotrainer.domain`` does not define (yet): a backtest, a log event,
+"""Nouns the store returns that ``evotrainer.core.domain`` does not define (yet): a backtest, a log event,
 the skill-library index (what was indexed, what a re-sync changed, a text-search match), a lease just taken
 and a recorded process.
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evotrainer.domain import BacktestStats, CampaignOwner, SkillKind, SkillStatus
+from evotrainer.core.domain import BacktestStats, CampaignOwner, SkillKind, SkillStatus
 
 
 class _Model(BaseModel):

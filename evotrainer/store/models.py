@@ -2,7 +2,7 @@
 
 Why rows and entities are separate: these classes are how the data is laid out (indexed columns for what we
 filter on, JSON for what we only read back whole, surrogate keys, uniqueness that makes writes idempotent);
-``evotrainer.domain`` is what the rest of the program talks about. The facade converts one into the
+``evotrainer.core.domain`` is what the rest of the program talks about. The facade converts one into the
 other, so a column can be split or renamed with a migration and no caller notices.
 
 Every closed vocabulary (status, verdict, outcome, role, kind, severity) is a CHECK constraint built from the
@@ -32,7 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from evotrainer.domain import (
+from evotrainer.core.domain import (
     BranchRole,
     BranchStatus,
     CampaignStatus,

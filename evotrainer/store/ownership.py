@@ -27,9 +27,9 @@ from datetime import datetime
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 
-from evotrainer import procs
-from evotrainer.domain import CampaignOwner
-from evotrainer.errors import CampaignBusy
+from evotrainer.core import procs
+from evotrainer.core.domain import CampaignOwner
+from evotrainer.core.errors import CampaignBusy
 from evotrainer.store.base import StoreBase
 from evotrainer.store.entities import Lease, RecordedProcess
 from evotrainer.store.models import CampaignRow, EventRow, LeaseRow, ProcessRow, utcnow

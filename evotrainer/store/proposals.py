@@ -8,7 +8,7 @@ from sqlalchemy import Text, cast, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from evotrainer.domain import (
+from evotrainer.core.domain import (
     BacktestStats,
     BranchResult,
     Decision,

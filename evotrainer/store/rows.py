@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import object_session
 
-from evotrainer.domain import (
+from evotrainer.core.domain import (
     BacktestStats,
     BranchResult,
     Campaign,

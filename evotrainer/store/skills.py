@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from evotrainer.bm25 import BM25, tokenize
+from evotrainer.core.bm25 import BM25, tokenize
 from evotrainer.store.base import NotFound, StoreBase, StoreError
 from evotrainer.store.entities import IndexedSkill, SkillDoc, SkillMatch, SkillSync
 from evotrainer.store.models import (

@@ -27,9 +27,9 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 
-from evotrainer.errors import ConfigError
-from evotrainer.redact import mask
-from evotrainer.sqlite_wal import to_wal
+from evotrainer.core.errors import ConfigError
+from evotrainer.core.redact import mask
+from evotrainer.core.sqlite_wal import to_wal
 from evotrainer.store.base import NotFound, StoreError
 from evotrainer.store.campaigns import CampaignsMixin
 from evotrainer.store.ownership import OwnershipMixin

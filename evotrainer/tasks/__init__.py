@@ -4,7 +4,7 @@ Built-in tasks are looked up by name. A user's own task needs no code: a dataset
 given as the task name (or ``dataset`` with the option ``path``; :mod:`evotrainer.tasks.dataset`), or a
 reasoning-gym dataset (``reasoning_gym`` with the option ``dataset``; :mod:`evotrainer.tasks.rgym`). Anything else can
 be plugged in without editing this package by naming a :class:`Task` subclass as ``"package.module:ClassName"``. Every mistake (unknown name, missing module, a class
-that is not a Task, a bad option) becomes a :class:`~evotrainer.errors.TaskError` that names the culprit.
+that is not a Task, a bad option) becomes a :class:`~evotrainer.core.errors.TaskError` that names the culprit.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-from evotrainer.errors import TaskError
+from evotrainer.core.errors import TaskError
 from evotrainer.tasks.agentic import AgenticOptions, AgenticTask
 from evotrainer.tasks.arith import ArithOptions, ArithTask
 from evotrainer.tasks.base import OptionInfo, Problem, Task, TaskInfo, TaskOptions, Verdict

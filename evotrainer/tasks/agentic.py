@@ -14,7 +14,7 @@ judges a submitted answer string (a number). An episode has a turn limit (``max_
 every tool refuses with ``turn limit reached``; after a submission, with ``episode over``. A malformed call
 never crashes anything: an unknown key is observed as ``no key ...``; a refusal, a missing argument, an
 unknown tool or unknown arguments become TRL's error observation ``{'error': '...'}`` (tools raise, TRL
-catches; :func:`evotrainer.episodes.call_tool` does the same outside TRL); text that is not a call at all
+catches; :func:`evotrainer.training.episodes.call_tool` does the same outside TRL); text that is not a call at all
 ends the episode without a submission.
 
 The leak TRAP (harness ``env.leak_tool: true``, off by default): :class:`LeakyKeyValueWorld` adds
@@ -37,7 +37,7 @@ from typing import Any
 
 from pydantic import Field
 
-from evotrainer.errors import TaskError
+from evotrainer.core.errors import TaskError
 from evotrainer.tasks.base import Problem, Task, TaskOptions, Verdict, stable_unit
 
 KEYS = tuple(f"{c}{d}" for c in string.ascii_lowercase for d in string.digits)

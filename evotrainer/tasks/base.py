@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 
-from evotrainer.errors import TaskError
+from evotrainer.core.errors import TaskError
 
 Split = Literal["train", "heldout"]
 SPLITS: tuple[str, ...] = ("train", "heldout")
@@ -96,7 +96,7 @@ class TaskOptions(BaseModel):
 
     LATE_OPTIONS: ClassVar[dict[str, Any]] = {}
     """Options added after warm-started bases were cached, with the value those bases had: an option at that
-    value is left out of the cache key (:func:`evotrainer.policy.base_policy_dir`), so they stay valid."""
+    value is left out of the cache key (:func:`evotrainer.training.policy.base_policy_dir`), so they stay valid."""
 
     def cache_fields(self) -> dict[str, Any]:
         """The options as they key a cached base: every option, except late ones at their old value."""
@@ -191,7 +191,7 @@ class Task(ABC):
     Options: ClassVar[type[BaseModel]] = NoOptions
     heldout_fraction: ClassVar[float] = 0.2
     raw_prompts: ClassVar[bool] = False
-    """True: a chat model gets the raw ``Problem.prompt`` too, never its chat template (see evotrainer.prompting)."""
+    """True: a chat model gets the raw ``Problem.prompt`` too, never its chat template (see evotrainer.training.prompting)."""
     chat_system: ClassVar[str] = "Reply with the answer only, nothing else."
     """System message of :meth:`chat_messages`'s default."""
     shows_tests: ClassVar[bool] = False
@@ -225,7 +225,7 @@ class Task(ABC):
 
     def chat_messages(self, problem: Problem) -> list[dict[str, str]]:
         """The prompt for a chat model (a policy whose tokenizer has a chat template; see
-        :mod:`evotrainer.prompting`): a system message and the user's turn. The default is ``chat_system`` and
+        :mod:`evotrainer.training.prompting`): a system message and the user's turn. The default is ``chat_system`` and
         the raw prompt; built-in tasks phrase the problem in words and say what form the answer takes, so that
         an instruct model can answer it and the strict verifier can read the answer alone."""
         return [{"role": "system", "content": self.chat_system}, {"role": "user", "content": problem.prompt}]

@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
-from evotrainer.errors import TaskError
+from evotrainer.core.errors import TaskError
 from evotrainer.tasks.base import Problem, Task, TaskOptions, Verdict, stable_unit
 from evotrainer.tasks.listlang import (
     DEFAULT_MAX_STEPS,

@@ -14,7 +14,7 @@ from collections import Counter
 
 from pydantic import Field
 
-from evotrainer.errors import TaskError
+from evotrainer.core.errors import TaskError
 from evotrainer.tasks.base import Problem, Task, TaskOptions, Verdict
 from evotrainer.tasks.safe_expr import BinOp, Expr, ExprError, Num, evaluate, literals, parse, to_text
 

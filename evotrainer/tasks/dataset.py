@@ -3,7 +3,7 @@
 An RL engineer arrives with a dataset, not a generator. Every format is read by the ``datasets`` library (never a
 parser of our own); the rows become :class:`Problem` s once, in this process, and the task then behaves as a
 built-in one: the train split and the held-out share are fixed by a hash of each row's id (the same under every
-seed and on every machine, so the three held-out splits of :mod:`evotrainer.evaluation` are disjoint from train),
+seed and on every machine, so the three held-out splits of :mod:`evotrainer.training.evaluation` are disjoint from train),
 and sampling is a seeded shuffle of the rows of a split, so a larger ``n`` extends a smaller one.
 
 Prompts are taken as they are: any Unicode, newlines included, or chat messages in TRL's conversational format
@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from evotrainer.errors import TaskError
+from evotrainer.core.errors import TaskError
 from evotrainer.tasks import verifiers
 from evotrainer.tasks.base import Problem, Split, Task, TaskOptions, Verdict, stable_unit
 

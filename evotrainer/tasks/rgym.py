@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from evotrainer.errors import TaskError
+from evotrainer.core.errors import TaskError
 from evotrainer.tasks import verifiers
 from evotrainer.tasks.base import Problem, Task, TaskOptions, Verdict
 

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from evotrainer.errors import TaskError
+from evotrainer.core.errors import TaskError
 from evotrainer.tasks.base import Verdict
 
 VERIFIER_ERROR = "verifier raised"

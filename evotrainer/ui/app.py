@@ -7,7 +7,7 @@ confirmation before stopping one). The Content Security Policy allows scripts an
 only, so even text that escaped escaping could not run.
 
 Reads go through ``ui.views`` (batched queries, cached file reads); the three writes — approve, reject, stop —
-go through ``evotrainer.reports.record_review`` and ``agent.campaign.stop_campaign``, the functions the CLI
+go through ``evotrainer.reports.summaries.record_review`` and ``agent.campaign.stop_campaign``, the functions the CLI
 uses, behind the token, CSRF and Origin checks of ``ui.security``. The pages and forms are ``APIRouter``s in
 ``ui.routes``; this module builds what they share (middleware, error pages, the renderer, ``authorize``).
 """
@@ -36,9 +36,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from evotrainer.errors import EvoError
-from evotrainer.home import resolve_home
-from evotrainer.names import check_name
+from evotrainer.core.errors import EvoError
+from evotrainer.core.home import resolve_home
+from evotrainer.core.names import check_name
 from evotrainer.store import NotFound, Store
 from evotrainer.ui.routes import (
     REVIEWER_COOKIE,
@@ -70,7 +70,7 @@ OPEN_PATHS = ("/login", "/static/", "/favicon.ico")
 
 def bad_segment(path: str) -> str | None:
     """Why a URL path is refused, or None: every segment (a campaign id, a proposal id, a skill slug, a run name)
-    follows the one name rule of ``evotrainer.names``, ':'-joined parts allowed (proposal ids). ``path`` is the
+    follows the one name rule of ``evotrainer.core.names``, ':'-joined parts allowed (proposal ids). ``path`` is the
     decoded path, so an encoded ``..`` or ``/`` is seen as what it is."""
     for seg in path.split("/"):
         if seg:

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from starlette.requests import Request
 
-from evotrainer.errors import ConfigError
+from evotrainer.core.errors import ConfigError
 
 TOKEN_ENV = "EVOTRAINER_UI_TOKEN"
 SESSION_COOKIE = "evotrainer_session"

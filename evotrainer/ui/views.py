@@ -5,7 +5,7 @@ so every query here is batched (reviews and decisions of a page in one query eac
 pages of 50) and every file read is cached by the file's size and modification time — a job's metrics
 (``evidence.read_metrics``), a library folder (``Library.load``, re-indexed into the store only when a file
 changed), a run's diagnosis. The summary of a campaign, the recording of a review and a skill's history come
-from ``evotrainer.reports``, the same functions the CLI prints.
+from ``evotrainer.reports.summaries``, the same functions the CLI prints.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from evotrainer.domain import SEVERITY_RANK, Finding, Proposal
-from evotrainer.errors import ConfigError, EvoError
-from evotrainer.evidence import read_metrics
+from evotrainer.core.domain import SEVERITY_RANK, Finding, Proposal
+from evotrainer.core.errors import ConfigError, EvoError
+from evotrainer.core.names import is_name
+from evotrainer.core.runmeta import run_meta_dict
+from evotrainer.evidence.model import read_metrics
 from evotrainer.library.loader import Library, resolve_library
-from evotrainer.names import is_name
-from evotrainer.reports import campaign_summary, mainline_accuracy, skill_history, start_accuracy
-from evotrainer.runmeta import run_meta_dict
+from evotrainer.reports.summaries import campaign_summary, mainline_accuracy, skill_history, start_accuracy
 from evotrainer.store import NotFound, Store
 from evotrainer.ui.charts import Series, interval_chart, line_chart
 
@@ -459,7 +459,7 @@ class Views:
     @staticmethod
     def _diagnose(run_dir: Path) -> dict[str, Any]:
         from evotrainer.diagnostics.registry import Registry
-        from evotrainer.readers import read_job_dir
+        from evotrainer.evidence.readers import read_job_dir
 
         ev = read_job_dir(run_dir)
         findings = Registry().run(ev)

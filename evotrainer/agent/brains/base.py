@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from evotrainer.config.harness import HarnessSpec
-from evotrainer.domain import Candidate, Finding, ProposalDraft
+from evotrainer.core.domain import Candidate, Finding, ProposalDraft
 
 
 class KnownMistake(BaseModel):

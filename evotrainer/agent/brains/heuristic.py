@@ -30,8 +30,8 @@ import random
 from statistics import NormalDist
 
 from evotrainer.agent.brains.base import BrainContext, BrainResult
-from evotrainer.domain import SEVERITY_RANK, Candidate, Hypothesis, ProposalDraft
-from evotrainer.symptoms import SYMPTOMS
+from evotrainer.core.domain import SEVERITY_RANK, Candidate, Hypothesis, ProposalDraft
+from evotrainer.core.symptoms import SYMPTOMS
 
 # A symptom that can produce others (the registry's ``explains``): while both are present, the remedies for the
 # cause are as urgent as those for the symptoms it may explain.

@@ -61,9 +61,9 @@ from evotrainer.config.harness import (
     knob_docs,
     shrinks_update,
 )
-from evotrainer.domain import SEVERITY_RANK, ProposalDraft
-from evotrainer.errors import ConfigError
-from evotrainer.symptoms import SYMPTOMS
+from evotrainer.core.domain import SEVERITY_RANK, ProposalDraft
+from evotrainer.core.errors import ConfigError
+from evotrainer.core.symptoms import SYMPTOMS
 
 if TYPE_CHECKING:  # the client is imported where a call is made: a campaign with the heuristic brain never needs it
     from openai import APIStatusError  # (0.6 s of imports, openai's types and aiohttp)

@@ -29,6 +29,7 @@ Cost: everything per step or per group is vectorised (pandas groupby); see ``tex
 
 from __future__ import annotations
 
+from evotrainer.core.domain import SEVERITY_RANK, Finding
 from evotrainer.diagnostics.base import Diagnostic
 from evotrainer.diagnostics.builtin.common import BuiltinDiagnostic, ShareDiagnostic
 from evotrainer.diagnostics.builtin.dynamics import (
@@ -58,8 +59,7 @@ from evotrainer.diagnostics.builtin.text import (
 )
 from evotrainer.diagnostics.builtin.tools import AnswerLeak, used_leak
 from evotrainer.diagnostics.signals import ShareParams
-from evotrainer.domain import SEVERITY_RANK, Finding
-from evotrainer.evidence import Evidence
+from evotrainer.evidence.model import Evidence
 
 __all__ = [
     "BUILTIN_DIAGNOSTICS", "run_all",

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ClassVar
 
+from evotrainer.core.domain import Example, Finding
 from evotrainer.diagnostics.base import Diagnostic, need
 from evotrainer.diagnostics.signals import ShareParams, Window, grade, share_confidence
-from evotrainer.domain import Example, Finding
 
 # ------------------------------------------------------------------------ needs shared by several built-ins
 # How a user supplies each kind of evidence when a run lacks it (named in "not enough evidence" findings).

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
+from evotrainer.core.domain import Finding, Severity
 from evotrainer.diagnostics.base import Need, need
 from evotrainer.diagnostics.builtin.common import NEED_REWARD, BuiltinDiagnostic
 from evotrainer.diagnostics.signals import (
@@ -36,8 +37,7 @@ from evotrainer.diagnostics.signals import (
     support,
     window_confidence,
 )
-from evotrainer.domain import Finding, Severity
-from evotrainer.evidence import Evidence
+from evotrainer.evidence.model import Evidence
 
 # ------------------------------------------------------------------------------------------------ entropy
 

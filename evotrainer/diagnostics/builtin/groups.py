@@ -13,6 +13,7 @@ from typing import ClassVar
 import pandas as pd
 from pydantic import BaseModel, Field
 
+from evotrainer.core.domain import Finding
 from evotrainer.diagnostics.base import need
 from evotrainer.diagnostics.builtin.common import (
     NEED_SUCCESS_GROUPS,
@@ -36,8 +37,7 @@ from evotrainer.diagnostics.signals import (
     rows_in,
     success,
 )
-from evotrainer.domain import Finding
-from evotrainer.evidence import Evidence
+from evotrainer.evidence.model import Evidence
 
 
 def recent_group_rows(rollouts: pd.DataFrame, p: BaseModel, columns: tuple[str, ...]) -> tuple[Windows, pd.DataFrame] | None:

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
+from evotrainer.core.domain import Finding, Severity
 from evotrainer.diagnostics.base import Need, need
 from evotrainer.diagnostics.builtin.common import (
     SUPPLY_CORRECT,
@@ -46,8 +47,7 @@ from evotrainer.diagnostics.signals import (
     window_confidence,
     worst,
 )
-from evotrainer.domain import Finding, Severity
-from evotrainer.evidence import Evidence
+from evotrainer.evidence.model import Evidence
 
 
 # reward_hacking v2 (gap 0.2 → 0.1, growth 0.1 → 0.05) is a revision accepted by `evotrainer diagnostics revise`

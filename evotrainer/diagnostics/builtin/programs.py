@@ -24,6 +24,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
+from evotrainer.core.domain import Finding
 from evotrainer.diagnostics.base import need
 from evotrainer.diagnostics.builtin.common import ShareDiagnostic
 from evotrainer.diagnostics.signals import (
@@ -35,8 +36,7 @@ from evotrainer.diagnostics.signals import (
     rollout_windows,
     rows_in,
 )
-from evotrainer.domain import Finding
-from evotrainer.evidence import Evidence
+from evotrainer.evidence.model import Evidence
 from evotrainer.tasks.code import prompt_examples
 from evotrainer.tasks.listlang import ListLangError, Program, Value, parse, run
 

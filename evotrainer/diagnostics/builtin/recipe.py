@@ -17,9 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evotrainer.config.harness import HarnessSpec
 from evotrainer.config.ranges import NORMAL
+from evotrainer.core.domain import Finding
 from evotrainer.diagnostics.base import Diagnostic, examples_from, need
-from evotrainer.domain import Finding
-from evotrainer.evidence import Evidence
+from evotrainer.evidence.model import Evidence
 
 
 class RecipeParams(BaseModel):

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
+from evotrainer.core.domain import Finding
 from evotrainer.diagnostics.base import Need, need
 from evotrainer.diagnostics.builtin.common import SUPPLY_REWARD, BuiltinDiagnostic, ShareDiagnostic
 from evotrainer.diagnostics.signals import (
@@ -44,8 +45,7 @@ from evotrainer.diagnostics.signals import (
     window_confidence,
     worst,
 )
-from evotrainer.domain import Finding
-from evotrainer.evidence import Evidence
+from evotrainer.evidence.model import Evidence
 
 # ------------------------------------------------------------------------------------------------ lengths
 

@@ -4,7 +4,7 @@ An agent given a tool that reveals the answer (the ``agentic`` task's ``read_his
 ``env.leak_tool`` trap; in the wild, reading a repository's history to copy the reference patch, or opening
 the grader's files) can succeed without solving anything, and the training reward cannot tell. The rollout
 records of a multi-turn task hold every action in the ``turns`` column (tool, arguments, observation; see
-:func:`evotrainer.episodes.turn_records`), so the diagnostic asks the question directly: do the successes
+:func:`evotrainer.training.episodes.turn_records`), so the diagnostic asks the question directly: do the successes
 come through the leak? A call counts as leak use when it names one of ``leak_tools`` and its observation is
 not an error (with the trap off the tool does not exist, and calling it only earns ``Tool ... not found.``).
 Rollouts without turns (single-turn tasks) are ignored; a run with none is "not enough evidence".
@@ -17,6 +17,7 @@ import json
 import numpy as np
 from pydantic import Field
 
+from evotrainer.core.domain import Finding
 from evotrainer.diagnostics.base import need
 from evotrainer.diagnostics.builtin.common import SUPPLY_CORRECT, ShareDiagnostic
 from evotrainer.diagnostics.signals import (
@@ -28,8 +29,7 @@ from evotrainer.diagnostics.signals import (
     rows_in,
     success,
 )
-from evotrainer.domain import Finding
-from evotrainer.evidence import Evidence
+from evotrainer.evidence.model import Evidence
 from evotrainer.tasks.agentic import LEAK_TOOL
 
 

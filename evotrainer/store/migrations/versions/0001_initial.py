@@ -1,7 +1,7 @@
 """Initial schema: campaigns, versions, findings, proposals, reviews, backtests, branches, decisions, ledger, events.
 
 Written out in full (not generated at runtime) so that what a database contains depends on this file alone.
-The CHECK lists are literal copies of the vocabularies in ``evotrainer.domain`` as of this revision;
+The CHECK lists are literal copies of the vocabularies in ``evotrainer.core.domain`` as of this revision;
 when a ``Literal`` gains a value, add a migration that recreates the constraint (``batch_alter_table`` on
 SQLite) — ``tests/test_store.py`` compares them with the models and fails until then.
 

@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from evotrainer.agent.campaign import StopOutcome
 from evotrainer.agent.confirm import Confirmation
 from evotrainer.config.harness import KnobChange
+from evotrainer.core.domain import Campaign, Decision, Finding, PolicyVersion, Proposal, Review
 from evotrainer.diagnostics.revision import RevisionResult
-from evotrainer.domain import Campaign, Decision, Finding, PolicyVersion, Proposal, Review
 from evotrainer.library.format import Skill
 from evotrainer.library.lint import Problem
 from evotrainer.library.retrieve import HitSummary
@@ -219,7 +219,7 @@ class Where(_Doc):
 
 
 class Spend(_Doc):
-    """Where a campaign's budget went (``evotrainer.reports.spend``)."""
+    """Where a campaign's budget went (``evotrainer.reports.summaries.spend``)."""
 
     spent: int = Field(..., description="Trainer steps spent (segments and every branch leg).")
     mainline_segments: int = Field(..., description="Steps of the segments in the final mainline's lineage.")
@@ -230,7 +230,7 @@ class Spend(_Doc):
 
 
 class JobSeconds(_Doc):
-    """Where a campaign's jobs spent their seconds (``evotrainer.reports.job_seconds``, from each job session's
+    """Where a campaign's jobs spent their seconds (``evotrainer.reports.summaries.job_seconds``, from each job session's
     ``meta.json`` timings). The campaign's own time outside its jobs is its wall time minus ``jobs``."""
 
     trainer: float = Field(..., description="Inside the Trainer's train(), evaluations excluded: steps, checkpoints, "
@@ -487,7 +487,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
 
 def schema_entries(name: str | None = None) -> list[SchemaEntry]:
     """Every shape (or the one called ``name``) with its JSON Schema and the commands that print it."""
-    from evotrainer.errors import ConfigError
+    from evotrainer.core.errors import ConfigError
 
     if name is not None and name not in SHAPES:
         raise ConfigError(f"no JSON shape called '{name}'; shapes: {', '.join(SHAPES)}")

@@ -19,9 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from evotrainer import atomic
 from evotrainer.config.eval import EvalSpec
-from evotrainer.errors import ConfigError
+from evotrainer.core import atomic
+from evotrainer.core.errors import ConfigError
 from evotrainer.tasks import Problem, Task
 
 Split = Literal["decision", "selection", "confirmation"]
@@ -100,8 +100,8 @@ def split_problems(task: Task, spec: EvalSpec, split: Split, seed: int | None = 
 def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, do_sample: bool, num_return_sequences: int = 1,
              temperature: float = 1.0, add_special_tokens: bool = True) -> list[str]:
     """Decoded completions of ``prompts`` (special tokens dropped), stopping at any of the policy's EOS ids
-    (:func:`evotrainer.prompting.stop_ids`). ``add_special_tokens=False`` for texts a chat template rendered."""
-    from evotrainer.prompting import stop_ids
+    (:func:`evotrainer.training.prompting.stop_ids`). ``add_special_tokens=False`` for texts a chat template rendered."""
+    from evotrainer.training.prompting import stop_ids
 
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=add_special_tokens).to(model.device)
     out = model.generate(
@@ -123,13 +123,13 @@ def evaluate(model, tokenizer, task: Task, problems: list[Problem], spec: EvalSp
     """Greedy accuracy, pass@k and mean completion length over ``problems``.
 
     A multi-turn task plays whole episodes in its honest environment (never with the leak tool), with
-    ``max_new_tokens`` as the completion budget of an episode (see :func:`evotrainer.episodes.run_episodes`).
+    ``max_new_tokens`` as the completion budget of an episode (see :func:`evotrainer.training.episodes.run_episodes`).
     ``outcomes``, when given, receives each problem's greedy correctness in order (backtests pair them per
     problem across arms).
     """
     if task.environment() is not None:
         return _evaluate_episodes(model, tokenizer, task, problems, spec, max_new_tokens, outcomes)
-    from evotrainer.prompting import chat_format, render
+    from evotrainer.training.prompting import chat_format, render
 
     chat = chat_format(tokenizer, task)  # a chat model: its template, and the final-answer reading is logged too
     was_training = model.training
@@ -174,7 +174,7 @@ def evaluate(model, tokenizer, task: Task, problems: list[Problem], spec: EvalSp
 
 def _evaluate_episodes(model, tokenizer, task: Task, problems: list[Problem], spec: EvalSpec,
                        max_completion_length: int, outcomes: list[bool] | None = None) -> dict[str, float]:
-    from evotrainer.episodes import play, solved, transcript
+    from evotrainer.training.episodes import play, solved, transcript
 
     greedy = play(model, tokenizer, task, problems, max_completion_length, batch_size=spec.batch_size)
     greedy_ok = sum(solved(e.env) for e in greedy)

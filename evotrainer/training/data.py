@@ -28,7 +28,7 @@ import random
 import pandas as pd
 
 from evotrainer.config.harness import HarnessSpec
-from evotrainer.errors import ConfigError
+from evotrainer.core.errors import ConfigError
 from evotrainer.tasks import Problem, Task
 
 

@@ -16,11 +16,11 @@ trainer, so it is found once at ``on_train_begin`` (the trainer whose callback h
 call stack), or passed as ``trainer=``. A generation batch reused across steps (``num_iterations > 1``) is recorded
 once. The total ``reward`` is the weighted sum with the trainer's own ``reward_weights``; groups are exact (TRL
 samples each prompt ``num_generations`` times in a row); ``correct`` is the named ``correctness`` source (a
-reward function or ``log_extra`` column) or what :func:`evotrainer.mapping.detect_correctness` finds, and the
+reward function or ``log_extra`` column) or what :func:`evotrainer.evidence.mapping.detect_correctness` finds, and the
 per-step ``accuracy`` metric is its mean. Lengths and truncation come from TRL's metrics.
 
 Cost: a step's rollouts become one frame built from whole columns; writing is on a background thread
-(:class:`evotrainer.evidence.RolloutRecorder`); a diagnosis reads only memory and is spaced by ``max_overhead``
+(:class:`evotrainer.evidence.model.RolloutRecorder`); a diagnosis reads only memory and is spaced by ``max_overhead``
 (``bench/callback_overhead.py`` measures the step-time overhead).
 """
 
@@ -42,14 +42,14 @@ import numpy as np
 import pandas as pd
 from transformers import TrainerCallback
 
-from evotrainer import atomic
+from evotrainer.core import atomic
+from evotrainer.core.domain import SEVERITY_RANK, Finding
+from evotrainer.core.errors import ConfigError
 from evotrainer.diagnostics.base import Diagnostic
-from evotrainer.domain import SEVERITY_RANK, Finding
-from evotrainer.errors import ConfigError
-from evotrainer.evidence import Evidence, RolloutRecorder, append_metrics, truncate_after
-from evotrainer.mapping import as_bool, detect_correctness
+from evotrainer.evidence.mapping import as_bool, detect_correctness
+from evotrainer.evidence.model import Evidence, RolloutRecorder, append_metrics, truncate_after
 
-log = logging.getLogger("evotrainer.callback")
+log = logging.getLogger("evotrainer.monitor.callback")
 
 StopOn = Literal["gate", "warning", "critical"]
 
@@ -65,7 +65,7 @@ def _floats(vals: list[Any]) -> np.ndarray:
 def _text(x: Any) -> str:
     if type(x) is str:  # nearly always (plain-text prompts and completions): no call into the readers per rollout
         return x
-    from evotrainer.readers import _text as text
+    from evotrainer.evidence.readers import _text as text
 
     return text(x)
 

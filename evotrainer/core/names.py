@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from evotrainer.errors import ConfigError
+from evotrainer.core.errors import ConfigError
 
 NAME_RULE = "1-128 letters, digits, '-', '_' or '.', and not '.' or '..' (no path separators or spaces)"
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")

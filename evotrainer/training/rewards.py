@@ -40,10 +40,10 @@ import numbers
 from typing import Any
 
 from evotrainer.config.harness import HarnessSpec
-from evotrainer.episodes import transcript, turn_records
-from evotrainer.evidence import RolloutRecorder
+from evotrainer.evidence.model import RolloutRecorder
 from evotrainer.tasks import Problem, Task, Verdict
 from evotrainer.tasks.verifiers import VERIFIER_ERROR
+from evotrainer.training.episodes import transcript, turn_records
 
 NO_SUBMISSION = Verdict(correct=False, well_formed=False, contains_answer=False, n_candidates=0,
                         reason="the episode submitted no answer")

@@ -159,7 +159,7 @@ def end_group(pgid: int, grace_s: float = 5.0) -> None:
 
 
 def guard_group(owner_pid: int, owner_started: float, pgid: int) -> None:
-    """Run as a separate process (``python -m evotrainer.procs guard OWNER_PID OWNER_START PGID``): SIGKILL
+    """Run as a separate process (``python -m evotrainer.core.procs guard OWNER_PID OWNER_START PGID``): SIGKILL
     process group ``pgid`` as soon as its owner is gone, however it died; return when the group is empty.
 
     For services that start their own process trees (a local Ray head: GCS, raylet and their agents), which
@@ -179,8 +179,8 @@ __all__ = ["ProcessRef", "hostname", "start_time", "this_process", "ref", "alive
            "die_with_parent", "START_TOLERANCE_S", "group_members", "end_group", "guard_group"]
 
 
-if __name__ == "__main__":  # python -m evotrainer.procs guard OWNER_PID OWNER_START PGID
+if __name__ == "__main__":  # python -m evotrainer.core.procs guard OWNER_PID OWNER_START PGID
     if len(sys.argv) == 5 and sys.argv[1] == "guard":
         guard_group(int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]))
     else:
-        sys.exit("usage: python -m evotrainer.procs guard OWNER_PID OWNER_START PGID")
+        sys.exit("usage: python -m evotrainer.core.procs guard OWNER_PID OWNER_START PGID")

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from evotrainer.config.policy import PRETRAINED, PretrainedModel
-from evotrainer.errors import ConfigError
+from evotrainer.core.errors import ConfigError
 
 _HASHES: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, per process
 MARKER = "evotrainer_pretrained.json"

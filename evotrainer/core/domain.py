@@ -17,14 +17,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from evotrainer.symptoms import check_symptom
+from evotrainer.core.symptoms import check_symptom
 
 ProposalStatus = Literal[
     "pending_review", "approved", "rejected", "backtesting", "promoted", "refuted", "inconclusive", "blocked", "failed",
     "skipped_budget", "screened",
 ]
 # 'screened': not backtested, because re-scoring the last segment's rollouts predicted no effect on the training
-# signal (evotrainer.screening)
+# signal (evotrainer.stats.screening)
 Outcome = Literal["promote", "reject", "inconclusive", "blocked", "failed", "screened"]
 CampaignStatus = Literal["created", "running", "waiting_review", "stopped", "finished", "failed"]
 # What a campaign *is*, as every reader sees it: the stored status, except that "running" (or "created") without
@@ -126,7 +126,7 @@ class BacktestStats(_Model):
     rule: Literal["superiority", "non_inferiority", "larger_step"] = Field(
         "superiority", description="What a promotion needed: the interval above min_effect (superiority); in a "
                                    "stuck round, above −backtest.stuck_margin with the treatment moving the policy "
-                                   "(non_inferiority; evotrainer/backtest.py); or, in a stuck round, a larger raise "
+                                   "(non_inferiority; evotrainer/stats/backtest.py); or, in a stuck round, a larger raise "
                                    "not shown worse than a promoted smaller one (larger_step; "
                                    "backtest.stuck_prefer_larger).")
 

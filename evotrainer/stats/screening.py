@@ -4,7 +4,7 @@ Why: the EvoTrainer paper's own "backtest" re-scores cached rollouts before any 
 change to how rollouts are scored or which prompts are drawn acts first through the GRPO signal: which
 groups have any reward spread (a dead group has none and gives no gradient), how much advantage there is,
 how much of it pushes up completions that are not strictly correct, and how much of the batch is kept. All
-of that can be computed from the last segment's rollout records (``evotrainer.evidence``: every completion
+of that can be computed from the last segment's rollout records (``evotrainer.evidence.model``: every completion
 with its reward terms, strict correctness, length, truncation, group and TRL's advantage) under the current
 harness and under the changed one. A change whose predicted effect on the signal is nil cannot change the
 first update, and at best changes later ones through the policy's drift, so it is not worth a backtest; the
@@ -48,8 +48,8 @@ import pandas as pd
 from pydantic import BaseModel, Field
 
 from evotrainer.config.harness import HarnessSpec
-from evotrainer.errors import ConfigError
-from evotrainer.runmeta import read_run_meta
+from evotrainer.core.errors import ConfigError
+from evotrainer.core.runmeta import read_run_meta
 
 ADV_TOL = 0.01  # relative change of the advantage vector below which the update is the same
 DEAD_TOL = 0.005  # absolute change of the dead / misaligned share
@@ -115,13 +115,13 @@ def _terms(df: pd.DataFrame, h: HarnessSpec, correctness: np.ndarray) -> np.ndar
     if r.format.weight > 0:
         total = total + r.format.weight * df["well_formed"].to_numpy(dtype=float)
     if r.overlong.weight > 0:
-        from evotrainer.rewards import overlong_penalty
+        from evotrainer.training.rewards import overlong_penalty
 
         pen = [overlong_penalty(int(n), bool(t), g.max_completion_length, r.overlong.buffer)
                for n, t in zip(df["length"], df["truncated"])]
         total = total + r.overlong.weight * np.asarray(pen, dtype=float)
     if r.repetition.weight > 0:
-        from evotrainer.rewards import repetition_share
+        from evotrainer.training.rewards import repetition_share
 
         total = total - r.repetition.weight * np.asarray([repetition_share(c, r.repetition.ngram)
                                                           for c in df["completion"]], dtype=float)
@@ -181,7 +181,7 @@ class _Rescorer:
         vs = self.verdicts()
         if vs is None:
             return None
-        from evotrainer.rewards import correctness_value
+        from evotrainer.training.rewards import correctness_value
 
         return np.asarray([correctness_value(v, c.match, c.tests) for v in vs], dtype=float)
 
@@ -204,8 +204,8 @@ def _prompt_weights(df: pd.DataFrame, h: HarnessSpec, pool_size: int | None = No
     little, which is what the jobs do (bench/RESULTS.md §7, session 22)."""
     from types import SimpleNamespace
 
-    from evotrainer.data import selection_weights
-    from evotrainer.evidence import prompt_pass_stats
+    from evotrainer.evidence.model import prompt_pass_stats
+    from evotrainer.training.data import selection_weights
 
     stats = prompt_pass_stats(df[["prompt_id", "step", "correct"]])
     w, _ = selection_weights([SimpleNamespace(id=pid) for pid in stats["prompt_id"]], h, stats)
@@ -299,8 +299,8 @@ def screen(harness: HarnessSpec, knob: str, value: Any, rollouts: pd.DataFrame, 
 def screen_run(run_dir: Path, harness: HarnessSpec, knob: str, value: Any, task: Any, last_steps: int | None = None) -> Screening:
     """:func:`screen` on a job directory's rollouts (its last ``last_steps`` steps), rebuilding its pool."""
 
-    from evotrainer.data import build_pool
-    from evotrainer.evidence import read_rollouts
+    from evotrainer.evidence.model import read_rollouts
+    from evotrainer.training.data import build_pool
 
     df = read_rollouts(run_dir)
     if last_steps is not None and len(df):

@@ -10,7 +10,7 @@ of any checkpoint prompt the same policy the same way without being told:
   generation stops at EOS, which for a chat model is its end-of-turn token (``<|im_end|>``);
 - a tokenizer **without** one (our built-in character-level models, a base model), or a task that sets
   ``raw_prompts = True``: the raw ``Problem.prompt`` (``37+58=``), as before;
-- a multi-turn task (``agentic``) talks through :mod:`evotrainer.episodes` instead.
+- a multi-turn task (``agentic``) talks through :mod:`evotrainer.training.episodes` instead.
 """
 
 from __future__ import annotations

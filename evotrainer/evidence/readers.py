@@ -17,8 +17,8 @@ extra columns by the ``rewards/<name>/mean`` metric keys. ``reward`` is the *unw
 columns: TRL keeps ``reward_weights`` only in the pickled ``training_args.bin``, which we do not load.
 ``group_id`` is ``<step>:<k>`` with k counting prompt changes (TRL writes each prompt's completions
 consecutively). ``reward`` is the *weighted* sum instead when the weights can be solved from ``log_history``
-(:func:`evotrainer.mapping.infer_reward_weights`; ``meta["reward_weights"]``). Extra columns (``log_extra``) are
-kept under their own names. ``correct`` is whatever :func:`evotrainer.mapping.detect_correctness` finds (a 0/1
+(:func:`evotrainer.evidence.mapping.infer_reward_weights`; ``meta["reward_weights"]``). Extra columns (``log_extra``) are
+kept under their own names. ``correct`` is whatever :func:`evotrainer.evidence.mapping.detect_correctness` finds (a 0/1
 ``log_extra`` column or reward function named like correctness, a zero-weight 0/1 reward function); otherwise it
 is left out.
 
@@ -66,8 +66,13 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from evotrainer.errors import RunNotFound, UnreadableEvidence
-from evotrainer.evidence import (
+from evotrainer.core.errors import RunNotFound, UnreadableEvidence
+from evotrainer.core.files import check_regular, first_line, open_regular, read_text
+from evotrainer.core.home import resolve_run
+from evotrainer.core.redact import mask
+from evotrainer.core.runmeta import read_run_meta
+from evotrainer.evidence.mapping import FieldMap, apply_field_map, detect_correctness, infer_reward_weights
+from evotrainer.evidence.model import (
     LENGTH_KEYS,
     ROLLOUT_SCHEMA,
     TRUNCATED_KEYS,
@@ -78,10 +83,6 @@ from evotrainer.evidence import (
     read_rollouts,
     rollout_type_problem,
 )
-from evotrainer.files import check_regular, first_line, open_regular, read_text
-from evotrainer.mapping import FieldMap, apply_field_map, detect_correctness, infer_reward_weights
-from evotrainer.redact import mask
-from evotrainer.runmeta import read_run_meta
 
 ACCEPTED = (
     "an EvoTrainer job directory (meta.json, metrics.jsonl, rollouts/step_*.parquet); a job name or MLflow "
@@ -110,8 +111,6 @@ def load_evidence(ref: str | Path, home: Path | None = None, fields: FieldMap | 
             return read_verl_dir(p, fields, cache)
         raise RunNotFound(f"{p} holds no run files we know; accepted: {ACCEPTED}")
     if home is not None:
-        from evotrainer.jobs.runner import resolve_run
-
         try:
             return read_job_dir(resolve_run(home, str(ref)), fields, cache)
         except RunNotFound:
@@ -135,7 +134,7 @@ def run_kind(p: Path) -> str | None:
 
 
 def _resolve(ev: Evidence, fields: FieldMap | None, weights: dict[str, float] | None = None) -> Evidence:
-    """The user's names first, then a correctness signal under another name (evotrainer.mapping)."""
+    """The user's names first, then a correctness signal under another name (evotrainer.evidence.mapping)."""
     return detect_correctness(apply_field_map(ev, fields), weights)
 
 
@@ -199,7 +198,7 @@ class _Skips:
         self.entries.append(f"{path}:{i}: {why}")
 
     def file(self, path: Path, why: str) -> None:
-        for prefix in ("UnreadableFile: ", f"{path}: "):  # a refusal of evotrainer.files names the path itself
+        for prefix in ("UnreadableFile: ", f"{path}: "):  # a refusal of evotrainer.core.files names the path itself
             why = why[len(prefix):] if why.startswith(prefix) else why
         self.entries.append(f"{path}: {why}")
         self.files.append(str(path))
@@ -247,7 +246,7 @@ def _group_ids(steps, prompts, consecutive: bool) -> list[str]:
 
 def _finish(out: pd.DataFrame, raw: pd.DataFrame, consecutive: bool, exclude=()) -> pd.DataFrame:
     """Add prompt_id, group_id, whatever of length / truncated the raw columns support, and every other raw column
-    under its own name (a correctness signal among them is found later: evotrainer.mapping)."""
+    under its own name (a correctness signal among them is found later: evotrainer.evidence.mapping)."""
     out["prompt_id"] = [hashlib.sha1(t.encode()).hexdigest()[:16] for t in out["prompt"]]
     out["group_id"] = _group_ids(out["step"], out["prompt"], consecutive)
     used = set(exclude)
@@ -386,7 +385,7 @@ def read_mlflow_run(run_id: str, home: Path, fields: FieldMap | None = None) -> 
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from evotrainer.tracking import tracking_uri
+    from evotrainer.core.tracking import tracking_uri
 
     uri = tracking_uri(home)
     try:

@@ -41,8 +41,8 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from evotrainer.errors import ConfigError
-from evotrainer.evidence import CORRECT_WORDS, NEGATING_WORDS
+from evotrainer.core.errors import ConfigError
+from evotrainer.evidence.model import CORRECT_WORDS, NEGATING_WORDS
 
 MAX_MAP_ENTRIES = 200
 
@@ -180,11 +180,15 @@ def split_field(key: str) -> tuple[str | None, str]:
 
 
 def contract_fields() -> dict[str, set[str]]:
-    """The fields a map may name: every rollout column of the schema, and the metrics of the contract."""
-    from evotrainer.diagnostics.contract import metric_fields
-    from evotrainer.evidence import ROLLOUT_COLUMNS
+    """The fields a map may name: every rollout column of the schema, and every metric the evidence model documents
+    (``METRIC_DOCS``, which the contract's metrics are drawn from), the per-term reward patterns spelled out for the
+    built-in terms (``rewards/correctness/mean``)."""
+    from evotrainer.config.reward import BUILTIN_TERMS
+    from evotrainer.evidence.model import METRIC_DOCS, ROLLOUT_COLUMNS
 
-    return {"rollout": set(ROLLOUT_COLUMNS), "metric": set(metric_fields())}
+    metrics = {k for k in METRIC_DOCS if not any(c in k for c in "*?[")}
+    metrics |= {f"rewards/{t}/{s}" for t in BUILTIN_TERMS for s in ("mean", "std")}
+    return {"rollout": set(ROLLOUT_COLUMNS), "metric": metrics}
 
 
 # ---------------------------------------------------------------------------------------------- applying it
@@ -204,7 +208,7 @@ def _metric_source(m: pd.DataFrame, name: str) -> str | None:
 
 def _convert(field: str, s: pd.Series, src: str) -> pd.Series:
     """A source column converted to the contract field's type; ConfigError when it cannot be."""
-    from evotrainer.evidence import FULL_ROLLOUT_SCHEMA
+    from evotrainer.evidence.model import FULL_ROLLOUT_SCHEMA
 
     t = str(FULL_ROLLOUT_SCHEMA.field(field).type)
     if t == "bool":

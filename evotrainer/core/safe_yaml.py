@@ -6,7 +6,7 @@ reviewer reads, or take the process down. It accepts duplicate keys (the last on
 sees the first), expands aliases without limit (a "billion laughs" file of 1 KB becomes gigabytes once
 validated or hashed), recurses once per nesting level (a deep file ends in ``RecursionError``), reads whatever
 bytes it is given (``UnicodeDecodeError``) and converts integers of any length (``ValueError`` past Python's
-4,300-digit limit). Here each of those is a refusal, raised as :class:`~evotrainer.errors.ConfigError` with the
+4,300-digit limit). Here each of those is a refusal, raised as :class:`~evotrainer.core.errors.ConfigError` with the
 file's name and, where the parser knows it, the line:
 
 ================  ===================  =====================================================================
@@ -38,7 +38,7 @@ from yaml.constructor import ConstructorError
 from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from evotrainer.errors import ConfigError
+from evotrainer.core.errors import ConfigError
 
 MAX_BYTES = 1024 * 1024
 MAX_DEPTH = 64

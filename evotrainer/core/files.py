@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
-from evotrainer.errors import ConfigError
+from evotrainer.core.errors import ConfigError
 
 MAX_FILE_MB_ENV = "EVOTRAINER_MAX_FILE_MB"
 """The environment variable that sets the cap, in MiB, on one evidence file (a positive integer)."""

@@ -93,7 +93,7 @@ import math
 import statistics
 from datetime import datetime, timezone
 
-from evotrainer.domain import BacktestStats, BranchResult, Decision
+from evotrainer.core.domain import BacktestStats, BranchResult, Decision
 
 SPENDING_RHO = 3.0  # Kim–DeMets power-family exponent: 3 spends about as O'Brien–Fleming boundaries do
 

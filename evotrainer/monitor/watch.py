@@ -2,11 +2,11 @@
 
 Why: a diagnosis after the run has finished tells you which GPU hours were wasted; the same findings while it
 trains tell you when to stop. ``evotrainer watch RUN_OR_DIR`` follows one of our jobs (or a directory written by
-:class:`evotrainer.callback.EvoTrainerCallback`), a TRL ``GRPOTrainer`` output dir or a verl dump dir — whatever
+:class:`evotrainer.monitor.callback.EvoTrainerCallback`), a TRL ``GRPOTrainer`` output dir or a verl dump dir — whatever
 ``diagnose`` reads — and:
 
 - checks the run's files every ``interval`` seconds, reading only files that are new or changed
-  (:class:`evotrainer.readers.FileCache`: a step's Parquet file is read once however long the watch);
+  (:class:`evotrainer.evidence.readers.FileCache`: a step's Parquet file is read once however long the watch);
 - diagnoses when ``every`` new steps have arrived (and once more when the run ends), with the harness's
   diagnostics, the same registry and field map as ``diagnose``;
 - reports a warning or critical finding the first time its (diagnostic, symptom) appears, and again only when its
@@ -36,12 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evotrainer.domain import SEVERITY_RANK, Finding
-from evotrainer.errors import ConfigError, RunNotFound
-from evotrainer.evidence import Evidence
-from evotrainer.files import read_text
-from evotrainer.mapping import FieldMap
-from evotrainer.readers import FileCache, load_evidence, run_kind
+from evotrainer.core.domain import SEVERITY_RANK, Finding
+from evotrainer.core.errors import ConfigError, RunNotFound
+from evotrainer.core.files import read_text
+from evotrainer.evidence.mapping import FieldMap
+from evotrainer.evidence.model import Evidence
+from evotrainer.evidence.readers import FileCache, load_evidence, run_kind
 
 
 @dataclass

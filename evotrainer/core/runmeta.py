@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evotrainer.files import read_text
+from evotrainer.core.files import read_text
 
 RunStatus = Literal["running", "paused", "finished", "failed", "interrupted"]
 

@@ -35,7 +35,7 @@ difficulty         int32    task difficulty level of the prompt
 reward_efficiency  float    extra: efficiency (length / turn) term before weighting (null when off)
 turns              string   extra, multi-turn tasks: JSON list of the policy's actions, one per tool call
                             ``{"turn", "text", "tool", "arguments", "observation"}`` and one with ``tool``
-                            null for a turn without a call (see ``evotrainer.episodes.turn_records``);
+                            null for a turn without a call (see ``evotrainer.training.episodes.turn_records``);
                             null for single-turn tasks and in files written before the column existed
 final_correct      bool     extra: the final answer the task reads from prose is right (chat-prompted
                             policies, or ``reward.correctness.match: final``; null otherwise)
@@ -60,8 +60,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from evotrainer import atomic
-from evotrainer.files import check_regular, read_text
+from evotrainer.core import atomic
+from evotrainer.core.files import check_regular, read_text
 
 # What other tools call our fields (readers and the field mapping use these; the evidence contract publishes them)
 VERL_METRICS: tuple[tuple[str, str], ...] = (  # (verl key, TRL key); the first present source wins
@@ -135,7 +135,7 @@ ROLLOUT_DOCS: dict[str, str] = {  # the table above, one line per column (the ev
     "difficulty": "Task difficulty level of the prompt.",
     "reward_efficiency": "Efficiency (length / turn) reward term before weighting (null when off).",
     "turns": "Multi-turn tasks: JSON list of the policy's actions, one per tool call {turn, text, tool, arguments, "
-             "observation} (see evotrainer.episodes.turn_records); null for single-turn tasks.",
+             "observation} (see evotrainer.training.episodes.turn_records); null for single-turn tasks.",
     "final_correct": "The final answer the task reads from prose is right (Verdict.final_correct; strict 'correct' wants "
                      "the answer alone); recorded for chat-prompted policies and under reward.correctness.match "
                      "'final', null otherwise.",
@@ -309,7 +309,7 @@ class Evidence:
 def read_metrics(run_dir: Path) -> pd.DataFrame:
     mfile = run_dir / "metrics.jsonl"
     rows = []
-    if os.path.lexists(mfile):  # a FIFO, a device or a file over the cap raises UnreadableFile (evotrainer.files)
+    if os.path.lexists(mfile):  # a FIFO, a device or a file over the cap raises UnreadableFile (evotrainer.core.files)
         for ln in read_text(mfile).splitlines():
             try:
                 rows.append(json.loads(ln))

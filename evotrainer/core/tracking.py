@@ -115,8 +115,8 @@ class Tracker:
         except Exception as exc:  # noqa: BLE001 - an unreachable or malformed tracking URI: one line, credentials masked
             if self.uri.startswith("sqlite:///"):
                 raise
-            from evotrainer.errors import ConfigError
-            from evotrainer.redact import mask
+            from evotrainer.core.errors import ConfigError
+            from evotrainer.core.redact import mask
 
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             raise ConfigError(f"cannot reach the MLflow tracking server {mask(self.uri)} ($EVOTRAINER_MLFLOW_URI): "
