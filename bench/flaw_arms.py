@@ -99,14 +99,14 @@ def trained_steps(run_dir: Path) -> int:
 
 
 def _job(ref: TaskRef, harness: Any, steps: int, seed: int, name: str, cfg: ArmConfig, every: int,
-         threads: int | None = None):
+         threads: int | None = None, at_start: bool = False):
     from evotrainer.config.eval import EvalSpec
     from evotrainer.config.job import JobSpec
     from evotrainer.config.policy import PolicySpec
 
     return JobSpec(**ref.fields(), harness=harness if not isinstance(harness, Path) else str(harness), steps=steps,
                    seed=seed, save_every=every, name=name, policy=PolicySpec(**cfg.policy, seed=seed),
-                   eval=EvalSpec(every=every, n=cfg.eval_n, k=1, at_start=False), threads=threads)
+                   eval=EvalSpec(every=every, n=cfg.eval_n, k=1, at_start=at_start), threads=threads)
 
 
 # ---------------------------------------------------------------------------------------------------- static

@@ -56,17 +56,28 @@ def _t90(xs: list[float]) -> list[float]:
     return [round(m - half, 4), round(m + half, 4)]
 
 
-def warm_ok(suite: Suite, ref: TaskRef, harness: Path, seed: int, home: Path) -> str | None:
-    """None when the seed's warm start exists or could be built; else why it was refused."""
+def arm_config(suite: Suite, task: str, home: Path) -> ArmConfig:
+    """The suite's settings for ``task``'s arms. Every arm starts from the warm start of the tuned recipe's levels
+    (``policy.warm_start_difficulty``): a flaw of the training levels (too hard, too easy) must not change the
+    policy the arms start from, only what they train on."""
     from evotrainer.config.harness import load_harness
+    from evotrainer.training.data import difficulty_range
+
+    ref = TaskRef(*suite.tasks[task].ref())
+    levels = difficulty_range(ref.get(), load_harness(suite.harness(task, None, home / "harnesses")))
+    return ArmConfig(budget=suite.budget, eval_n=suite.eval_n, wide=suite.wide,
+                     policy={"warm_start_difficulty": list(levels)})
+
+
+def warm_ok(ref: TaskRef, cfg: ArmConfig, seed: int, home: Path) -> str | None:
+    """None when the seed's warm start exists or could be built; else why it was refused."""
     from evotrainer.config.policy import PolicySpec
     from evotrainer.core.errors import WarmStartFailed
-    from evotrainer.training.data import difficulty_range
     from evotrainer.training.policy import base_policy_dir
 
-    task = ref.get()
     try:
-        base_policy_dir(home, task, PolicySpec(seed=seed), seed, difficulty_range(task, load_harness(harness)),
+        base_policy_dir(home, ref.get(), PolicySpec(**cfg.policy, seed=seed), seed,
+                        tuple(cfg.policy["warm_start_difficulty"]),
                         log=lambda m: print(f"  [warm start {ref.name} s{seed}] {m}", flush=True))
     except WarmStartFailed as err:
         return str(err)
@@ -119,7 +130,6 @@ def run_rows(suite: Suite, a, arms: list[str]) -> None:
     seeds = suite.seeds(a.seeds)
     frozen_check(suite, ROOT, seeds)
     commit = code_commit(ROOT)
-    cfg = ArmConfig(budget=suite.budget, eval_n=suite.eval_n, wide=suite.wide)
     rows = _load_rows()
     have = {row_key(r) for r in rows}
     hdir = home / "harnesses"
@@ -127,13 +137,14 @@ def run_rows(suite: Suite, a, arms: list[str]) -> None:
     for seed in seeds:
         for flaw, task in _cells(suite, a):
             ref = TaskRef(*suite.tasks[task].ref())
+            cfg = arm_config(suite, task, home)
             for arm in arms:
                 fid = "tuned" if arm == "tuned" else flaw
                 key = (fid, task, seed, arm, suite.budget, off if arm == "campaign" else ())
                 if key in have:
                     continue
                 harness = suite.harness(task, None if arm == "tuned" else flaw, hdir)
-                refused = warm_ok(suite, ref, harness, seed, home)
+                refused = warm_ok(ref, cfg, seed, home)
                 row: dict[str, Any] = {"flaw": fid, "task": task, "seed": seed, "arm": arm, "budget": suite.budget,
                                        "off": list(key[5]), "commit": commit, "date": time.strftime("%Y-%m-%d")}
                 print(f"== {fid} / {task} / seed {seed}: {arm}" + (f" (off: {', '.join(off)})" if key[5] else ""),
@@ -180,16 +191,19 @@ def round0(suite: Suite, a) -> None:
         for flaw, task in _cells(suite, a):
             ref = TaskRef(*suite.tasks[task].ref())
             harness_path = suite.harness(task, flaw, home / "harnesses")
-            if (why := warm_ok(suite, ref, harness_path, seed, home)) is not None:
+            cfg = arm_config(suite, task, home)
+            if (why := warm_ok(ref, cfg, seed, home)) is not None:
                 out.append({"flaw": flaw, "task": task, "seed": seed, "refused": why})
                 continue
-            name = f"round0-{harness_path.stem}-s{seed}-seg{a.segment}"
+            name = f"round0-{harness_path.stem}-s{seed}-seg{a.segment}-ws"
             run_dir = home / "jobs" / name
             if not (run_dir / "meta.json").exists() or json.loads((run_dir / "meta.json").read_text())["status"] != "finished":
-                job = _job(ref, harness_path, a.segment, seed, name, ArmConfig(suite.budget, suite.eval_n, 0), a.segment)
+                job = _job(ref, harness_path, a.segment, seed, name, cfg, a.segment, at_start=True)
                 run_job(job, home, resume=name if run_dir.exists() else None)
             harness = load_harness(harness_path)
             findings = Registry(harness).run(read_job_dir(run_dir))
+            if (fell := _fell(run_dir, a.segment, suite.eval_n)) is not None:
+                findings = [fell, *findings]
             cands, _, _ = brain_inputs(SEED_LIBRARY, harness, findings, ref.name, task_inert=ref.get().inert_knobs())
             brain = HeuristicBrain(explore_threshold=0.3)  # the campaign's defaults (BrainSpec)
             res = brain.propose(BrainContext(harness=harness, findings=findings, candidates=cands, max_proposals=2,
@@ -205,6 +219,30 @@ def round0(suite: Suite, a) -> None:
                         "draft_is_flawed_knob": any(d.knob in f.knobs for d in res.drafts)})
             print(json.dumps(out[-1], default=str), flush=True)
     save("flaws_round0", {"segment": a.segment, "rows": out})
+
+
+def _fell(run_dir: Path, step: int, n: int):
+    """The campaign's ``regression`` finding when the segment's held-out accuracy fell below its start by more than
+    the rollback's margin (``rollback.confidence`` 0.9, as the campaign would roll the segment back to the base).
+    round0 is the campaign's first round without its stuck and regressed restrictions on what the brain may draft;
+    the campaign arm records the real one."""
+    from statistics import NormalDist
+
+    from evotrainer.agent.regression import DIAGNOSTIC, SYMPTOM, VERSION
+    from evotrainer.core.domain import Finding
+    from evotrainer.evidence.model import read_metrics
+
+    m = read_metrics(run_dir)
+    acc = m.set_index("step")["eval/greedy_accuracy"].dropna() if "eval/greedy_accuracy" in m else None
+    if acc is None or 0 not in acc.index or step not in acc.index:
+        return None
+    start, end = float(acc[0]), float(acc[step])
+    margin = NormalDist().inv_cdf(0.9) * ((start * (1 - start) + end * (1 - end)) / n) ** 0.5
+    if start - end <= margin:
+        return None
+    return Finding(symptom=SYMPTOM, diagnostic=DIAGNOSTIC, version=VERSION, severity="critical", confidence=1.0,
+                   metrics={"accuracy": end, "best_accuracy": start, "drop": start - end, "margin": margin},
+                   explanation=f"held-out accuracy fell from {start:.3f} to {end:.3f} in the segment")
 
 
 # ------------------------------------------------------------------------------------------------------ report

@@ -242,6 +242,9 @@ class Candidate(BaseModel):
 
     id: str = Field(..., description="Catalog id or skill slug.")
     symptoms: list[str] = Field(..., description="Symptoms it addresses.")
+    weights: dict[str, float] = Field(
+        default_factory=dict, description="How directly it answers each symptom (its skill's trigger weight: 1 = the "
+                                          "remedy its source proposes; lower = generic or secondary); 1 when absent.")
     knob: str
     value: Any = Field(..., description="Value to set (already resolved against the current harness).")
     description: str

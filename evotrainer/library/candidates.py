@@ -42,7 +42,9 @@ def to_candidates(items: Iterable[Skill | Hit], harness: HarnessSpec, findings: 
             harness.with_knob(s.intervention.knob, value)
         except ConfigError:
             continue
-        out.append(Candidate(id=s.slug, symptoms=answered(s, findings), knob=s.intervention.knob, value=value,
+        symptoms = answered(s, findings)
+        weights = {sym: max(t.weight for t in s.triggers if t.symptom == sym) for sym in symptoms}
+        out.append(Candidate(id=s.slug, symptoms=symptoms, weights=weights, knob=s.intervention.knob, value=value,
                              description=s.description, source=s.source_text(), effects=_effects(s, value)))
     return out
 

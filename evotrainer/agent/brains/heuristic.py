@@ -4,7 +4,8 @@ Why Thompson sampling: which intervention helps a given run is uncertain, eviden
 at a time, and both exploiting what worked and trying what has not been tried matter. Each candidate's
 held-out effect has a normal prior (mean 0, sd ``prior_sd``) updated by the effects recorded in earlier
 backtests (known noise ``noise_sd``); one draw from each posterior, plus a bonus for how strongly the
-current findings call for it (severity rank + confidence, times ``relevance_bonus``), ranks the candidates.
+current findings call for it (for each present symptom it answers: severity rank + confidence, times the skill's
+trigger weight for that symptom; summed, times ``relevance_bonus``), ranks the candidates.
 The bonus is as large as the prior's spread, so a critical finding's remedies outrank an info-level
 plateau's, while draws still explore among them (0.01 let the demo campaign chase the plateau instead of
 its critical truncation). Draws are seeded by (campaign seed, round), so a
@@ -97,8 +98,13 @@ class HeuristicBrain:
                              f"(posterior mean {mean:+.3f} from {len(c.effects)} backtest(s), prior mean {mu0:+.3f})")
                 continue
             draw = rng.gauss(mean, sd)
-            bonus = self.relevance_bonus * max((pressure[s] for s in matched), default=0.0)
-            symptom = max(matched, key=lambda s: pressure[s]) if matched else "plateau"
+            # how strongly the findings call for it: each present symptom it answers, by the finding's pressure and
+            # by how directly the skill answers that symptom (its trigger weight), summed, so that a change which
+            # answers two findings at once (a group of 2 read from the recipe and seen as dead groups) outranks one
+            # answering either alone, and a generic remedy a direct one less
+            relevance = {s: pressure[s] * c.weights.get(s, 1.0) for s in matched}
+            bonus = self.relevance_bonus * sum(relevance.values())
+            symptom = max(matched, key=lambda s: relevance[s]) if matched else "plateau"
             scored.append((draw + bonus, c, symptom, mean))
         scored.sort(key=lambda t: -t[0])
         drafts: list[ProposalDraft] = []
