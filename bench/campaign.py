@@ -130,7 +130,8 @@ def run_static(task: str, harness: Path, seed: int, a: Any, home: Path) -> dict[
     from evotrainer.config.job import JobSpec
     from evotrainer.core.home import jobs_dir
     from evotrainer.core.runmeta import read_run_meta
-    from evotrainer.jobs.runner import complete_checkpoints, run_job
+    from evotrainer.jobs.lineage import complete_checkpoints
+    from evotrainer.jobs.runner import run_job
     from evotrainer.training.data import STREAM_VERSION
 
     t = time.perf_counter()
@@ -276,7 +277,8 @@ def run_optuna(task: str, harness: Path, seed: int, a: Any, home: Path) -> dict[
     from evotrainer.config.job import JobSpec
     from evotrainer.core.errors import ConfigError
     from evotrainer.evidence.model import read_metrics
-    from evotrainer.jobs.runner import complete_checkpoints, run_job
+    from evotrainer.jobs.lineage import complete_checkpoints
+    from evotrainer.jobs.runner import run_job
 
     _quiet()
     start = load_harness(harness)

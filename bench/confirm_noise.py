@@ -32,7 +32,7 @@ def _finals(row: dict[str, Any], home: Path, stem: str) -> tuple[str, int]:
     from campaign import final_policy
 
     from evotrainer.config.harness import load_harness
-    from evotrainer.jobs.runner import complete_checkpoints
+    from evotrainer.jobs.lineage import complete_checkpoints
 
     if row["arm"] == "campaign":
         return final_policy(row, home)

@@ -114,7 +114,8 @@ def run_static(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, home: Pat
     """The recipe for the whole budget, one job (a finished run of the same name is scored again, not re-trained)."""
     from evotrainer.config.harness import load_harness
     from evotrainer.core.runmeta import read_run_meta
-    from evotrainer.jobs.runner import complete_checkpoints, run_job
+    from evotrainer.jobs.lineage import complete_checkpoints
+    from evotrainer.jobs.runner import run_job
 
     t = time.perf_counter()
     name = f"static-{harness.stem}-s{seed}-b{cfg.budget}"

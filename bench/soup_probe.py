@@ -59,8 +59,8 @@ def main() -> None:
         p.error("give --campaigns (or --resummarize FILE)")
 
     from evotrainer.config.eval import EvalSpec
+    from evotrainer.jobs.lineage import complete_checkpoints
     from evotrainer.jobs.merge import average_checkpoints
-    from evotrainer.jobs.runner import complete_checkpoints
     from evotrainer.tasks import get_task
     from evotrainer.training.evaluation import split_problems
     from evotrainer.training.policy import policy_accuracy

@@ -44,7 +44,8 @@ def run_static(spec, seed: int, home: Path) -> dict[str, Any]:
     from evotrainer.config.job import JobSpec
     from evotrainer.core.home import jobs_dir
     from evotrainer.core.runmeta import read_run_meta
-    from evotrainer.jobs.runner import complete_checkpoints, run_job
+    from evotrainer.jobs.lineage import complete_checkpoints
+    from evotrainer.jobs.runner import run_job
 
     t = time.perf_counter()
     steps = spec.budget.total_steps

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from evotrainer.core.errors import JobBusy, RunNotFound
+from evotrainer.core.home import resolve_run
 from evotrainer.jobs.jobdir import CREATING, JobLock, is_locked, publish, staging_dir
-from evotrainer.jobs.runner import resolve_run
 from tests.conftest import REPO
 
 HOLDER = """

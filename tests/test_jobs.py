@@ -26,7 +26,8 @@ from evotrainer.config.job import JobSpec
 from evotrainer.config.policy import PolicySpec
 from evotrainer.core.errors import ConfigError, RunNotFound, TaskError
 from evotrainer.evidence.model import ROLLOUT_SCHEMA, read_metrics, read_rollouts, undocumented_metrics
-from evotrainer.jobs.runner import complete_checkpoints, run_job
+from evotrainer.jobs.lineage import complete_checkpoints
+from evotrainer.jobs.runner import run_job
 from evotrainer.training.evaluation import eval_steps
 from tests.conftest import REPO, TINY_HARNESS
 

@@ -13,8 +13,9 @@ from evotrainer.config.eval import EvalSpec
 from evotrainer.config.job import JobSpec
 from evotrainer.config.policy import PolicySpec
 from evotrainer.core.errors import ConfigError, JobBusy
+from evotrainer.jobs.lineage import complete_checkpoints
 from evotrainer.jobs.merge import merge_runs
-from evotrainer.jobs.runner import complete_checkpoints, run_job
+from evotrainer.jobs.runner import run_job
 from evotrainer.jobs.scoring import score_policies
 from tests.conftest import TINY_HARNESS
 

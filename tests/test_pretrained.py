@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 from evotrainer.config.eval import EvalSpec
 from evotrainer.config.job import JobSpec
 from evotrainer.evidence.model import read_metrics, read_rollouts
-from evotrainer.jobs.runner import complete_checkpoints, run_job
+from evotrainer.jobs.lineage import complete_checkpoints
+from evotrainer.jobs.runner import run_job
 from evotrainer.tasks import Problem, get_task
 from evotrainer.training.policy import FormatWarmStart, PolicySpec, format_warm_start, load_policy
 from evotrainer.training.pretrained import MARKER, converted_dir, file_sha256, gguf_path
