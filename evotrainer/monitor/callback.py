@@ -65,7 +65,7 @@ def _floats(vals: list[Any]) -> np.ndarray:
 def _text(x: Any) -> str:
     if type(x) is str:  # nearly always (plain-text prompts and completions): no call into the readers per rollout
         return x
-    from evotrainer.evidence.readers import _text as text
+    from evotrainer.evidence.readers.base import _text as text
 
     return text(x)
 
