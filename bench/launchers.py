@@ -38,7 +38,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--arms", nargs="+", default=["local1", "local2", "ray"])
     a = p.parse_args()
-    from evotrainer.jobs.launch import JobRequest, LocalLauncher, RayLauncher
+    from evotrainer.jobs.launchers import JobRequest, LocalLauncher, RayLauncher
 
     home = Path(a.home)
     home.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Launchers (evotrainer.jobs.launch): a batch of jobs runs side by side and comes back as typed outcomes in
+"""Launchers (evotrainer.jobs.launchers): a batch of jobs runs side by side and comes back as typed outcomes in
 order; a crash, a hang past the per-job timeout, exhausted memory or a job's own error fails only that job. Both engines for real:
 local worker processes, and Ray with a local head started by the test (127.0.0.1, torn down at the end).
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from evotrainer.jobs.launch import JobRequest, LocalLauncher, RayLauncher, make_launcher
+from evotrainer.jobs.launchers import JobRequest, LocalLauncher, RayLauncher, make_launcher
 from evotrainer.jobs.pool import PoolStopped
 
 

@@ -107,7 +107,7 @@ def test_two_workers_score_a_split_request_as_one_process_scores_it_whole(seeds)
     process with the same thread count, in the request's order, the merged checkpoint last."""
     import os
 
-    from evotrainer.jobs.launch import LocalLauncher
+    from evotrainer.jobs.launchers import LocalLauncher
 
     home, _, a, b, _ = seeds
     req = {"task": "arith", "eval": {"n": 16, "k": 1, "difficulty": [1, 1]}, "split": "selection", "outcomes": True,

@@ -152,9 +152,9 @@ def job_timeout(spec: CampaignSpec) -> float | None:
 
 
 def launcher_for(spec: CampaignSpec):
-    """The launcher the spec's ``launcher`` section asks for (``evotrainer.jobs.launch``), not started yet."""
+    """The launcher the spec's ``launcher`` section asks for (``evotrainer.jobs.launchers``), not started yet."""
     from evotrainer.config.campaign import LIVE_SESSIONS
-    from evotrainer.jobs.launch import make_launcher
+    from evotrainer.jobs.launchers import make_launcher
 
     ls = spec.launcher
     return make_launcher(ls.kind, workers=ls.workers, timeout_s=job_timeout(spec), address=ls.address,
@@ -189,7 +189,7 @@ def run_campaign(cid: str, home: Path, log: Callable[[str], None] = print, wait:
                  purpose: str = "resume") -> dict[str, Any]:
     """Continue campaign ``cid`` until it finishes, stops, or waits for a review (``wait=False``).
 
-    ``pool``: a started launcher (``evotrainer.jobs.launch``) to run jobs in (closed on return); by default the
+    ``pool``: a started launcher (``evotrainer.jobs.launchers``) to run jobs in (closed on return); by default the
     spec's ``launcher`` is made here.
     Raises ``CampaignBusy`` (exit 2) when another live process runs the campaign.
     """

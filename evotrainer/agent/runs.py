@@ -105,7 +105,7 @@ def _request(ctx: CampaignContext, name: str, harness: HarnessSpec, steps: int, 
     past ``stop_at``, finished, or failed: a failed branch is a result, not something to retry). ``threads``: a new
     job's torch threads; a resumed one computes with its record's, which the request carries so that the launcher
     knows the cores it takes."""
-    from evotrainer.jobs.launch import JobRequest
+    from evotrainer.jobs.launchers import JobRequest
 
     meta = read_run_meta(ctx.home / "jobs" / name)
     if meta is not None and (meta.status in ("finished", "failed") or (stop_at is not None and meta.reached >= stop_at)):

@@ -43,7 +43,7 @@ class CampaignContext:
     home: Path
     store: Any  # evotrainer.store.Store
     brain: Any  # Brain
-    pool: Any  # a Launcher (evotrainer.jobs.launch): where jobs and scoring run
+    pool: Any  # a Launcher (evotrainer.jobs.launchers): where jobs and scoring run
     tracker: Any  # evotrainer.core.tracking.Tracker
     mlflow_run_id: str | None = None
     log: Callable[[str], None] = field(default=lambda _m: None)

@@ -304,7 +304,7 @@ LIVE_SESSIONS = 12  # launcher.live_sessions' default: 3 seeds × (control + 3 p
 
 class LauncherSpec(_S):
     kind: Literal["local", "ray"] = Field(
-        "local", description="Where jobs run (evotrainer/jobs/launch.py): 'local' = crash-isolated worker processes on "
+        "local", description="Where jobs run (evotrainer/jobs/launchers/): 'local' = crash-isolated worker processes on "
                              "this machine; 'ray' = each job a Ray task (pip install 'evotrainer[ray]').")
     workers: int | None = Field(
         None, ge=1, le=256,
