@@ -395,12 +395,12 @@ def test_a_first_segment_that_wrecks_the_policy_goes_back_to_the_base_policy(tmp
         assert (ev.message["from"], ev.message["to"]) == ("c:v1", "c:base")
         assert _fork_of(base) is None and _fork_of(wrecked) == "run1@20"  # a job from the base starts new
         # ... from the campaign's base policy: a branch of another seed must not warm-start a policy of its own
-        from evotrainer.agent.runs import _request
+        from evotrainer.agent.runs import JobAsk, _request
 
         job_ctx = SimpleNamespace(**vars(ctxs["c"]), home=tmp_path, mlflow_run_id=None)
-        branch = _request(job_ctx, "c__r00__control__s10001", h, 30, spec.seed + 10001, None, 10, {}, 10)
-        segment = _request(job_ctx, "c__r01__segment", h, 30, spec.seed, None, 10, {"evotrainer.role": "segment"}, None)
-        forked = _request(job_ctx, "c__r02__control__s10001", h, 30, spec.seed + 10001, "run2@20", 10, {}, 30)
+        branch = _request(job_ctx, JobAsk("c__r00__control__s10001", h, 30, spec.seed + 10001, None, 10, {}, 10))
+        segment = _request(job_ctx, JobAsk("c__r01__segment", h, 30, spec.seed, None, 10, {"evotrainer.role": "segment"}))
+        forked = _request(job_ctx, JobAsk("c__r02__control__s10001", h, 30, spec.seed + 10001, "run2@20", 10, {}, 30))
         assert branch.job.policy.seed == spec.seed and branch.job.seed == spec.seed + 10001
         # only the segment evaluates its start (movement compares with it); a branch is judged at its looks
         assert segment.job.eval.at_start and not branch.job.eval.at_start

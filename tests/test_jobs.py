@@ -314,7 +314,7 @@ def test_a_branch_that_died_after_resuming_from_its_pause_is_read_back_at_its_ea
     the runner refuses), ledger each look once, and resume it only for look 3."""
     from types import SimpleNamespace
 
-    from evotrainer.agent.runs import _collect, _request
+    from evotrainer.agent.runs import JobAsk, _collect, _request
     from evotrainer.store import Store
 
     _, h = first_run
@@ -330,10 +330,11 @@ def test_a_branch_that_died_after_resuming_from_its_pause_is_read_back_at_its_ea
         ctx = SimpleNamespace(home=shared_home, store=store, campaign_id="c", log=lambda _m: None)
         tags = {"evotrainer.role": "control"}
         for look in (3, 4):
-            assert _request(ctx, "died", HarnessSpec(), 6, 3, "first@2", 1, tags, look) is None
-            got = _collect(ctx, "died", tags, look, None)
-            assert got["status"] == "finished" and got["step"] == look and got["eval_accuracy"] is not None, got
-            assert got["checkpoint"] and got["checkpoint"].endswith(f"checkpoint-{look}")
+            ask = JobAsk("died", HarnessSpec(), 6, 3, "first@2", 1, tags, look)
+            assert _request(ctx, ask) is None
+            got = _collect(ctx, ask, None)
+            assert got.status == "finished" and got.step == look and got.eval_accuracy is not None, got
+            assert got.checkpoint and got.checkpoint.endswith(f"checkpoint-{look}")
         assert [(e.key, e.steps) for e in store.ledger("c")] == [("died@3", 1), ("died@4", 1)]
     resumed = run_job(_spec(h, 6), shared_home, resume="died", stop_at=5)
     assert resumed.status == "paused" and json.loads((run_dir / "meta.json").read_text())["paused_at"] == 5

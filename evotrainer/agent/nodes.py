@@ -46,6 +46,7 @@ from evotrainer.agent.movement import (
 )
 from evotrainer.agent.regression import REGRESSED_WHY, regressed, regression_finding
 from evotrainer.agent.runs import (
+    JobAsk,
     _harness,
     _now,
     _out_of_time,
@@ -96,13 +97,13 @@ def train_segment(state: CampaignState, runtime: Runtime[CampaignContext]) -> Co
         return _finish("wall-clock cap reached")
     fork = _fork_of(parent)
     harness = _harness(ctx, state["harness_version"])
-    res = _run(ctx, name, harness, steps, ctx.spec.seed, fork, steps,
-               {"evotrainer.role": "segment", "evotrainer.round": str(rnd)})
-    if res["status"] != "finished":
-        return _finish(f"segment {name} failed: {res['error']}")
+    res = _run(ctx, JobAsk(name, harness, steps, ctx.spec.seed, fork, steps,
+                           {"evotrainer.role": "segment", "evotrainer.round": str(rnd)}))
+    if res.status != "finished":
+        return _finish(f"segment {name} failed: {res.error}")
     pv = PolicyVersion(id=segment_id(ctx.campaign_id, rnd), campaign_id=ctx.campaign_id,
-                       parent_id=state.get("mainline"), harness_version=harness.version, checkpoint=res["checkpoint"],
-                       run_name=name, mlflow_run_id=res["run_id"], eval_accuracy=res["eval_accuracy"], step=res["step"],
+                       parent_id=state.get("mainline"), harness_version=harness.version, checkpoint=res.checkpoint,
+                       run_name=name, mlflow_run_id=res.run_id, eval_accuracy=res.eval_accuracy, step=res.step,
                        created=_now())
     pv = ctx.store.add_policy_version(pv)
     if pv.selection_accuracy is None:  # what a rollback compares: the selection split (see _keep_best)
@@ -350,28 +351,28 @@ def backtest(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command
                 if not ((pid is not None and pid not in open_) or (pid, seed) in branches
                         and branches[(pid, seed)].status == "failed")]
         # every arm × seed of this look at once: the launcher runs as many side by side as it has workers
-        results = _run_many(ctx, [(_branch_name(ctx, rnd, role, index, seed), h, b.branch_steps, seed, fork, every,
-                                   {"evotrainer.role": role, "evotrainer.proposal": pid or "",
-                                    "evotrainer.round": str(rnd), "evotrainer.seed": str(seed)}, upto)
+        results = _run_many(ctx, [JobAsk(_branch_name(ctx, rnd, role, index, seed), h, b.branch_steps, seed, fork,
+                                         every, {"evotrainer.role": role, "evotrainer.proposal": pid or "",
+                                                 "evotrainer.round": str(rnd), "evotrainer.seed": str(seed)}, upto)
                                   for pid, role, index, h, seed in legs])
         for (pid, role, _index, _h, seed), res in zip(legs, results):
-            name = res["name"]
+            name = res.name
             gate = None
-            if role == "treatment" and res["status"] == "finished":
-                gate = check_gate(evidence_upto(read_job_dir(res["run_dir"]), upto), registry,
+            if role == "treatment" and res.status == "finished":
+                gate = check_gate(evidence_upto(read_job_dir(res.run_dir), upto), registry,
                                   final=look == b.looks)
-            entry = {"look": look, "step": upto, "trained": every * look, "status": res["status"], "error": res["error"],
-                     "eval_accuracy": res["eval_accuracy"], "train_reward": res["train_reward"],
+            entry = {"look": look, "step": upto, "trained": every * look, "status": res.status, "error": res.error,
+                     "eval_accuracy": res.eval_accuracy, "train_reward": res.train_reward,
                      # None for a control, and for a gate that had too little evidence yet at an interim look
                      "gate_passed": None if gate is None else (False if gate.reasons else
                                                                (None if gate.undecided else True)),
                      "gate_reasons": [] if gate is None else gate.reasons}
             prev = branches.get((pid, seed))
             branches[(pid, seed)] = BranchResult(
-                backtest_id=bt_id, proposal_id=pid, role=role, seed=seed, run_name=name, status=res["status"],
-                error=res["error"], eval_accuracy=res["eval_accuracy"], train_reward=res["train_reward"],
-                gate_passed=entry["gate_passed"], gate_reasons=entry["gate_reasons"], steps=res["steps"],
-                step=res["step"], looks=[*(prev.looks if prev else []), entry])
+                backtest_id=bt_id, proposal_id=pid, role=role, seed=seed, run_name=name, status=res.status,
+                error=res.error, eval_accuracy=res.eval_accuracy, train_reward=res.train_reward,
+                gate_passed=entry["gate_passed"], gate_reasons=entry["gate_reasons"], steps=res.steps,
+                step=res.step, looks=[*(prev.looks if prev else []), entry])
         listed = list(branches.values())
         decided = {pid: d for pid in open_ if (d := _decide_look(ctx, pid, listed, look, parent)) is not None}
         open_ = [pid for pid in open_ if pid not in decided]

@@ -8,9 +8,12 @@ rules for naming, resuming and stopping a job live in one place.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
 
 from evotrainer.agent.state import CampaignContext
 from evotrainer.config.eval import EvalSpec
@@ -47,33 +50,66 @@ def _out_of_time(ctx: CampaignContext) -> bool:
     return cap is not None and (time.time() - ctx.started_at) / 60 > cap
 
 
-def _run(ctx: CampaignContext, name: str, harness: HarnessSpec, steps: int, seed: int, fork: str | None,
-         eval_every: int, tags: dict[str, str], stop_at: int | None = None) -> dict[str, Any]:
-    """Run (or read back, or resume) one job up to global step ``stop_at`` (see :func:`_run_many`)."""
-    return _run_many(ctx, [(name, harness, steps, seed, fork, eval_every, tags, stop_at)])[0]
+@dataclass(frozen=True)
+class JobAsk:
+    """What a node asks of one job: train ``name`` under ``harness`` for ``steps`` from ``fork`` (None: the base
+    policy), with seed ``seed``, evaluating every ``eval_every`` steps, up to global step ``stop_at`` (a backtest's
+    look; None: the job's end)."""
+
+    name: str
+    harness: HarnessSpec
+    steps: int
+    seed: int
+    fork: str | None
+    eval_every: int
+    tags: dict[str, str]
+    stop_at: int | None = None
 
 
-def _run_many(ctx: CampaignContext, jobs: list[tuple[str, HarnessSpec, int, int, str | None, int, dict[str, str],
-                                                     int | None]]) -> list[dict[str, Any]]:
+class JobRead(BaseModel):
+    """A job as the campaign reads it back at its ``step`` (``stop_at``, or its end): whether it got there, its
+    held-out accuracy there, its training reward over the five steps before, its checkpoint and per-problem
+    outcomes. ``steps`` counts what it trained in all."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    name: str
+    status: Literal["finished", "failed"]
+    error: str | None = None
+    run_id: str | None = None
+    eval_accuracy: float | None = None
+    train_reward: float | None = None
+    steps: int = 0
+    run_dir: Path
+    checkpoint: str | None = None
+    step: int
+    outcomes: list[bool] | None = None
+
+
+def _run(ctx: CampaignContext, ask: JobAsk) -> JobRead:
+    """Run (or read back, or resume) one job (see :func:`_run_many`)."""
+    return _run_many(ctx, [ask])[0]
+
+
+def _run_many(ctx: CampaignContext, asks: list[JobAsk]) -> list[JobRead]:
     """Run (or read back, or resume) jobs side by side on the campaign's launcher, each up to its global step
-    ``stop_at`` (a backtest look; None: the job's end); record the steps each trained in the ledger once per leg.
+    ``stop_at``; record the steps each trained in the ledger once per leg.
 
-    ``jobs``: (name, harness, steps, seed, fork, eval_every, tags, stop_at) tuples. Every job that still has steps
-    to train is submitted at once (the launcher runs as many side by side as it has workers); the results are
-    then read back from the job directories in the given order, so the ledger is written in the same order
-    whatever finished first, and a ``kill -9`` in between leaves jobs that a re-run reads back or resumes.
+    Every job that still has steps to train is submitted at once (the launcher runs as many side by side as it has
+    workers); the results are then read back from the job directories in the given order, so the ledger is written in
+    the same order whatever finished first, and a ``kill -9`` in between leaves jobs that a re-run reads back or
+    resumes.
     """
     # each new job's torch threads are its share of the whole list (the launcher's ``shares``), not of what is left
     # to train: a re-run after ``kill -9`` gives a job that had not started the count it would have had
-    shares = ctx.pool.shares(len(jobs))
-    requests = [_request(ctx, *job, threads=n) for job, n in zip(jobs, shares, strict=True)]
+    shares = ctx.pool.shares(len(asks))
+    requests = [_request(ctx, ask, threads=n) for ask, n in zip(asks, shares, strict=True)]
     todo = [r for r in requests if r is not None]
     if todo:
         _while_workers_import(ctx)
     with _waiting(ctx, "jobs"):
         outcomes = iter(ctx.pool.run_many(todo) if todo else [])
-    return [_collect(ctx, job[0], job[6], job[7], None if req is None else next(outcomes))
-            for job, req in zip(jobs, requests)]
+    return [_collect(ctx, ask, None if req is None else next(outcomes)) for ask, req in zip(asks, requests)]
 
 
 _IMPORTED_AHEAD = False
@@ -99,14 +135,15 @@ def _while_workers_import(ctx: CampaignContext) -> None:
         ValueOptimizer(ctx.home, ctx.campaign_id, ctx.spec.seed).storage()  # optuna, alembic, the study schema
 
 
-def _request(ctx: CampaignContext, name: str, harness: HarnessSpec, steps: int, seed: int, fork: str | None,
-             eval_every: int, tags: dict[str, str], stop_at: int | None, threads: int | None = None):
-    """The ``JobRequest`` that brings job ``name`` to ``stop_at``; None when there is nothing to train (paused at or
-    past ``stop_at``, finished, or failed: a failed branch is a result, not something to retry). ``threads``: a new
-    job's torch threads; a resumed one computes with its record's, which the request carries so that the launcher
+def _request(ctx: CampaignContext, ask: JobAsk, threads: int | None = None):
+    """The ``JobRequest`` that brings job ``ask.name`` to ``ask.stop_at``; None when there is nothing to train (paused
+    at or past ``stop_at``, finished, or failed: a failed branch is a result, not something to retry). ``threads``: a
+    new job's torch threads; a resumed one computes with its record's, which the request carries so that the launcher
     knows the cores it takes."""
     from evotrainer.jobs.launchers import JobRequest
 
+    name, harness, steps, seed, fork, eval_every, tags, stop_at = (
+        ask.name, ask.harness, ask.steps, ask.seed, ask.fork, ask.eval_every, ask.tags, ask.stop_at)
     meta = read_run_meta(ctx.home / "jobs" / name)
     if meta is not None and (meta.status in ("finished", "failed") or (stop_at is not None and meta.reached >= stop_at)):
         return None
@@ -139,13 +176,13 @@ def _request(ctx: CampaignContext, name: str, harness: HarnessSpec, steps: int, 
                       stop_at=None if stop_at is None or stop_at == target else stop_at)
 
 
-def _collect(ctx: CampaignContext, name: str, tags: dict[str, str], stop_at: int | None, outcome: Any) -> dict[str, Any]:
-    """Read job ``name`` back as it stands at ``stop_at`` and ledger its new steps: held-out accuracy there,
-    training reward over the five steps before it, its checkpoint and its per-problem outcomes. ``outcome``: the
+def _collect(ctx: CampaignContext, ask: JobAsk, outcome: Any) -> JobRead:
+    """Read job ``ask.name`` back as it stands at ``ask.stop_at`` and ledger its new steps. ``outcome``: the
     launcher's ``JobOutcome`` when the job was just run (None: read back only)."""
     from evotrainer.core.domain import LedgerEntry
     from evotrainer.training.evaluation import read_outcomes
 
+    name, tags, stop_at = ask.name, ask.tags, ask.stop_at
     run_dir = ctx.home / "jobs" / name
     meta = read_run_meta(run_dir) or RunMeta(status="failed")
     if outcome is not None and outcome.status != "finished":
@@ -173,11 +210,11 @@ def _collect(ctx: CampaignContext, name: str, tags: dict[str, str], stop_at: int
     # a 'running' job here is one that died (this process owns the campaign): its recorded looks stay readable
     ok = (meta.status in ("finished", "paused", "running", "interrupted") and reached >= upto
           and acc is not None and upto in ckpts)
-    return {"name": name, "status": "finished" if ok else "failed",
-            "error": None if ok else (meta.error or f"no held-out evaluation and checkpoint at step {upto}"),
-            "run_id": meta.run_id, "eval_accuracy": acc, "train_reward": reward, "steps": trained,
-            "run_dir": run_dir, "checkpoint": str(ckpts[upto]) if upto in ckpts else None, "step": upto,
-            "outcomes": read_outcomes(run_dir, upto) if ok else None}
+    return JobRead(name=name, status="finished" if ok else "failed",
+                   error=None if ok else (meta.error or f"no held-out evaluation and checkpoint at step {upto}"),
+                   run_id=meta.run_id, eval_accuracy=acc, train_reward=reward, steps=trained, run_dir=run_dir,
+                   checkpoint=str(ckpts[upto]) if upto in ckpts else None, step=upto,
+                   outcomes=read_outcomes(run_dir, upto) if ok else None)
 
 
 def _score(ctx: CampaignContext, policies: list[tuple[str, int]], split: str = "selection",
