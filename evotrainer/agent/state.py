@@ -9,9 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TypedDict
+from typing import TYPE_CHECKING, Callable, TypedDict
 
 from evotrainer.config.campaign import CampaignSpec
+
+if TYPE_CHECKING:  # the services' types, for readers and checkers; none is imported to run a node
+    from evotrainer.agent.brains.base import Brain
+    from evotrainer.agent.clock import NodeClock
+    from evotrainer.core.tracking import Tracker
+    from evotrainer.jobs.launchers.base import Launcher
+    from evotrainer.store import Store
 
 
 def segment_id(campaign_id: str, rnd: int) -> str:
@@ -38,16 +45,18 @@ class CampaignState(TypedDict, total=False):
 
 @dataclass
 class CampaignContext:
-    campaign_id: str
-    spec: CampaignSpec
-    home: Path
-    store: Any  # evotrainer.store.Store
-    brain: Any  # Brain
-    pool: Any  # a Launcher (evotrainer.jobs.launchers): where jobs and scoring run
-    tracker: Any  # evotrainer.core.tracking.Tracker
-    mlflow_run_id: str | None = None
-    log: Callable[[str], None] = field(default=lambda _m: None)
-    started_at: float = 0.0
+    """What every node of one campaign process shares (LangGraph's runtime context; never checkpointed)."""
+
+    campaign_id: str  # the campaign's id in the store
+    spec: CampaignSpec  # the validated spec it was started with
+    home: Path  # the home its jobs, library copy and state live under
+    store: Store  # the state store: campaigns, versions, findings, proposals, decisions, ledger, events
+    brain: Brain  # who drafts proposals (the heuristic, or an LLM with the heuristic as its fallback)
+    pool: Launcher  # where jobs and scoring run (evotrainer.jobs.launchers: local workers or Ray)
+    tracker: Tracker  # MLflow: the campaign's parent run and its jobs' runs
+    mlflow_run_id: str | None = None  # the campaign's own MLflow run (its jobs are nested under it)
+    log: Callable[[str], None] = field(default=lambda _m: None)  # where progress lines go
+    started_at: float = 0.0  # time.time() when this process took the campaign (the wall-clock cap counts from it)
     library: Path | None = None  # the skill library folder this campaign reads and curates
-    clock: Any = None  # an agent.clock.NodeClock: times the nodes' waits on the worker (None: not timed)
+    clock: NodeClock | None = None  # times the nodes' waits on the worker (None: not timed)
     task_inert: dict[str, str] | None = None  # the task's inert knobs (agent/arms.py::_task_inert), once built
