@@ -8,11 +8,19 @@ import math
 from typing import Any
 
 from evotrainer.agent.brains.base import RefutedChange
+from evotrainer.agent.lessons import overflows_context, repeated_mistake
+from evotrainer.agent.revise import accepted_false_positives
 from evotrainer.agent.state import CampaignContext, CampaignState
+from evotrainer.agent.values import BRACKET_FACTOR, bracket_value, move_of
+from evotrainer.config.campaign import BRACKET_RANGE
 from evotrainer.config.harness import (
     HarnessSpec,
     locked_knob,
 )
+from evotrainer.core.domain import Candidate
+from evotrainer.core.errors import ConfigError
+from evotrainer.stats.screening import SCREENABLE, screen_run
+from evotrainer.tasks import get_task
 
 
 def _refuted(ctx: CampaignContext) -> list[RefutedChange]:
@@ -22,7 +30,6 @@ def _refuted(ctx: CampaignContext) -> list[RefutedChange]:
     Recording just the symptom the proposal cited would count its round's other findings as new, and the
     campaign would backtest a blocked trap again in the very next round.
     """
-    from evotrainer.agent.revise import accepted_false_positives
 
     out = []
     reopened = accepted_false_positives(ctx.store, ctx.campaign_id)  # blocked by a gate that has since been fixed
@@ -50,7 +57,6 @@ def _knob_history(ctx: CampaignContext, knob: str) -> list[tuple[str, Any, Any, 
 def _task_inert(ctx: CampaignContext) -> dict[str, str]:
     """The campaign task's inert knobs (``Task.inert_knobs``), built once per campaign process."""
     if ctx.task_inert is None:
-        from evotrainer.tasks import get_task
 
         ctx.task_inert = get_task(ctx.spec.task, ctx.spec.task_options).inert_knobs()
     return ctx.task_inert
@@ -64,8 +70,6 @@ def _check_draft(ctx: CampaignContext, harness: HarnessSpec, knob: str, value: A
     values that failed (a ×3 raise refuted at −0.002 marks every larger raise), while this exact value measured a
     gain in this campaign, which is the stronger evidence.
     """
-    from evotrainer.agent.lessons import overflows_context, repeated_mistake
-    from evotrainer.core.errors import ConfigError
 
     harness.with_knob(knob, value)  # brains validate too
     if locked_knob(knob):
@@ -98,8 +102,6 @@ def _retests(ctx: CampaignContext, harness: HarnessSpec) -> list:
     something else), and only when its effect was above ``backtest.min_effect``; it is backtested as it was,
     neither bracketed nor re-valued by Optuna.
     """
-    from evotrainer.core.domain import Candidate
-    from evotrainer.core.errors import ConfigError
 
     knobs = harness.knobs()
     props = ctx.store.list_proposals(ctx.campaign_id)
@@ -151,8 +153,6 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None 
     the right rate may lie between the two ends: on agentic ×3 moved nothing and ×243 collapsed on one seed of
     three at once and on another over 200 steps, and the campaign never tried the decades between.
     """
-    from evotrainer.agent.values import BRACKET_FACTOR, bracket_value, move_of
-    from evotrainer.config.campaign import BRACKET_RANGE
 
     factor = BRACKET_FACTOR if factor is None else factor
     if k < 2 or not drafts:
@@ -192,8 +192,6 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None 
 
 def _screen(ctx: CampaignContext, state: CampaignState, harness: HarnessSpec, knob: str, value: Any):
     """Screen a change on this round's segment rollouts (None when it cannot be, or the screening failed)."""
-    from evotrainer.stats.screening import SCREENABLE, screen_run
-    from evotrainer.tasks import get_task
 
     if knob not in SCREENABLE or not state.get("segment_run"):
         return None

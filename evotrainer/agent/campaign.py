@@ -25,10 +25,26 @@ from typing import Any, Callable
 from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict, Field
 
+from evotrainer.agent.brains.heuristic import HeuristicBrain
+from evotrainer.agent.brains.llm import LLMBrain, LLMSettings
+from evotrainer.agent.clock import REVIEW_WAIT, NodeClock, timings_path
+from evotrainer.agent.lessons import campaign_library, source_library
+from evotrainer.agent.runs import CampaignStopped
 from evotrainer.agent.state import CampaignContext
-from evotrainer.config.campaign import CampaignSpec, load_campaign_spec, spec_of
+from evotrainer.config.campaign import LIVE_SESSIONS, CampaignSpec, load_campaign_spec, spec_of
+from evotrainer.config.harness import load_harness
+from evotrainer.config.policy import budget_overflow
+from evotrainer.core import procs
 from evotrainer.core.domain import CampaignOwner
-from evotrainer.core.errors import ConfigError
+from evotrainer.core.errors import ConfigError, TaskError
+from evotrainer.core.tracking import Tracker, tracking_uri
+from evotrainer.diagnostics.registry import Registry
+from evotrainer.diagnostics.revision import Archive
+from evotrainer.jobs.launchers import make_launcher
+from evotrainer.jobs.pool import PoolStopped, job_timeout_from_env
+from evotrainer.library.loader import Library
+from evotrainer.tasks import get_task
+from evotrainer.training.evaluation import split_problems
 
 
 def _store(home: Path):
@@ -38,12 +54,10 @@ def _store(home: Path):
 
 
 def _brain(spec: CampaignSpec):
-    from evotrainer.agent.brains.heuristic import HeuristicBrain
 
     heuristic = HeuristicBrain(explore_threshold=spec.brain.explore_threshold, prior_strength=spec.brain.prior_strength)
     if spec.brain.kind == "heuristic":
         return heuristic
-    from evotrainer.agent.brains.llm import LLMBrain, LLMSettings
 
     settings = LLMSettings(**spec.brain.llm.model_dump())
     return LLMBrain(settings, fallback=heuristic, token_budget=spec.budget.llm_tokens)
@@ -96,10 +110,6 @@ def _parsed(spec_path: Path, seed: int | None = None) -> CampaignSpec:
 
 def _validated(spec_path: Path, spec: CampaignSpec) -> tuple[CampaignSpec, Any]:
     """``spec`` (from :func:`_parsed`) checked against what it names: harness, diagnostics, task, splits, paths."""
-    from evotrainer.config.harness import load_harness
-    from evotrainer.core.errors import TaskError
-    from evotrainer.diagnostics.registry import Registry
-    from evotrainer.tasks import get_task
 
     harness = load_harness(spec.harness_path())
     Registry(harness)
@@ -108,14 +118,12 @@ def _validated(spec_path: Path, spec: CampaignSpec) -> tuple[CampaignSpec, Any]:
     except TaskError as err:  # the task's own message, with the file and field that gave it
         raise TaskError(f"{spec_path}: task / task_options: {err}") from None
     if spec.confirm:  # refused now, not after the whole budget is spent (the held-out pool can be too small)
-        from evotrainer.training.evaluation import split_problems
 
         try:
             split_problems(task, spec.eval, "confirmation", n=spec.confirm_n)
         except ConfigError as err:
             raise ConfigError(f"{spec_path}: eval / confirm_n: {err}") from None
     _check_paths(spec, spec_path)
-    from evotrainer.config.policy import budget_overflow
 
     if (why := budget_overflow(harness.grpo.max_completion_length, spec.policy.context_length())) is not None:
         raise ConfigError(f"{spec.harness_path()}: {why}")  # refused now, not at the first segment
@@ -123,7 +131,6 @@ def _validated(spec_path: Path, spec: CampaignSpec) -> tuple[CampaignSpec, Any]:
 
 
 def _create(spec: CampaignSpec, harness: Any, home: Path) -> str:
-    from evotrainer.core.tracking import Tracker
 
     slug = re.sub(r"[^a-z0-9]+", "-", spec.name.lower()).strip("-")[:40] or "campaign"
     cid = f"{slug}-{datetime.now(timezone.utc).strftime('%Y%m%d%H%M%S')}"
@@ -145,7 +152,6 @@ def job_timeout(spec: CampaignSpec) -> float | None:
 
     ``$EVOTRAINER_JOB_TIMEOUT_S`` for now (a campaign-spec field will take precedence once it exists).
     """
-    from evotrainer.jobs.pool import job_timeout_from_env
 
     minutes = getattr(spec.budget, "job_timeout_minutes", None)
     return minutes * 60.0 if minutes is not None else job_timeout_from_env()
@@ -153,8 +159,6 @@ def job_timeout(spec: CampaignSpec) -> float | None:
 
 def launcher_for(spec: CampaignSpec):
     """The launcher the spec's ``launcher`` section asks for (``evotrainer.jobs.launchers``), not started yet."""
-    from evotrainer.config.campaign import LIVE_SESSIONS
-    from evotrainer.jobs.launchers import make_launcher
 
     ls = spec.launcher
     return make_launcher(ls.kind, workers=ls.workers, timeout_s=job_timeout(spec), address=ls.address,
@@ -164,9 +168,6 @@ def launcher_for(spec: CampaignSpec):
 
 def _check_paths(spec: CampaignSpec, spec_path: Path) -> None:
     """Paths the campaign reads later must exist now: a typo found in round 3 would cost the rounds before it."""
-    from evotrainer.agent.lessons import source_library
-    from evotrainer.core.errors import ConfigError
-    from evotrainer.library.loader import Library
 
     lib = source_library(spec)
     if not lib.is_dir():
@@ -175,7 +176,6 @@ def _check_paths(spec: CampaignSpec, spec_path: Path) -> None:
     if Library.load(lib, strict=False).problems:
         raise ConfigError(f"{spec_path}: library: {lib} has malformed files; run `evotrainer skills lint --library {lib}`")
     if spec.revision.archive:
-        from evotrainer.diagnostics.revision import Archive
 
         arch = spec.relative(spec.revision.archive)
         if not arch.is_file():
@@ -214,12 +214,7 @@ def run_campaign(cid: str, home: Path, log: Callable[[str], None] = print, wait:
 
 def _run_owned(cid: str, home: Path, store: Any, camp: Any, owner: Any, log: Callable[[str], None], wait: bool,
                max_rounds: int | None, poll_s: float, pool: Any) -> dict[str, Any]:
-    from evotrainer.agent.clock import REVIEW_WAIT, NodeClock, timings_path
     from evotrainer.agent.graph import compile_graph
-    from evotrainer.agent.lessons import campaign_library
-    from evotrainer.agent.runs import CampaignStopped
-    from evotrainer.core.tracking import Tracker
-    from evotrainer.jobs.pool import PoolStopped
 
     spec = spec_of(camp)
     graph = compile_graph(home)
@@ -296,7 +291,6 @@ def _trace(home: Path) -> None:
     import mlflow
     import mlflow.langchain
 
-    from evotrainer.core.tracking import Tracker, tracking_uri
 
     mlflow.set_tracking_uri(tracking_uri(home))
     mlflow.set_experiment(experiment_id=Tracker(home).experiment_id)
@@ -324,7 +318,6 @@ def stop_campaign(cid: str, home: Path, now: bool = False, wait_s: float = 30.0)
     Without a live owner (a campaign waiting for review, an interrupted one) only the mark is set. An owner on
     another host (shared PostgreSQL store) sees the mark before its next job; ``now`` must run on that host.
     """
-    from evotrainer.core import procs
 
     store = _store(home)
     camp = store.get_campaign(cid)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from evotrainer.core.errors import ConfigError
 from evotrainer.core.redact import mask
+from evotrainer.core.sqlite_wal import to_wal
 
 CHECKPOINT_URL_ENV = "EVOTRAINER_CHECKPOINT_URL"
 SETUP_LOCK_KEY = 0x65766F7463  # PostgreSQL advisory lock held while the saver creates its tables ("evotc")
@@ -31,7 +32,6 @@ def checkpointer(home: Path):
         return postgres_saver(url)
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    from evotrainer.core.sqlite_wal import to_wal
 
     conn = sqlite3.connect(str(home / "checkpoints.db"), check_same_thread=False, timeout=SQLITE_BUSY_S)
     to_wal(conn.cursor(), SQLITE_BUSY_S)  # a plain PRAGMA failed at once while another opener held the file

@@ -24,7 +24,13 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, Field
 
+from evotrainer.config.campaign import spec_of
+from evotrainer.config.harness import HarnessSpec
 from evotrainer.core.errors import ConfigError
+from evotrainer.core.runmeta import read_run_meta
+from evotrainer.jobs.scoring import score_policies
+from evotrainer.tasks import get_task
+from evotrainer.training.evaluation import split_problems
 
 
 class Confirmation(BaseModel):
@@ -71,13 +77,7 @@ def confirm(home: Path, cid: str, seed: int | None = None, store: Any = None, sc
     ``n``: how many problems (default: the spec's ``confirm_n``, else ``eval.n``).
     """
 
-    from evotrainer.config.campaign import spec_of
-    from evotrainer.config.harness import HarnessSpec
-    from evotrainer.core.runmeta import read_run_meta
-    from evotrainer.jobs.scoring import score_policies
     from evotrainer.store import Store
-    from evotrainer.tasks import get_task
-    from evotrainer.training.evaluation import split_problems
 
     store = store or Store.for_home(home)
     camp = store.get_campaign(cid)

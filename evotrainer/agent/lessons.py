@@ -24,7 +24,13 @@ from typing import Any
 
 from evotrainer.agent.brains.base import KnownMistake, RefutedChange
 from evotrainer.config.harness import HarnessSpec
+from evotrainer.config.policy import budget_overflow
 from evotrainer.core.domain import Candidate, Finding
+from evotrainer.library.candidates import to_candidates
+from evotrainer.library.changes import direction
+from evotrainer.library.curation import known_mistake, record_outcome
+from evotrainer.library.loader import LIBRARY_ENV, Library
+from evotrainer.library.retrieve import domain_of, retrieve
 
 SEED_LIBRARY = Path(__file__).resolve().parents[2] / "skills"
 
@@ -33,7 +39,6 @@ def source_library(spec: Any) -> Path:
     """The folder a campaign starts from: its spec's ``library``, else ``$EVOTRAINER_LIBRARY``, else the seeds."""
     import os
 
-    from evotrainer.library.loader import LIBRARY_ENV
 
     if spec.library:
         return spec.relative(spec.library).resolve()
@@ -73,7 +78,6 @@ def repeats_mistake(note: Any, direction: str, value: Any) -> bool:
 
 def overflows_context(knob: str, value: Any, context: int | None) -> str | None:
     """Why ``knob=value`` cannot run on a policy with ``context`` positions, or None when it can."""
-    from evotrainer.config.policy import budget_overflow
 
     if knob == "grpo.max_completion_length" and isinstance(value, int):
         return budget_overflow(value, context)
@@ -87,9 +91,6 @@ def brain_inputs(library_dir: Path, harness: HarnessSpec, findings: list[Finding
     ``context`` is the policy's context length: a completion budget that would fill it (a relative skill
     doubles 192 to 384 for a 256-position model) is no candidate, since the job would refuse it.
     """
-    from evotrainer.library.candidates import to_candidates
-    from evotrainer.library.loader import Library
-    from evotrainer.library.retrieve import domain_of, retrieve
 
     lib = Library.load(library_dir, strict=False)
     domain = domain_of(task)
@@ -124,8 +125,6 @@ def brain_inputs(library_dir: Path, harness: HarnessSpec, findings: list[Finding
 
 def _mistake(lib: Any, harness: HarnessSpec, knob: str, value: Any, symptom: str) -> Any:
     """The active mistake note of the (symptom, knob, direction) cluster that ``value`` repeats, if any."""
-    from evotrainer.library.changes import direction
-    from evotrainer.library.curation import known_mistake
 
     old = harness.knobs().get(knob)
     note = known_mistake(lib, symptom=symptom, knob=knob, old=old, value=value)
@@ -134,7 +133,6 @@ def _mistake(lib: Any, harness: HarnessSpec, knob: str, value: Any, symptom: str
 
 def repeated_mistake(library_dir: Path | None, harness: HarnessSpec, knob: str, value: Any, symptom: str) -> str | None:
     """Slug of the known mistake a draft repeats for its own symptom (the propose node's last check), else None."""
-    from evotrainer.library.loader import Library
 
     if library_dir is None:
         return None
@@ -150,7 +148,6 @@ def curate_round(ctx: Any, rnd: int, refuted_blocks: set[str] = frozenset()) -> 
     not as a mistake: the change did not fail, the judge did. A screened change (predicted to leave the training
     signal as it is) is recorded as ``screened`` evidence, with no effect.
     """
-    from evotrainer.library.curation import record_outcome
 
     proposals = ctx.store.list_proposals(ctx.campaign_id, round=rnd)
     decided = ctx.store.get_decisions([p.id for p in proposals])

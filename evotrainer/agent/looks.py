@@ -15,7 +15,7 @@ from evotrainer.config.harness import (
     enlarges_update,
 )
 from evotrainer.core.domain import BranchResult, Decision, PolicyVersion
-from evotrainer.stats.backtest import decide
+from evotrainer.stats.backtest import decide, effect_interval
 
 
 def _at_look(b: BranchResult, look: int) -> BranchResult:
@@ -73,7 +73,6 @@ def _larger_step(ctx: CampaignContext, best: Decision, decisions: list[Decision]
     proves no gain over the control (rule ``larger_step``); the selection-split rollback (:func:`_keep_best`) guards
     the mainline after it.
     """
-    from evotrainer.stats.backtest import effect_interval
 
     b = ctx.spec.backtest
     if not b.stuck_prefer_larger or b.stuck_margin is None or best.stats is None:

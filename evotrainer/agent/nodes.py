@@ -28,8 +28,10 @@ from evotrainer.agent.arms import (
 )
 from evotrainer.agent.brains.base import BrainContext
 from evotrainer.agent.budget import _explore_mode, _explore_spent, _last_round, _look_budget, _still_improving
+from evotrainer.agent.confirm import confirm
 from evotrainer.agent.fallback import BRAIN as BUILTIN
 from evotrainer.agent.fallback import step_draft
+from evotrainer.agent.lessons import brain_inputs, curate_round
 from evotrainer.agent.looks import _decide_look, _larger_step
 from evotrainer.agent.mainline import (
     _decision_scored,
@@ -45,6 +47,7 @@ from evotrainer.agent.movement import (
     round_stuck,
 )
 from evotrainer.agent.regression import REGRESSED_WHY, regressed, regression_finding
+from evotrainer.agent.revise import campaign_revisions, refuted_blocks
 from evotrainer.agent.runs import (
     JobAsk,
     _harness,
@@ -58,6 +61,7 @@ from evotrainer.agent.runs import (
     _waiting,
 )
 from evotrainer.agent.state import CampaignContext, CampaignState, segment_id
+from evotrainer.agent.values import ValueOptimizer
 from evotrainer.config.harness import (
     STEP_SIZE_KNOBS,
     HarnessSpec,
@@ -66,8 +70,13 @@ from evotrainer.config.harness import (
     shrinks_update,
 )
 from evotrainer.core.domain import BranchResult, Decision, PolicyVersion, Proposal, Review
+from evotrainer.core.errors import ConfigError
 from evotrainer.core.runmeta import read_run_meta
+from evotrainer.diagnostics.gates import check_gate
+from evotrainer.diagnostics.registry import Registry
+from evotrainer.evidence.model import evidence_upto
 from evotrainer.evidence.readers import read_job_dir
+from evotrainer.store import NotFound
 
 STATUS_OF = {"promote": "promoted", "reject": "refuted", "inconclusive": "inconclusive", "blocked": "blocked",
              "failed": "failed"}
@@ -127,7 +136,6 @@ def train_segment(state: CampaignState, runtime: Runtime[CampaignContext]) -> Co
 
 
 def diagnose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[Literal["propose"]]:
-    from evotrainer.diagnostics.registry import Registry
 
     ctx = runtime.context
     name = state["segment_run"]
@@ -149,9 +157,6 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
     ctx, rnd = runtime.context, state["round"]
     existing = ctx.store.list_proposals(ctx.campaign_id, round=rnd)
     if not existing:
-        from evotrainer.agent.lessons import brain_inputs
-        from evotrainer.agent.values import ValueOptimizer
-        from evotrainer.core.errors import ConfigError
 
         harness = _harness(ctx, state["harness_version"])
         findings = ctx.store.list_findings(ctx.campaign_id, round=rnd)
@@ -296,10 +301,6 @@ def backtest(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command
     anyway). Everything is re-derived from the job directories, so a re-run after ``kill -9`` retrains nothing
     and decides the same.
     """
-    from evotrainer.diagnostics.gates import check_gate
-    from evotrainer.diagnostics.registry import Registry
-    from evotrainer.evidence.model import evidence_upto
-    from evotrainer.store import NotFound
 
     ctx, rnd = runtime.context, state["round"]
     bt_id = f"{ctx.campaign_id}:r{rnd:02d}:backtest"
@@ -466,8 +467,6 @@ def distill(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
         harness = new
     # label this round's branches, catch gate misfires and revise the diagnostic (may add a harness version);
     # then what the round taught goes into the skill library (a block refuted by its own evidence is no mistake)
-    from evotrainer.agent.lessons import curate_round
-    from evotrainer.agent.revise import campaign_revisions, refuted_blocks
 
     harness = _guarded(ctx, "revision", rnd, lambda: campaign_revisions(ctx, rnd, bt_id, harness), harness)
     ops = _guarded(ctx, "curation", rnd, lambda: curate_round(ctx, rnd, refuted_blocks(ctx.store, ctx.campaign_id)), [])
@@ -512,7 +511,6 @@ def distill(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
 
 def _tell_optimizer(ctx: CampaignContext, rnd: int, harness: HarnessSpec) -> None:
     """Record this round's decided numeric changes in their knobs' Optuna studies (asked ones are told)."""
-    from evotrainer.agent.values import ValueOptimizer
 
     vo = ValueOptimizer(ctx.home, ctx.campaign_id, ctx.spec.seed)
     for knob in {p.knob for p in ctx.store.list_proposals(ctx.campaign_id, round=rnd)}:
@@ -526,7 +524,6 @@ def finish(state: CampaignState, runtime: Runtime[CampaignContext]) -> dict:
     mainline = ctx.store.get_campaign(ctx.campaign_id).mainline_version
     done = {e.message.get("mainline") for e in ctx.store.events(ctx.campaign_id, kind="confirmation")}
     if ctx.spec.confirm and mainline is not None and mainline not in done:  # once per mainline handed over
-        from evotrainer.agent.confirm import confirm
 
         c = _guarded(ctx, "confirmation", state.get("round", 0), lambda: confirm(ctx.home, ctx.campaign_id, store=ctx.store,
                                                                                    score=_timed_score(ctx)), None)

@@ -51,8 +51,11 @@ from evotrainer.core import atomic
 from evotrainer.core.domain import SEVERITY_RANK, Finding
 from evotrainer.core.errors import ConfigError
 from evotrainer.core.symptoms import EXPLOIT_SYMPTOMS
+from evotrainer.diagnostics.gates import check_gate
+from evotrainer.diagnostics.registry import Registry
 from evotrainer.diagnostics.revision import Archive, LabelledRun, RevisionResult, evaluate_revision, record
 from evotrainer.evidence.model import Evidence
+from evotrainer.evidence.readers import load_evidence
 
 FACTORS = (0.5, 0.75, 1.25, 1.5, 2.0)
 
@@ -251,8 +254,6 @@ def accepted_false_positives(store: Any, campaign_id: str) -> set[str]:
 def label_round(ctx: Any, rnd: int, bt_id: str | None, harness: HarnessSpec, registry: Any,
                 load: Callable[[str], Evidence]) -> tuple[Archive, list[Misfire]]:
     """Add this round's decided branches and segment to the campaign archive; return the misfires found."""
-    from evotrainer.diagnostics.gates import check_gate
-    from evotrainer.diagnostics.registry import Registry
 
     store, cid = ctx.store, ctx.campaign_id
     path = archive_path(ctx.home, cid)
@@ -322,8 +323,6 @@ def label_round(ctx: Any, rnd: int, bt_id: str | None, harness: HarnessSpec, reg
 
 def campaign_revisions(ctx: Any, rnd: int, bt_id: str | None, harness: HarnessSpec) -> HarnessSpec:
     """Label the round, revise every new misfire, and return the (possibly revised) mainline harness."""
-    from evotrainer.diagnostics.registry import Registry
-    from evotrainer.evidence.readers import load_evidence
 
     if not ctx.spec.revision.enabled:
         return harness

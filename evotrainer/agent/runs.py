@@ -16,14 +16,18 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from evotrainer.agent.state import CampaignContext
+from evotrainer.agent.values import ValueOptimizer
 from evotrainer.config.eval import EvalSpec
 from evotrainer.config.harness import (
     HarnessSpec,
 )
 from evotrainer.config.job import JobSpec
+from evotrainer.core.domain import LedgerEntry
 from evotrainer.core.runmeta import RunMeta, read_run_meta
 from evotrainer.evidence.model import read_metrics
+from evotrainer.jobs.launchers import JobRequest
 from evotrainer.jobs.lineage import complete_checkpoints
+from evotrainer.training.evaluation import read_outcomes, write_outcomes
 
 
 class CampaignStopped(Exception):
@@ -130,7 +134,6 @@ def _while_workers_import(ctx: CampaignContext) -> None:
     import evotrainer.stats.screening  # noqa: F401
 
     if ctx.spec.values == "optuna":
-        from evotrainer.agent.values import ValueOptimizer
 
         ValueOptimizer(ctx.home, ctx.campaign_id, ctx.spec.seed).storage()  # optuna, alembic, the study schema
 
@@ -140,7 +143,6 @@ def _request(ctx: CampaignContext, ask: JobAsk, threads: int | None = None):
     at or past ``stop_at``, finished, or failed: a failed branch is a result, not something to retry). ``threads``: a
     new job's torch threads; a resumed one computes with its record's, which the request carries so that the launcher
     knows the cores it takes."""
-    from evotrainer.jobs.launchers import JobRequest
 
     name, harness, steps, seed, fork, eval_every, tags, stop_at = (
         ask.name, ask.harness, ask.steps, ask.seed, ask.fork, ask.eval_every, ask.tags, ask.stop_at)
@@ -179,8 +181,6 @@ def _request(ctx: CampaignContext, ask: JobAsk, threads: int | None = None):
 def _collect(ctx: CampaignContext, ask: JobAsk, outcome: Any) -> JobRead:
     """Read job ``ask.name`` back as it stands at ``ask.stop_at`` and ledger its new steps. ``outcome``: the
     launcher's ``JobOutcome`` when the job was just run (None: read back only)."""
-    from evotrainer.core.domain import LedgerEntry
-    from evotrainer.training.evaluation import read_outcomes
 
     name, tags, stop_at = ask.name, ask.tags, ask.stop_at
     run_dir = ctx.home / "jobs" / name
@@ -224,7 +224,6 @@ def _score(ctx: CampaignContext, policies: list[tuple[str, int]], split: str = "
     :class:`evotrainer.jobs.scoring.MergeRequest`) has the worker average seeds into a new job first; its accuracy
     comes last. ``record``: a (run dir, step) per policy, where its per-problem outcomes are stored as that run's
     evaluation at that step (a merged job's own record, which :mod:`evotrainer.agent.movement` reads)."""
-    from evotrainer.training.evaluation import write_outcomes
 
     sp = ctx.spec
     if not policies and merge is None:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from evotrainer.config.eval import EvalSpec
 from evotrainer.config.harness import SCALE_KNOBS, load_yaml_model
 from evotrainer.config.policy import PolicySpec
+from evotrainer.core.redact import mask
 from evotrainer.tasks import task_form
 
 
@@ -219,7 +220,6 @@ class LLMBrainSpec(_S):
     def _http_url(cls, v: str) -> str:
         from urllib.parse import urlsplit
 
-        from evotrainer.core.redact import mask
 
         try:
             parts = urlsplit(v.strip())

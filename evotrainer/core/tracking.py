@@ -24,6 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from evotrainer.core.errors import ConfigError
+from evotrainer.core.redact import mask
+
 EXPERIMENT = "evotrainer"
 FLUSH_EVERY = 10  # buffered steps per MLflow write
 # A tracking server that does not answer fails fast: MLflow's defaults (7 retries with backoff, 120 s per request)
@@ -115,8 +118,6 @@ class Tracker:
         except Exception as exc:  # noqa: BLE001 - an unreachable or malformed tracking URI: one line, credentials masked
             if self.uri.startswith("sqlite:///"):
                 raise
-            from evotrainer.core.errors import ConfigError
-            from evotrainer.core.redact import mask
 
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             raise ConfigError(f"cannot reach the MLflow tracking server {mask(self.uri)} ($EVOTRAINER_MLFLOW_URI): "

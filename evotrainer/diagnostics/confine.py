@@ -49,6 +49,8 @@ import os
 import sys
 from pathlib import Path
 
+import evotrainer
+
 FULL = "landlock+signals+seccomp"
 """What :func:`confinement` says on a machine that offers every mechanism above."""
 
@@ -137,7 +139,6 @@ def readable_roots() -> list[Path]:
     """What a sandboxed child may read: the interpreter and its libraries, the installed packages, evotrainer."""
     import site
 
-    import evotrainer
 
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(), site.getusersitepackages(),
              str(Path(evotrainer.__file__).resolve().parent), "/usr", "/lib", "/lib64", "/lib32", "/bin",

@@ -25,6 +25,7 @@ import fnmatch
 from typing import Any
 
 from evotrainer.diagnostics.base import Diagnostic
+from evotrainer.diagnostics.builtin import BUILTIN_DIAGNOSTICS
 from evotrainer.evidence.model import (
     CORRECT_WORDS,
     FULL_ROLLOUT_SCHEMA,
@@ -50,7 +51,6 @@ _JSON_TYPES = {"string": "string", "int32": "integer", "int64": "integer", "doub
 
 
 def _diagnostics() -> list[Diagnostic]:
-    from evotrainer.diagnostics.builtin import BUILTIN_DIAGNOSTICS
 
     return [cls() for _, cls in sorted(BUILTIN_DIAGNOSTICS.items())]
 

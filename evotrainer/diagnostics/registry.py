@@ -26,11 +26,12 @@ from evotrainer.config.harness import HarnessSpec
 from evotrainer.core.domain import SEVERITY_RANK, Finding
 from evotrainer.core.errors import ConfigError
 from evotrainer.diagnostics.base import Diagnostic
+from evotrainer.diagnostics.builtin import BUILTIN_DIAGNOSTICS
+from evotrainer.diagnostics.sandbox import list_diagnostics, run_sandboxed
 from evotrainer.evidence.model import Evidence
 
 
 def builtin_diagnostics() -> dict[str, type[Diagnostic]]:
-    from evotrainer.diagnostics.builtin import BUILTIN_DIAGNOSTICS
 
     return dict(BUILTIN_DIAGNOSTICS)
 
@@ -70,7 +71,6 @@ class SandboxedDiagnostic:
         self.version = "sandboxed:" + hashlib.sha256(path.read_bytes()).hexdigest()[:10]
 
     def run(self, ev: Evidence) -> list[Finding]:
-        from evotrainer.diagnostics.sandbox import run_sandboxed
 
         return run_sandboxed(self.path, self.name, self.params, ev, timeout_s=self.timeout_s, memory_mb=self.memory_mb)
 
@@ -93,7 +93,6 @@ class Registry:
             else:
                 if not path.is_file():
                     raise ConfigError(f"user diagnostic file not found: {path}")
-                from evotrainer.diagnostics.sandbox import list_diagnostics
 
                 for name, pnames in list_diagnostics(path).items():
                     self._check_new(name, path)

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from evotrainer.config.harness import load_yaml_model
 from evotrainer.core.domain import SEVERITY_RANK
 from evotrainer.core.symptoms import check_symptom
 from evotrainer.evidence.model import Evidence
@@ -51,7 +52,6 @@ class Archive(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> Archive:
-        from evotrainer.config.harness import load_yaml_model
 
         arch = load_yaml_model(path, cls, "labelled archive", max_bytes=ARCHIVE_MAX_BYTES)
         for r in arch.runs:  # relative paths are relative to the archive file

@@ -41,6 +41,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from evotrainer.core.domain import Finding
+from evotrainer.core.errors import ConfigError
+from evotrainer.diagnostics.base import Diagnostic
 from evotrainer.diagnostics.confine import (
     NOBODY,
     confinement,
@@ -49,6 +52,7 @@ from evotrainer.diagnostics.confine import (
     restrict_syscalls,
     seccomp_available,
 )
+from evotrainer.evidence.model import Evidence
 
 __all__ = ["confinement", "list_diagnostics", "list_names", "run_sandboxed"]
 
@@ -88,7 +92,6 @@ def _limits(memory_mb: int, cpu_s: int) -> None:
 
 
 def _error_finding(name: str, message: str):
-    from evotrainer.core.domain import Finding
 
     return Finding(symptom="diagnostic_error", diagnostic=name, version="sandboxed", severity="warning",
                    confidence=0.0, explanation=message[:2000])
@@ -172,7 +175,6 @@ def run_sandboxed(path: Path, name: str, params: dict[str, Any], ev, timeout_s: 
     """Run diagnostic ``name`` from the untrusted file ``path`` on ``ev`` in a sandboxed process."""
     from pydantic import ValidationError
 
-    from evotrainer.core.domain import Finding
 
     with tempfile.TemporaryDirectory(prefix="evo-sandbox-") as tmp:
         work = Path(tmp)
@@ -208,7 +210,6 @@ def list_names(path: Path, timeout_s: float = 30.0) -> list[str]:
 def list_diagnostics(path: Path, timeout_s: float = 30.0) -> dict[str, list[str] | None]:
     """The diagnostics an untrusted file defines, each with its parameter names (None when the child could not
     say), learned in the sandbox. The child's answer is untrusted too: anything but identifiers is dropped."""
-    from evotrainer.core.errors import ConfigError
 
     with tempfile.TemporaryDirectory(prefix="evo-sandbox-") as tmp:
         work = Path(tmp)
@@ -248,8 +249,6 @@ def _child(argv: list[str]) -> int:
 
     import pandas as pd
 
-    from evotrainer.diagnostics.base import Diagnostic
-    from evotrainer.evidence.model import Evidence
 
     ev = None
     if argv[0] == "run":

@@ -41,8 +41,16 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from evotrainer.config.harness import load_yaml_model
+from evotrainer.config.reward import BUILTIN_TERMS
 from evotrainer.core.errors import ConfigError
-from evotrainer.evidence.model import CORRECT_WORDS, NEGATING_WORDS
+from evotrainer.evidence.model import (
+    CORRECT_WORDS,
+    FULL_ROLLOUT_SCHEMA,
+    METRIC_DOCS,
+    NEGATING_WORDS,
+    ROLLOUT_COLUMNS,
+)
 
 MAX_MAP_ENTRIES = 200
 
@@ -145,7 +153,6 @@ class FieldMap(BaseModel):
 
     @classmethod
     def load(cls, path: str | Path) -> FieldMap:
-        from evotrainer.config.harness import load_yaml_model
 
         return load_yaml_model(path, cls, "field map")
 
@@ -183,8 +190,6 @@ def contract_fields() -> dict[str, set[str]]:
     """The fields a map may name: every rollout column of the schema, and every metric the evidence model documents
     (``METRIC_DOCS``, which the contract's metrics are drawn from), the per-term reward patterns spelled out for the
     built-in terms (``rewards/correctness/mean``)."""
-    from evotrainer.config.reward import BUILTIN_TERMS
-    from evotrainer.evidence.model import METRIC_DOCS, ROLLOUT_COLUMNS
 
     metrics = {k for k in METRIC_DOCS if not any(c in k for c in "*?[")}
     metrics |= {f"rewards/{t}/{s}" for t in BUILTIN_TERMS for s in ("mean", "std")}
@@ -208,7 +213,6 @@ def _metric_source(m: pd.DataFrame, name: str) -> str | None:
 
 def _convert(field: str, s: pd.Series, src: str) -> pd.Series:
     """A source column converted to the contract field's type; ConfigError when it cannot be."""
-    from evotrainer.evidence.model import FULL_ROLLOUT_SCHEMA
 
     t = str(FULL_ROLLOUT_SCHEMA.field(field).type)
     if t == "bool":

@@ -34,6 +34,7 @@ from evotrainer.config.job import JobSpec
 from evotrainer.core import atomic
 from evotrainer.core.errors import ConfigError, RunNotFound
 from evotrainer.core.home import resolve_run
+from evotrainer.evidence.model import prompt_pass_stats, read_rollouts
 
 CKPT = "checkpoint-"
 
@@ -168,7 +169,6 @@ def ancestor_rollouts(home: Path, meta: dict[str, Any]):
     """Rollouts of the job's ancestors (up to the fork points): the evidence data rules read."""
     import pandas as pd
 
-    from evotrainer.evidence.model import read_rollouts
 
     frames, limit = [], None
     for child, pdir, _ in ancestry(home, meta):
@@ -191,7 +191,6 @@ def lineage_pass_stats(home: Path, meta: dict[str, Any]):
     resumed at every look. None without ancestors."""
     import pandas as pd
 
-    from evotrainer.evidence.model import prompt_pass_stats
 
     cache = None
     if meta.get("parent_run") and meta.get("parent_step") is not None:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from evotrainer.core.errors import ConfigError
 from evotrainer.core.home import jobs_dir
+from evotrainer.core.tracking import Tracker
 from evotrainer.jobs.jobdir import publish, staging_dir
 from evotrainer.jobs.lineage import CKPT, complete_checkpoints, read_meta, resolve_run, write_meta
 
@@ -80,7 +81,6 @@ def average_checkpoints(sources: list[Path], dst: Path) -> None:
 def merge_runs(home: Path, name: str, sources: list[tuple[str, int]], tags: dict[str, str] | None = None) -> Path:
     """The checkpoint of job ``name``: the average of ``sources`` ((run, step) pairs, all at one step and under
     one harness), created once. Returns the merged job's checkpoint directory."""
-    from evotrainer.core.tracking import Tracker
 
     if len(sources) < 2:
         raise ConfigError(f"merging needs at least two (run, step) sources, got {len(sources)}")

@@ -27,6 +27,7 @@ from evotrainer.jobs.lineage import died_at, parse_fork, read_meta, resume_recor
 from evotrainer.tasks import Task, check_alphabet, get_task
 from evotrainer.tasks.verifiers import user_function
 from evotrainer.training.data import build_pool, check_range, difficulty_range
+from evotrainer.training.policy import CHARS, base_policy_dir, precision, resolve_device
 
 
 @dataclass
@@ -132,7 +133,6 @@ def _resolve_policy(plan: JobPlan, home: Path, say: Callable[[str], None]) -> No
     """The device and the base policy: a resume's or fork's recorded base (its weights come from its checkpoint, so
     it never warm-starts another), else the spec's policy, warm-started (or found cached) after the checks it
     must pass first."""
-    from evotrainer.training.policy import CHARS, base_policy_dir, precision, resolve_device
 
     spec, harness, task = plan.spec, plan.harness, plan.task
     recorded = plan.meta if plan.meta is not None else read_meta(plan.parent_dir) if plan.parent_dir else None

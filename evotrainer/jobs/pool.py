@@ -32,6 +32,13 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
+from evotrainer.config.job import JobSpec
+from evotrainer.core.errors import ConfigError
+from evotrainer.core.procs import die_with_parent
+from evotrainer.jobs import live as sessions
+from evotrainer.jobs.runner import run_job
+from evotrainer.jobs.scoring import score_policies
+
 TIMEOUT_ENV = "EVOTRAINER_JOB_TIMEOUT_S"
 IDLE_EXIT_S = 0.2  # seconds an idle worker gets to exit by itself at close before it is ended
 _UNSET: Any = object()
@@ -44,7 +51,6 @@ class PoolStopped(Exception):
 
 def job_timeout_from_env() -> float | None:
     """``$EVOTRAINER_JOB_TIMEOUT_S``: seconds a job may run before it is ended and recorded failed (unset: none)."""
-    from evotrainer.core.errors import ConfigError
 
     raw = os.environ.get(TIMEOUT_ENV, "").strip()
     if not raw:
@@ -62,7 +68,6 @@ def _worker_init(parent_pid: int, threads: int | None = None) -> None:
     """First thing in every worker: die with the owner, leave Ctrl-C to the owner, keep stdout for the owner;
     ``threads``: torch's intra-op threads (set before torch is imported), so that workers side by side share the
     cores instead of each taking all of them."""
-    from evotrainer.core.procs import die_with_parent
 
     die_with_parent(parent_pid)
     if threads:
@@ -94,7 +99,6 @@ def score_branch(request: dict[str, Any], threads: int | None = None) -> dict[st
     Why a count per call: a local launcher with several workers runs a look's branches side by side, a core each, but
     a scoring call alone, and it should have every core (a job's own count, ``JobSpec.threads``, is set by the runner
     in the thread that trains it: torch's count holds per thread)."""
-    from evotrainer.jobs.scoring import score_policies
 
     try:
         if threads:
@@ -152,14 +156,11 @@ def run_branch(job: dict[str, Any], home: str, fork: str | None, resume: str | N
         try:
             if restore is not None:
                 bytearray(256 << 20)
-            from evotrainer.config.job import JobSpec
 
             if live:
-                from evotrainer.jobs import live as sessions
 
                 res = sessions.run(JobSpec.model_validate(job), Path(home), fork, resume, stop_at, cap=live)
             else:
-                from evotrainer.jobs.runner import run_job
 
                 res = run_job(JobSpec.model_validate(job), Path(home), resume=resume, fork=fork, stop_at=stop_at)
         finally:
@@ -176,7 +177,6 @@ def run_branch(job: dict[str, Any], home: str, fork: str | None, resume: str | N
 
 def release_live() -> dict[str, Any]:
     """Worker entry point: end the paused jobs this worker keeps alive (their runs stay paused on disk)."""
-    from evotrainer.jobs import live as sessions
 
     return {"ok": True, "released": sessions.release()}
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from evotrainer.evidence.model import read_metrics
 from evotrainer.jobs.lineage import complete_checkpoints, write_meta
 
 
@@ -45,7 +46,6 @@ def last_metrics(mdf: Any) -> dict[str, float]:
 def record_pause(run_dir: Path, meta: dict[str, Any], tracker: Any, step: int, t_start: float) -> JobResult:
     """Record the pause at ``step`` that a job reached but did not get to write (see :func:`died_at`); nothing
     is trained, so a resumed campaign neither retrains that look nor fails it."""
-    from evotrainer.evidence.model import read_metrics
 
     mdf = read_metrics(run_dir)
     tracker.backfill(meta["run_id"], mdf, step)

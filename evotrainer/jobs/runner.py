@@ -29,6 +29,7 @@ from typing import Any
 
 from evotrainer.config.job import JobSpec
 from evotrainer.core.errors import ConfigError, JobBusy, JobFailed
+from evotrainer.core.tracking import Tracker
 from evotrainer.evidence.model import truncate_after
 from evotrainer.jobs.jobdir import JobLock
 from evotrainer.jobs.lineage import CKPT, acknowledged_checkpoints, died_at, read_meta, write_meta
@@ -64,7 +65,6 @@ def run_job(
     goes on only when it can take the lock back and the run on disk is still the pause it wrote (else
     ``SessionAbandoned``: someone resumed it meanwhile, and a later resume goes on from the checkpoint).
     """
-    from evotrainer.core.tracking import Tracker
 
     t_start = time.perf_counter()
     say = log or (lambda _m: None)

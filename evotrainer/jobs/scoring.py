@@ -24,7 +24,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from evotrainer.config.eval import EvalSpec
-from evotrainer.training.evaluation import Split
+from evotrainer.jobs.merge import merge_runs
+from evotrainer.tasks import get_task
+from evotrainer.training.evaluation import Split, split_problems
+from evotrainer.training.policy import policy_accuracy
 
 
 class MergeRequest(BaseModel):
@@ -115,9 +118,6 @@ def score_policies(request: dict[str, Any]) -> dict[str, Any]:
     checkpoint's last, when ``merge`` asked for one), with ``"outcomes"`` (a list of booleans per policy) when the
     request asked for them; or ``{"ok": False, "error"}``."""
     try:
-        from evotrainer.tasks import get_task
-        from evotrainer.training.evaluation import split_problems
-        from evotrainer.training.policy import policy_accuracy
 
         req = ScoreRequest.model_validate(request)
         task = get_task(req.task, req.task_options)
@@ -125,7 +125,6 @@ def score_policies(request: dict[str, Any]) -> dict[str, Any]:
         policies = list(req.policies)
         merged = None
         if req.merge is not None:
-            from evotrainer.jobs.merge import merge_runs
 
             m = req.merge
             merged = str(merge_runs(Path(m.home), m.name, m.sources, m.tags))

@@ -35,6 +35,8 @@ from evotrainer.training.data import (
     stream_problems,
     to_dataset,
 )
+from evotrainer.training.evaluation import evaluate, heldout_problems, write_outcomes
+from evotrainer.training.policy import load_policy
 from evotrainer.training.prompting import chat_format, dataset_prompts
 
 
@@ -73,7 +75,6 @@ class Session:
     def _policy(self) -> None:
         """The policy and, for a multi-turn task, TRL's environment support (a chat template with tool calls, the
         environment with the leak tool only under the trap knob)."""
-        from evotrainer.training.policy import load_policy
 
         self.model, self.tokenizer = load_policy(self.plan.base_dir)
         self._part("policy")
@@ -100,7 +101,6 @@ class Session:
     def _dataset(self) -> None:
         """The session's prompts: the seed's stream from the fork point on, padded so that the Trainer's skip of the
         batches it already consumed (``global_step`` of them, on a resume) lands on the next unused one."""
-        from evotrainer.training.evaluation import heldout_problems
 
         plan, meta, h = self.plan, self.meta, self.plan.harness
         pool = build_pool(plan.task, h, meta.get("pool_seed", plan.spec.seed))  # a run from before pool_seed: its own
@@ -163,7 +163,6 @@ class Session:
 
     # -------------------------------------------------------------------------------------------- callbacks
     def _eval(self, step: int) -> dict[str, float]:
-        from evotrainer.training.evaluation import evaluate, write_outcomes
 
         outcomes: list[bool] = []
         metrics = evaluate(self.trainer.model, self.tokenizer, self.plan.task, self.eval_problems, self.plan.spec.eval,

@@ -12,10 +12,10 @@ from typing import Any
 
 from evotrainer.config.harness import HarnessSpec
 from evotrainer.config.job import JobSpec
+from evotrainer.training.policy import precision, resolve_device
 
 
 def device_args(device: str = "auto") -> dict[str, Any]:
-    from evotrainer.training.policy import precision, resolve_device
 
     dev = resolve_device(device)
     return {"use_cpu": dev == "cpu", "bf16": precision(dev) == "bf16"}

@@ -37,7 +37,7 @@ from pydantic import (
     model_validator,
 )
 
-from evotrainer.config.harness import HarnessSpec
+from evotrainer.config.harness import HarnessSpec, locked_knob
 from evotrainer.core.domain import SkillKind, SkillStatus
 from evotrainer.core.errors import ConfigError
 from evotrainer.core.safe_yaml import parse_yaml
@@ -104,7 +104,6 @@ def check_intervention(knob: str, op: str, arg: Any) -> None:
     ``HarnessSpec.with_knob``. ``scale``: a positive factor other than 1 on a numeric knob. ``step``: a non-zero
     integer shift of a ``[lo, hi]`` range knob (``data.difficulty``).
     """
-    from evotrainer.config.harness import locked_knob
 
     if locked_knob(knob):
         raise ValueError(f"knob '{knob}' is locked: diagnostics and gates judge interventions, no intervention may change them")

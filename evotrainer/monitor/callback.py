@@ -42,12 +42,15 @@ import numpy as np
 import pandas as pd
 from transformers import TrainerCallback
 
+from evotrainer.config.harness import HarnessSpec, load_harness
 from evotrainer.core import atomic
 from evotrainer.core.domain import SEVERITY_RANK, Finding
 from evotrainer.core.errors import ConfigError
 from evotrainer.diagnostics.base import Diagnostic
+from evotrainer.diagnostics.registry import Registry
 from evotrainer.evidence.mapping import as_bool, detect_correctness
 from evotrainer.evidence.model import Evidence, RolloutRecorder, append_metrics, truncate_after
+from evotrainer.evidence.readers.base import _text as text
 
 log = logging.getLogger("evotrainer.monitor.callback")
 
@@ -65,7 +68,6 @@ def _floats(vals: list[Any]) -> np.ndarray:
 def _text(x: Any) -> str:
     if type(x) is str:  # nearly always (plain-text prompts and completions): no call into the readers per rollout
         return x
-    from evotrainer.evidence.readers.base import _text as text
 
     return text(x)
 
@@ -110,8 +112,6 @@ class EvoTrainerCallback(TrainerCallback):
                               "(0, 1], e.g. 0.02 for 2 %; or None to diagnose exactly every `every` steps")
         if stop_on not in (None, "gate", "warning", "critical"):
             raise ConfigError(f"EvoTrainerCallback(stop_on={stop_on!r}): use 'gate', 'warning', 'critical' or None")
-        from evotrainer.config.harness import HarnessSpec, load_harness
-        from evotrainer.diagnostics.registry import Registry
 
         spec = harness if isinstance(harness, HarnessSpec) else (load_harness(harness) if harness else HarnessSpec())
         self.registry = Registry(spec)

@@ -22,6 +22,7 @@ from evotrainer.agent.campaign import StopOutcome
 from evotrainer.agent.confirm import Confirmation
 from evotrainer.config.harness import KnobChange
 from evotrainer.core.domain import Campaign, Decision, Finding, PolicyVersion, Proposal, Review
+from evotrainer.core.errors import ConfigError
 from evotrainer.diagnostics.revision import RevisionResult
 from evotrainer.library.format import Skill
 from evotrainer.library.lint import Problem
@@ -487,7 +488,6 @@ COMMANDS: dict[str, tuple[str, ...]] = {
 
 def schema_entries(name: str | None = None) -> list[SchemaEntry]:
     """Every shape (or the one called ``name``) with its JSON Schema and the commands that print it."""
-    from evotrainer.core.errors import ConfigError
 
     if name is not None and name not in SHAPES:
         raise ConfigError(f"no JSON shape called '{name}'; shapes: {', '.join(SHAPES)}")

@@ -13,9 +13,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
+from evotrainer.agent.clock import read_node_seconds, timings_path
+from evotrainer.config.harness import HarnessSpec, diff
 from evotrainer.core.domain import PolicyVersion, Review
 from evotrainer.core.errors import ConfigError
+from evotrainer.core.home import jobs_dir
 from evotrainer.core.redact import mask
+from evotrainer.core.runmeta import read_run_meta
+from evotrainer.core.tracking import tracking_uri
+from evotrainer.evidence.model import read_metrics
 from evotrainer.store import Store
 
 if TYPE_CHECKING:
@@ -45,7 +51,6 @@ def start_accuracy(home: Path, lineage: list[PolicyVersion],
                    read: Callable[[Path], pd.DataFrame] | None = None) -> float | None:
     """Held-out accuracy before the campaign trained: the first segment's step-0 evaluation if it has one,
     else the first policy version's. ``read`` reads a job's metrics (default ``evidence.read_metrics``)."""
-    from evotrainer.evidence.model import read_metrics
 
     accs = [pv.eval_accuracy for pv in lineage if pv.eval_accuracy is not None]
     start = accs[0] if accs else None
@@ -66,8 +71,6 @@ def campaign_summary(home: Path, cid: str, store: Store | None = None,
     """Status (``running`` only with a live owner, else e.g. ``interrupted``) and the command that resumes it,
     budget, held-out accuracy start → end, lineage, proposals, decisions, harness versions, where to look."""
 
-    from evotrainer.agent.clock import read_node_seconds, timings_path
-    from evotrainer.core.tracking import tracking_uri
 
     store = store or Store.for_home(home)
     camp = store.get_campaign(cid)
@@ -138,8 +141,6 @@ def job_seconds(home: Path, store: Store, cid: str) -> dict[str, Any]:
     What a campaign spends outside its jobs (starting workers, confirmations, diagnosis, the brain) is its wall
     time minus ``jobs``. A session killed before it finished records nothing (``untimed_jobs`` counts jobs with
     no session at all)."""
-    from evotrainer.core.home import jobs_dir
-    from evotrainer.core.runmeta import read_run_meta
 
     out = {"trainer": 0.0, "eval": 0.0, "setup": 0.0, "warm_start": 0.0, "other": 0.0, "jobs": 0.0, "sessions": 0,
            "untimed_jobs": 0}
@@ -168,7 +169,6 @@ def resume_command(home: Path, camp: Any) -> str | None:
 
 def harness_versions(store: Store, lineage: list[PolicyVersion]) -> list[dict[str, Any]]:
     """Mainline harness versions in order, each with its diff from the previous one (a round may add two)."""
-    from evotrainer.config.harness import HarnessSpec, diff
 
     out: list[dict[str, Any]] = []
     prev = None

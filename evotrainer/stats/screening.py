@@ -50,6 +50,8 @@ from pydantic import BaseModel, Field
 from evotrainer.config.harness import HarnessSpec
 from evotrainer.core.errors import ConfigError
 from evotrainer.core.runmeta import read_run_meta
+from evotrainer.evidence.model import prompt_pass_stats, read_rollouts
+from evotrainer.training.data import build_pool, selection_weights
 
 ADV_TOL = 0.01  # relative change of the advantage vector below which the update is the same
 DEAD_TOL = 0.005  # absolute change of the dead / misaligned share
@@ -204,8 +206,6 @@ def _prompt_weights(df: pd.DataFrame, h: HarnessSpec, pool_size: int | None = No
     little, which is what the jobs do (bench/RESULTS.md §7, session 22)."""
     from types import SimpleNamespace
 
-    from evotrainer.evidence.model import prompt_pass_stats
-    from evotrainer.training.data import selection_weights
 
     stats = prompt_pass_stats(df[["prompt_id", "step", "correct"]])
     w, _ = selection_weights([SimpleNamespace(id=pid) for pid in stats["prompt_id"]], h, stats)
@@ -299,8 +299,6 @@ def screen(harness: HarnessSpec, knob: str, value: Any, rollouts: pd.DataFrame, 
 def screen_run(run_dir: Path, harness: HarnessSpec, knob: str, value: Any, task: Any, last_steps: int | None = None) -> Screening:
     """:func:`screen` on a job directory's rollouts (its last ``last_steps`` steps), rebuilding its pool."""
 
-    from evotrainer.evidence.model import read_rollouts
-    from evotrainer.training.data import build_pool
 
     df = read_rollouts(run_dir)
     if last_steps is not None and len(df):

@@ -40,6 +40,8 @@ from typing import Any
 
 import torch
 
+from evotrainer.training.data import problem_row
+
 CHAT_TEMPLATE = (
     "{{- bos_token -}}"
     "{%- for m in messages -%}"
@@ -543,7 +545,6 @@ def solved(env) -> bool:
 def play(model, tokenizer, task, problems, max_completion_length: int, do_sample: bool = False, k: int = 1,
          batch_size: int = 256) -> list[Episode]:
     """``k`` episodes per problem (consecutive) in the task's honest environment (the leak tool never)."""
-    from evotrainer.training.data import problem_row
 
     rows = [problem_row(p, conversational=True) for p in problems for _ in range(k)]
     return run_episodes(model, tokenizer, task.environment(), rows, max_completion_length, max_rounds(task),
@@ -561,7 +562,6 @@ class Demonstrations:
         self._cache: dict[str, tuple[list[int], list[int]]] = {}
 
     def example(self, problem) -> tuple[list[int], list[int]]:
-        from evotrainer.training.data import problem_row
 
         if problem.id not in self._cache:
             row = problem_row(problem, conversational=True)

@@ -23,6 +23,7 @@ from evotrainer.config.eval import EvalSpec
 from evotrainer.core import atomic
 from evotrainer.core.errors import ConfigError
 from evotrainer.tasks import Problem, Task
+from evotrainer.training.prompting import chat_format, render, stop_ids
 
 Split = Literal["decision", "selection", "confirmation"]
 SPLITS: tuple[Split, ...] = ("decision", "selection", "confirmation")
@@ -101,7 +102,6 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, do_sampl
              temperature: float = 1.0, add_special_tokens: bool = True) -> list[str]:
     """Decoded completions of ``prompts`` (special tokens dropped), stopping at any of the policy's EOS ids
     (:func:`evotrainer.training.prompting.stop_ids`). ``add_special_tokens=False`` for texts a chat template rendered."""
-    from evotrainer.training.prompting import stop_ids
 
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=add_special_tokens).to(model.device)
     out = model.generate(
@@ -129,7 +129,6 @@ def evaluate(model, tokenizer, task: Task, problems: list[Problem], spec: EvalSp
     """
     if task.environment() is not None:
         return _evaluate_episodes(model, tokenizer, task, problems, spec, max_new_tokens, outcomes)
-    from evotrainer.training.prompting import chat_format, render
 
     chat = chat_format(tokenizer, task)  # a chat model: its template, and the final-answer reading is logged too
     was_training = model.training

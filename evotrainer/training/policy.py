@@ -44,7 +44,9 @@ from evotrainer.config.policy import FormatWarmStart, PolicySpec
 from evotrainer.core.atomic import write_text as atomic_write_text
 from evotrainer.core.errors import ConfigError, WarmStartFailed
 from evotrainer.tasks import Problem, Task
-from evotrainer.training.pretrained import _quiet_transformers
+from evotrainer.training.evaluation import evaluate, generate
+from evotrainer.training.pretrained import _quiet_transformers, converted_dir
+from evotrainer.training.prompting import render
 
 if TYPE_CHECKING:
     from evotrainer.config.eval import EvalSpec
@@ -212,7 +214,6 @@ def warm_start(model, tokenizer, task: Task, spec: PolicySpec, seed: int, diffic
     """
     import torch
 
-    from evotrainer.training.evaluation import generate
 
     rng = random.Random(seed if order_seed is None else order_seed)
     pool = task.sample("train", max(spec.sft_batch_size * 8, 4096), seed=seed + 7919, difficulty_range=difficulty)
@@ -332,8 +333,6 @@ def warm_started_model(tokenizer, task: Task, spec: PolicySpec, seed: int, diffi
 
 def pass_at_k(model, tokenizer, task: Task, problems, k: int, max_new_tokens: int) -> float:
     """Share of ``problems`` that some of ``k`` sampled completions (temperature 1) solves, strictly."""
-    from evotrainer.training.evaluation import generate
-    from evotrainer.training.prompting import render
 
     texts, special = render(tokenizer, task, problems)
     outs = generate(model, tokenizer, texts, max_new_tokens, True, k, add_special_tokens=special)
@@ -347,7 +346,6 @@ def format_warm_start(model, tokenizer, task: Task, fws: FormatWarmStart, seed: 
     the task's answer format (prompts as the policy is prompted, answers ending in EOS) and probe again."""
     import torch
 
-    from evotrainer.training.prompting import render
 
     t0 = time.perf_counter()
     probe = task.sample("train", fws.probe, seed=seed + 104729, difficulty_range=difficulty)
@@ -388,7 +386,6 @@ def real_policy_dir(home: Path, task: Task, spec: PolicySpec, seed: int, difficu
     """The base of a pretrained or local policy: the model itself, or its format-warm-started copy (cached under
     ``HOME/policies``, keyed by the source, task, levels, settings and seed; the probe's outcome is cached too)."""
     if spec.pretrained is not None:
-        from evotrainer.training.pretrained import converted_dir
 
         src = converted_dir(home, spec.pretrained, log=log)
     else:
@@ -476,7 +473,6 @@ def policy_accuracy(path: str | Path, task: Task, problems: list[Problem], spec:
     without loading it twice. Episodes of a multi-turn task are played through the chat template, as in
     training.
     """
-    from evotrainer.training.evaluation import evaluate
 
     key = str(path)
     if cache is None or key not in cache:

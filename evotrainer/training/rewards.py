@@ -42,7 +42,7 @@ from typing import Any
 from evotrainer.config.harness import HarnessSpec
 from evotrainer.evidence.model import RolloutRecorder
 from evotrainer.tasks import Problem, Task, Verdict
-from evotrainer.tasks.verifiers import VERIFIER_ERROR
+from evotrainer.tasks.verifiers import VERIFIER_ERROR, user_function
 from evotrainer.training.episodes import transcript, turn_records
 
 NO_SUBMISSION = Verdict(correct=False, well_formed=False, contains_answer=False, n_candidates=0,
@@ -216,7 +216,6 @@ class UserRewardTerm(_Term):
     """A user's TRL reward function, with its output checked (see the module docstring)."""
 
     def __init__(self, name: str, path: str):
-        from evotrainer.tasks.verifiers import user_function
 
         super().__init__(name)
         self.path, self.fn = path, user_function(path)

@@ -18,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 
 from evotrainer.core.errors import EvoError
+from evotrainer.reports.summaries import record_review
 from evotrainer.store import NotFound, Store
 from evotrainer.ui.security import CSRF_FIELD, SESSION_COOKIE, Guard, safe_next
 from evotrainer.ui.views import Views
@@ -117,7 +118,6 @@ def review_routes(d: Deps) -> APIRouter:
     @router.post("/proposals/{pid}/review")
     async def review(request: Request, pid: str) -> Response:
         form = await d.authorize(request)
-        from evotrainer.reports.summaries import record_review
 
         verdict = str(form.get("verdict") or "")
         comment = str(form.get("comment") or "").strip()

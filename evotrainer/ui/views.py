@@ -25,7 +25,10 @@ from evotrainer.core.domain import SEVERITY_RANK, Finding, Proposal
 from evotrainer.core.errors import ConfigError, EvoError
 from evotrainer.core.names import is_name
 from evotrainer.core.runmeta import run_meta_dict
+from evotrainer.diagnostics.registry import Registry
 from evotrainer.evidence.model import read_metrics
+from evotrainer.evidence.readers import read_job_dir
+from evotrainer.library.index import library_key, sync
 from evotrainer.library.loader import Library, resolve_library
 from evotrainer.reports.summaries import campaign_summary, mainline_accuracy, skill_history, start_accuracy
 from evotrainer.store import NotFound, Store
@@ -373,7 +376,6 @@ class Views:
         return libs
 
     def _load_library(self, root: Path) -> Library:
-        from evotrainer.library.index import sync
 
         lib = Library.load(root, strict=False)
         sync(self.store, lib)  # the store's search index follows the files (only on a change: this is cached)
@@ -394,7 +396,6 @@ class Views:
         key, lib = self.library_of(key)
         scores: dict[str, float] | None = None
         if q.strip():
-            from evotrainer.library.index import library_key
 
             hits = self.store.search_skills(library_key(lib), q, limit=max(len(lib), 1))
             top = max((h.score for h in hits), default=0.0) or 1.0
@@ -458,8 +459,6 @@ class Views:
 
     @staticmethod
     def _diagnose(run_dir: Path) -> dict[str, Any]:
-        from evotrainer.diagnostics.registry import Registry
-        from evotrainer.evidence.readers import read_job_dir
 
         ev = read_job_dir(run_dir)
         findings = Registry().run(ev)

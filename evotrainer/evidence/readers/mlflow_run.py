@@ -12,6 +12,7 @@ import pandas as pd
 
 from evotrainer.core.errors import RunNotFound
 from evotrainer.core.redact import mask
+from evotrainer.core.tracking import tracking_uri
 from evotrainer.evidence.mapping import FieldMap
 from evotrainer.evidence.model import (
     ROLLOUT_SCHEMA,
@@ -28,7 +29,6 @@ def read_mlflow_run(run_id: str, home: Path, fields: FieldMap | None = None) -> 
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from evotrainer.core.tracking import tracking_uri
 
     uri = tracking_uri(home)
     try:

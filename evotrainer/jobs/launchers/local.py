@@ -15,6 +15,7 @@ from typing import Any
 from evotrainer.core.errors import ConfigError
 from evotrainer.jobs.launchers.base import JobOutcome, JobRequest, _Closing
 from evotrainer.jobs.pool import _UNSET, BranchPool, PoolStopped, job_timeout_from_env
+from evotrainer.jobs.scoring import join_answers, split_request
 
 
 class LocalLauncher(_Closing):
@@ -146,7 +147,6 @@ class LocalLauncher(_Closing):
 
     def score(self, request: dict[str, Any]) -> dict[str, Any]:
         # a campaign scores with no job running: the policies are split among the workers, which share the cores
-        from evotrainer.jobs.scoring import join_answers, split_request
 
         parts = split_request(request, self.workers)
         threads = self._cores_for(len(parts))

@@ -11,8 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 from evotrainer.core.errors import ConfigError
+from evotrainer.core.procs import end_group, group_members, this_process
 from evotrainer.jobs.launchers.base import JobOutcome, JobRequest, _Closing
 from evotrainer.jobs.pool import _UNSET, PoolStopped, job_timeout_from_env, run_branch
+from evotrainer.jobs.scoring import score_policies
 
 _ENV_PREFIXES = ("EVOTRAINER_", "HF_", "TRANSFORMERS_", "MLFLOW_")
 _ENV_NAMES = ("TOKENIZERS_PARALLELISM", "DO_NOT_TRACK")
@@ -115,7 +117,6 @@ class RayLauncher(_Closing):
         import subprocess
         import sys
 
-        from evotrainer.core.procs import group_members, this_process
 
         socks = []
         for _ in range(8):
@@ -158,7 +159,6 @@ class RayLauncher(_Closing):
     def pids(self) -> list[int]:
         """The local head's processes and its guard, when this launcher started them (a cluster's are its own:
         the tasks this driver owns end with it, by Ray's ownership model)."""
-        from evotrainer.core.procs import group_members
 
         if self._pgid is None:
             return []
@@ -230,7 +230,6 @@ class RayLauncher(_Closing):
     def score(self, request: dict[str, Any]) -> dict[str, Any]:
         # one task, not one per policy as a local launcher splits it: a task that finds no idle worker starts a new
         # one, whose torch/TRL imports (~7 s) cost more than a few evaluations side by side save
-        from evotrainer.jobs.scoring import score_policies
 
         ray = self._connect()
         try:
@@ -254,7 +253,6 @@ class RayLauncher(_Closing):
         self.close()
 
     def close(self) -> None:
-        from evotrainer.core.procs import end_group
 
         if self._ray is not None:
             self._ray.shutdown()
