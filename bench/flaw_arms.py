@@ -197,7 +197,7 @@ def run_campaign(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, home: P
 
 # ----------------------------------------------------------------------------------------------- search space
 def search_space(start: Any, task: Any) -> dict[str, Any]:
-    """{knob: ("log"|"float"|"int"|"cat", low, high | choices)}: every knob a library skill may move from ``start``,
+    """{knob: ("log"|"logint"|"float"|"int"|"cat", low, high | choices)}: every knob a library skill may move from ``start``,
     over its documented normal range (see the module docstring)."""
     from evotrainer.agent.lessons import SEED_LIBRARY, brain_inputs
     from evotrainer.config.ranges import NORMAL, normal_range
@@ -233,8 +233,9 @@ def sample_point(space: dict[str, Any], rng) -> dict[str, Any]:
     for knob, (kind, *args) in space.items():
         if kind == "cat":
             out[knob] = rng.choice(args[0])
-        elif kind == "log":
-            out[knob] = math.exp(rng.uniform(math.log(args[0]), math.log(args[1])))
+        elif kind in ("log", "logint"):
+            v = math.exp(rng.uniform(math.log(args[0]), math.log(args[1])))
+            out[knob] = int(round(v)) if kind == "logint" else v
         elif kind == "int":
             out[knob] = rng.randint(int(args[0]), int(args[1]))
         else:
@@ -249,7 +250,8 @@ def apply_point(start: Any, point: dict[str, Any], space: dict[str, Any]) -> Any
     from evotrainer.core.errors import ConfigError
 
     h = start
-    values = {k: json.loads(v) if space[k][0] == "cat" and isinstance(v, str) else v for k, v in point.items()}
+    values = {k: json.loads(v) if space.get(k, ("",))[0] == "cat" and isinstance(v, str) else v
+              for k, v in point.items()}
     for knob, v in sorted(values.items(), key=lambda kv: kv[0] == "grpo.sync_ref_model"):
         if knob == "grpo.sync_ref_model" and v and h.grpo.beta == 0:
             v = False
@@ -268,5 +270,5 @@ def clip_point(point: dict[str, Any], space: dict[str, Any], sep: str = "__") ->
         key = knob.replace(".", sep)
         if kind != "cat" and key in out:
             v = min(max(out[key], args[0]), args[1])
-            out[key] = int(round(v)) if kind == "int" else v
+            out[key] = int(round(v)) if kind in ("int", "logint") else v
     return out

@@ -127,6 +127,8 @@ def _tune_space(space: dict[str, Any], mutation: bool) -> dict[str, Any]:
             out[key] = list(args[0]) if mutation else tune.choice(list(args[0]))
         elif kind == "log":
             out[key] = tune.loguniform(args[0], args[1])
+        elif kind == "logint":
+            out[key] = tune.lograndint(int(args[0]), int(args[1]) + 1)
         elif kind == "int":
             out[key] = tune.randint(int(args[0]), int(args[1]) + 1)
         else:
@@ -200,8 +202,8 @@ def _distributions(space: dict[str, Any]) -> dict[str, Any]:
     for knob, (kind, *args) in space.items():
         if kind == "cat":
             out[knob] = CategoricalDistribution(list(args[0]))
-        elif kind == "int":
-            out[knob] = IntDistribution(int(args[0]), int(args[1]))
+        elif kind in ("int", "logint"):
+            out[knob] = IntDistribution(int(args[0]), int(args[1]), log=kind == "logint")
         else:
             out[knob] = FloatDistribution(args[0], args[1], log=kind == "log")
     return out

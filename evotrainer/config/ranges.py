@@ -29,6 +29,9 @@ class NormalRange(BaseModel):
     source: str = Field(..., min_length=3, description="Where the range comes from.")
 
     def contains(self, value: Any) -> bool:
+        """Whether ``value`` is usual; None (a knob left unset, such as a symmetric clip's ``epsilon_high``) is."""
+        if value is None:
+            return True
         if self.values is not None:
             return value in self.values
         return isinstance(value, (int, float)) and not isinstance(value, bool) and self.low <= value <= self.high
@@ -53,12 +56,14 @@ class NormalRange(BaseModel):
         return int(round(out)) if self.integer else out
 
     def space(self) -> tuple:
-        """The range as a search dimension: ("cat", choices as JSON) or ("log" | "float" | "int", low, high)."""
+        """The range as a search dimension: ("cat", choices as JSON) or ("log" | "logint" | "float" | "int", low,
+        high)."""
         import json
 
         if self.values is not None:
             return ("cat", [json.dumps(v) for v in self.values])
-        return ("log" if self.log else "int" if self.integer else "float", self.low, self.high)
+        kind = ("logint" if self.integer else "log") if self.log else "int" if self.integer else "float"
+        return (kind, self.low, self.high)
 
     def describe(self) -> str:
         if self.values is not None:

@@ -1,0 +1,112 @@
+"""The flaw suite (bench/flaws.yaml) as pre-registered, and its arms run for real at a tiny scale: the static recipe,
+Ray Tune's PopulationBasedTraining and Optuna's search-then-continue, each from one warm start at equal steps."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
+
+from flaw_arms import ArmConfig, TaskRef, apply_point, clip_point, run_static, search_space  # noqa: E402
+from flaw_suite import FAMILIES, load_suite  # noqa: E402
+
+from evotrainer.config.harness import HarnessSpec, load_harness  # noqa: E402
+from evotrainer.config.ranges import NORMAL  # noqa: E402
+from evotrainer.tasks import get_task  # noqa: E402
+
+
+def test_the_suite_is_what_the_issue_asks_for():
+    """At least 10 single-knob flaws and two double ones over every family; a third or more subtle; each on two
+    tasks or more; evaluation seeds named and apart from the development seeds; every flawed recipe valid."""
+    suite = load_suite()
+    singles = [f for f in suite.flaws if f.family != "double"]
+    assert len(singles) >= 10 and sum(f.family == "double" for f in suite.flaws) >= 2
+    assert {f.family for f in suite.flaws} == set(FAMILIES)
+    assert sum(f.subtle for f in suite.flaws) * 3 >= len(suite.flaws)
+    assert all(len(f.tasks) >= 2 for f in suite.flaws)
+    assert {"arith", "countdown"} <= set(suite.tasks) and any(
+        e.ref()[0] == "reasoning_gym" for e in suite.tasks.values())
+    assert not (set(suite.eval_seeds) | set(suite.eval_seeds_extension)) & set(suite.dev_seeds)
+    lr = [next(iter(f.knobs.values())) for f in singles if list(f.knobs) == ["optim.learning_rate"]]
+    tuned = load_harness(REPO / "harnesses" / "grpo-baseline.yaml").optim.learning_rate
+    assert any(v > tuned for v in lr) and any(tuned / 10 <= v < tuned for v in lr)  # too high, and 3-10x too low
+
+
+def test_a_flaw_is_subtle_exactly_when_its_value_lies_in_the_knobs_normal_range():
+    """``subtle`` is not a label chosen by hand: it says the value is inside what practitioners run
+    (evotrainer/config/ranges.py), the same ranges `evotrainer harness knobs` prints and the recipe diagnostic reads."""
+    suite = load_suite()
+    for f in suite.flaws:
+        for task in f.tasks:
+            inside = [NORMAL[k].contains(v) for k, v in f.values(task).items() if k in NORMAL]
+            if inside:
+                assert all(inside) == f.subtle, (f.id, task, f.values(task))
+    baseline = HarnessSpec.model_validate(suite.tuned_doc("arith")).knobs()
+    assert all(r.contains(baseline[k]) for k, r in NORMAL.items() if k in baseline), "the tuned recipe is normal"
+
+
+def test_the_search_space_is_the_campaigns_knobs_over_their_normal_ranges():
+    suite = load_suite()
+    start = HarnessSpec.model_validate(suite.tuned_doc("arith"))
+    space = search_space(start, get_task("arith"))
+    assert {"optim.learning_rate", "grpo.temperature", "grpo.num_generations", "grpo.beta", "data.pool_size",
+            "reward.format.weight"} <= set(space)
+    # a knob a skill can move only from where a flaw put it (weight decay back to 0): in the space of that start
+    assert "optim.weight_decay" not in space
+    assert "optim.weight_decay" in search_space(start.with_knob("optim.weight_decay", 0.5), get_task("arith"))
+    assert "env.leak_tool" not in space and "grpo.epsilon" not in space  # a trap, and a knob inert on-policy
+    assert space["optim.learning_rate"] == ("log", 1e-6, 1e-3) and space["data.pool_size"][0] == "logint"
+    point = clip_point({"grpo__temperature": 3.0, "grpo__num_generations": 2.6, "data__pool_size": 600.4}, space)
+    assert point == {"grpo__temperature": 1.2, "grpo__num_generations": 4, "data__pool_size": 600}
+    h = apply_point(start, {"grpo.beta": 0.05, "grpo.sync_ref_model": "true", "grpo.scale_rewards": '"none"'}, space)
+    assert (h.grpo.beta, h.grpo.sync_ref_model, h.grpo.scale_rewards) == (0.05, True, "none")
+
+
+TINY = {"size": "nano", "sft_steps": 150, "sft_batch_size": 64, "warm_start_difficulty": [1, 1]}
+
+
+@pytest.fixture()
+def tiny(tmp_path):
+    doc = load_suite().tuned_doc("arith")
+    doc["grpo"].update(prompts_per_step=4, num_generations=4, max_completion_length=3)
+    doc["data"]["difficulty"] = [1, 1]
+    path = tmp_path / "tiny.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(doc))
+    return path, ArmConfig(budget=16, eval_n=16, wide=0, segment=2, policy=TINY)
+
+
+@pytest.mark.slow
+def test_the_static_arm_trains_the_whole_budget_and_is_scored(tiny, tmp_path):
+    path, cfg = tiny
+    row = run_static(TaskRef("arith"), path, 0, cfg, tmp_path)
+    assert row["steps"] == 16 and 0 <= row["accuracy"] <= 1 and row["compute"]["completions"] == 16 * 4 * 4
+
+
+@pytest.mark.slow
+def test_optuna_searches_then_continues_the_best_trial_at_equal_steps(tiny, tmp_path):
+    from flaw_search import run_optuna
+
+    path, cfg = tiny
+    row = run_optuna(TaskRef("arith"), path, 0, cfg, tmp_path, trial_steps=6, rung=2)
+    assert row["steps"] == 16 and row["search_steps"] == 8 and row["trials"] >= 2
+    assert (tmp_path / "jobs" / f"optuna-{path.stem}-s0-b16-continue").is_dir()
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_pbt_runs_a_population_that_exploits_checkpoints_at_equal_steps(tiny, tmp_path):
+    """Ray Tune's real PopulationBasedTraining: 4 members of 4 steps each (16 in all), two perturbation rounds of 2
+    steps; every member's jobs fork from the previous checkpoint, a member's or the one it exploited."""
+    from flaw_search import run_pbt
+
+    path, cfg = tiny
+    row = run_pbt(TaskRef("arith"), path, 0, cfg, tmp_path)
+    assert row["population"] == 4 and row["steps_per_member"] == 4 and row["steps"] == 16
+    assert 0 <= row["accuracy"] <= 1 and row["best_point"]
