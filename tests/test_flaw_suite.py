@@ -4,7 +4,6 @@ Ray Tune's PopulationBasedTraining and Optuna's search-then-continue, each from 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 
