@@ -15,23 +15,13 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from evotrainer.agent.arms import (
-    _bracketed,
     _branch_name,
-    _check_draft,
-    _is_retest,
     _knob_history,
-    _refuted,
-    _retests,
-    _screen,
     _seeds,
-    _task_inert,
 )
-from evotrainer.agent.brains.base import BrainContext
-from evotrainer.agent.budget import _explore_mode, _explore_spent, _last_round, _look_budget, _still_improving
+from evotrainer.agent.budget import _explore_spent, _last_round, _look_budget
 from evotrainer.agent.confirm import confirm
-from evotrainer.agent.fallback import BRAIN as BUILTIN
-from evotrainer.agent.fallback import step_draft
-from evotrainer.agent.lessons import brain_inputs, curate_round
+from evotrainer.agent.lessons import curate_round
 from evotrainer.agent.looks import _decide_look, _larger_step
 from evotrainer.agent.mainline import (
     _decision_scored,
@@ -42,11 +32,8 @@ from evotrainer.agent.mainline import (
     _record_start,
     _unscored_start,
 )
-from evotrainer.agent.movement import (
-    STUCK_WHY,
-    round_stuck,
-)
-from evotrainer.agent.regression import REGRESSED_WHY, regressed, regression_finding
+from evotrainer.agent.proposing import draft_round
+from evotrainer.agent.regression import regression_finding
 from evotrainer.agent.revise import campaign_revisions, refuted_blocks
 from evotrainer.agent.runs import (
     JobAsk,
@@ -63,14 +50,10 @@ from evotrainer.agent.runs import (
 from evotrainer.agent.state import CampaignContext, CampaignState, segment_id
 from evotrainer.agent.values import ValueOptimizer
 from evotrainer.config.harness import (
-    STEP_SIZE_KNOBS,
     HarnessSpec,
     diff,
-    enlarges_update,
-    shrinks_update,
 )
-from evotrainer.core.domain import BranchResult, Decision, PolicyVersion, Proposal, Review
-from evotrainer.core.errors import ConfigError
+from evotrainer.core.domain import BranchResult, PolicyVersion, Review
 from evotrainer.core.runmeta import read_run_meta
 from evotrainer.diagnostics.gates import check_gate
 from evotrainer.diagnostics.registry import Registry
@@ -157,103 +140,9 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
     ctx, rnd = runtime.context, state["round"]
     existing = ctx.store.list_proposals(ctx.campaign_id, round=rnd)
     if not existing:
-
-        harness = _harness(ctx, state["harness_version"])
-        findings = ctx.store.list_findings(ctx.campaign_id, round=rnd)
-        _explore_mode(ctx, state, rnd, findings, harness)
-        hold = _still_improving(ctx, state, findings, harness)
+        hold = draft_round(ctx, state, rnd)
         if hold is not None:
-            if not any(e.message.get("round") == rnd for e in ctx.store.events(ctx.campaign_id, kind="explore_held")):
-                ctx.store.log_event(ctx.campaign_id, "explore_held", {"round": rnd, **hold})
-            ctx.log(f"round {rnd}: the mainline is still improving ({hold['before']:.3f} → {hold['after']:.3f} on the "
-                    f"selection split over {hold['steps']} steps, {hold['gain'] / hold['se']:.1f} s.e.) and no finding "
-                    f"is at warning: no backtest this round, the next segment trains {hold['steps']} steps more")
-            return Command(goto="distill", update={"proposal_ids": [], "approved_ids": [], "hold_steps": hold["steps"]})
-        # the library's skills are the candidates (their evidence is the prior); its mistakes count as refuted
-        context = ctx.spec.policy.context_length()
-        candidates, mistakes, known = brain_inputs(ctx.library, harness, findings, ctx.spec.task, store=ctx.store,
-                                                   context=context, task_inert=_task_inert(ctx))
-        candidates = _retests(ctx, harness) + candidates
-        knobs = harness.knobs()
-        # only what enlarges the update can act on a policy that does not move (agent/movement.py), only what shrinks
-        # it on a recipe that undid the policy (agent/regression.py); a regressed round moved, so it is never stuck
-        fell = regressed(findings)
-        stuck = not fell and round_stuck(ctx, rnd)
-        step = "larger" if stuck else "smaller" if fell else None
-        acts = enlarges_update if stuck else shrinks_update
-        if step:
-            candidates = [c for c in candidates if acts(c.knob, knobs.get(c.knob), c.value)]
-        k = ctx.spec.backtest.max_proposals
-        bctx = BrainContext(harness=harness, findings=findings, candidates=candidates, mistakes=mistakes,
-                            refuted=_refuted(ctx) + known, max_proposals=k + (2 if ctx.spec.screen else 0),
-                            min_effect=ctx.spec.backtest.min_effect,
-                            task=ctx.spec.task, task_inert=_task_inert(ctx), seed=ctx.spec.seed, round=rnd,
-                            only_knobs=list(STEP_SIZE_KNOBS) if step else None, only_step=step,
-                            only_why=STUCK_WHY if stuck else REGRESSED_WHY if fell else "")
-        result = ctx.brain.propose(bctx)
-        builtin = False  # the round's drafts are the campaign's own step-size draft and its bracket (agent/fallback.py)
-        if step:  # a brain may draft outside its candidates (an LLM does): the same rule, re-tests first
-            movers = [d for d in result.drafts if acts(d.knob, knobs.get(d.knob), d.value)]
-            dropped = [f"{d.knob}={d.value!r}" for d in result.drafts if d not in movers]
-            movers.sort(key=lambda d: not _is_retest(d))
-            why = "the mainline is stuck" if stuck else "the mainline regressed"
-            notes = [*result.notes, *([f"{why}: dropped {', '.join(dropped)} (only changes that make the update "
-                                       f"{step} can act on it)"] if dropped else [])]
-            # the library offered no such change (a brain that declined one it offered is not overruled)
-            if not movers and not candidates and (fb := step_draft(harness, step, bctx.refuted)) is not None:
-                movers, builtin = [fb], True
-                notes.append(f"{why} and the library has no change that makes the update {step}: the built-in "
-                             f"{fb.knob} → {fb.value!r}")
-            result = result.model_copy(update={"drafts": movers, "notes": notes})
-        ctx.store.log_event(ctx.campaign_id, "brain", {"round": rnd, "brain": result.brain, "notes": result.notes,
-                                                       "tokens": result.tokens})
-        values = ValueOptimizer(ctx.home, ctx.campaign_id, ctx.spec.seed) if ctx.spec.values == "optuna" else None
-        drafts, brackets = _bracketed(harness, result.drafts, k if ctx.spec.backtest.bracket else 0,
-                                      ctx.spec.backtest.bracket_factor, ctx.spec.backtest.bracket_range,
-                                      stuck=stuck and ctx.spec.backtest.stuck_interim)
-        # When none of the round's drafts can be proposed and a stuck round had moved its first draft (to the interim
-        # and the bracket, which can both reach a value a known mistake refuted: countdown seed 1 spent 12 stuck
-        # rounds backtesting nothing, bench/RESULTS.md §7 session 32), that draft's own value is backtested instead.
-        own = [d for d in result.drafts if d not in drafts][:1] if brackets else []
-        kept = 0
-        for i, d in enumerate([*drafts, *own]):
-            if kept >= k or (i >= len(drafts) and kept):
-                break
-            pid = f"{ctx.campaign_id}:r{rnd:02d}:p{i}"
-            value, rationale = d.value, d.rationale
-            try:
-                _check_draft(ctx, harness, d.knob, value, d.hypothesis.symptom, context, retest=_is_retest(d))
-                if values is not None:
-                    values.sync(harness, d.knob, _knob_history(ctx, d.knob))
-                    fixed = brackets.get(i) or ("retest" if _is_retest(d) else None)
-                    choice = values.suggest(pid, harness, d.knob, value, rnd, fixed=fixed)
-                    if choice.value != value:
-                        try:
-                            _check_draft(ctx, harness, d.knob, choice.value, d.hypothesis.symptom, context)
-                            value = choice.value
-                        except ConfigError as err:  # the draft's own value stands
-                            ctx.store.log_event(ctx.campaign_id, "value_refused", {
-                                "round": rnd, "knob": d.knob, "value": choice.value, "error": str(err)})
-                    if choice.source != "fixed":
-                        rationale = f"{rationale}; {choice.describe()}"[:2000]
-            except ConfigError as err:
-                ctx.store.log_event(ctx.campaign_id, "invalid_draft", {"round": rnd, "knob": d.knob, "error": str(err)})
-                continue
-            screening = _screen(ctx, state, harness, d.knob, value) if ctx.spec.screen else None
-            status = "screened" if screening is not None and screening.nil else "pending_review"
-            ctx.store.add_proposal(Proposal(
-                id=pid, campaign_id=ctx.campaign_id, round=rnd, knob=d.knob, old=knobs[d.knob], new=value,
-                hypothesis=d.hypothesis, rationale=rationale, cited_skills=d.cited_skills,
-                brain=BUILTIN if builtin else result.brain,
-                status=status, harness_version=harness.version, created=_now()))
-            if screening is not None and screening.screenable:
-                ctx.store.log_event(ctx.campaign_id, "screening", {"round": rnd, "proposal": pid,
-                                                                   **screening.model_dump(mode="json")})
-            if status == "screened":
-                ctx.store.add_decision(Decision(proposal_id=pid, outcome="screened", at=_now(), reasons=[
-                    screening.describe(), "not backtested: the change would leave the training signal as it is"]))
-            else:
-                kept += 1
+            return Command(goto="distill", update={"proposal_ids": [], "approved_ids": [], "hold_steps": hold})
         existing = ctx.store.list_proposals(ctx.campaign_id, round=rnd)
     for p in existing:
         ctx.log(f"proposal {p.id}: {p.knob} {p.old!r} → {p.new!r} ({p.hypothesis.symptom})"
