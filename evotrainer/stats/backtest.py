@@ -85,6 +85,9 @@ The outcomes:
 - **reject** (refuted): the mean effect is ≤ 0 or the interval lies entirely below the futility threshold
   (at the last look), or the futility rule fires (earlier);
 - **inconclusive**: anything else at the last look (the interval straddles ``min_effect``).
+
+Each outcome's rule is a file of ``evotrainer/stats/rules/`` (gate, superiority, non-inferiority, futility, the last
+look), tried in that order by :func:`decide`.
 """
 
 from __future__ import annotations
@@ -94,6 +97,7 @@ import statistics
 from datetime import datetime, timezone
 
 from evotrainer.core.domain import BacktestStats, BranchResult, Decision
+from evotrainer.stats.rules import LOOK_RULES, WAIT, Look
 
 SPENDING_RHO = 3.0  # Kim–DeMets power-family exponent: 3 spends about as O'Brien–Fleming boundaries do
 
@@ -193,57 +197,22 @@ def decide(proposal_id: str, control: list[BranchResult], treatment: list[Branch
     where = f" at look {look}/{looks}" + (f" (step {step})" if step is not None else "") if looks > 1 else ""
     summary = (f"held-out effect {st.effect:+.3f} ({pct} CI {st.ci_low:+.3f}..{st.ci_high:+.3f}, {st.n_pairs} paired "
                f"seeds; control {st.control_mean:.3f}, treatment {st.treatment_mean:.3f}){where}")
-    reasons = [summary, *([f"{len(failed)} branch(es) failed: " + "; ".join(failed)] if failed else [])]
     train = [(ctrl[s].train_reward, treat[s].train_reward) for s in seeds
              if ctrl[s].train_reward is not None and treat[s].train_reward is not None]
-    train_gain = statistics.fmean(t - c for c, t in train) if train else None
-    if gate_reasons and (st.effect > 0 or (train_gain is not None and train_gain > 0)):
-        outcome = "blocked"
-        higher = "held-out accuracy" if st.effect > 0 else f"training reward ({train_gain:+.3f})"
-        reasons.append(f"treatment scored higher ({higher}) but tripped the gate")
-    elif gate_reasons:
-        outcome = "reject"
-        reasons.append("treatment tripped the gate and did not score higher")
-    elif st.ci_low > min_effect and any(treat[s].gate_passed is None for s in seeds) and not planned_final:
-        if undecided is None and not last:
-            return None  # promotable, but a gate could not decide yet on so few steps: wait for the next look
-        outcome = undecided or "inconclusive"
-        reasons.append(f"undecided at look {look} of {looks}: a gate had too little evidence yet")
-    elif st.ci_low > min_effect:
-        outcome = "promote"
-        reasons.append(f"the whole interval is above the minimum effect {min_effect:+.3f}"
-                       + (" (stopped early)" if not final else
-                          " (the backtest's last look: it spent the error earlier looks left)" if last and not
-                          planned_final else ""))
-    elif (final and noninferior is not None and moves and st.effect > 0 and st.ci_low > -noninferior
-          and all(treat[s].gate_passed for s in seeds) and len(treat) == len(treatment)):
-        # every treatment branch must have finished: the weaker rule cannot stand on the pairs a diverged raise left
-        outcome = "promote"
-        st = st.model_copy(update={"rule": "non_inferiority"})
-        reasons.append(f"non-inferior in a stuck round: the control's answers do not move, the treatment's do, and "
-                       f"the interval rules out a loss beyond {noninferior:.3f} (backtest.stuck_margin)")
-    elif not planned_final:  # an unplanned last look is judged for futility as an interim one (projected)
-        grow = looks / look if project_futility else 1.0  # steps at the last look / steps now (see the docstring)
-        upper = effect + half_futility
-        if upper * grow < futile:
-            outcome = "reject"
-            projected = (f"; at most {upper * grow:+.3f} by the last look, after {grow:.3g}× the steps"
-                         if grow != 1 else "")
-            reasons.append(f"futility: the {confidence:.0%} interval (up to {upper:+.3f}{projected}) is wholly "
-                           f"below {futile:+.3f}, a gain not worth having (stopped early)")
-        elif undecided is None and not last:
+    at = Look(proposal_id=proposal_id, look=look, looks=looks, planned_final=planned_final, final=final, last=last,
+              min_effect=min_effect, futile=futile, confidence=confidence, project_futility=project_futility,
+              undecided=undecided, noninferior=noninferior, moves=moves, treatment=treatment, treat=treat,
+              seeds=seeds, stats=st, effect=effect, half_futility=half_futility, gate_reasons=gate_reasons,
+              train_gain=statistics.fmean(t - c for c, t in train) if train else None,
+              reasons=[summary, *([f"{len(failed)} branch(es) failed: " + "; ".join(failed)] if failed else [])],
+              at=now)
+    for rule in LOOK_RULES:  # the first rule that decides (or says wait) answers (evotrainer/stats/rules/)
+        verdict = rule.at_look(at)
+        if verdict is WAIT:
             return None
-        else:
-            outcome = undecided or "inconclusive"
-            reasons.append(f"undecided at look {look} of {looks}")
-    elif st.effect <= 0 or effect + half_futility < futile:
-        outcome = "reject"
-        reasons.append(f"no improvement beyond {futile:+.3f}")
-    else:
-        outcome = "inconclusive"
-        reasons.append(f"the interval straddles the minimum effect {min_effect:+.3f}")
-    return Decision(proposal_id=proposal_id, outcome=outcome, reasons=reasons, stats=st, gate_reasons=gate_reasons,
-                    at=now)
+        if verdict is not None:
+            return verdict
+    raise AssertionError("the last look rule always decides")
 
 
 def regression_margin(best: float, current: float, n: int, confidence: float, min_effect: float) -> float:
