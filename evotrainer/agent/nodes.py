@@ -15,10 +15,10 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from evotrainer.agent.arms import (
-    _branch_name,
     _knob_history,
     _seeds,
 )
+from evotrainer.agent.branches import _planned, _train_look
 from evotrainer.agent.budget import _explore_spent, _last_round, _look_budget
 from evotrainer.agent.confirm import confirm
 from evotrainer.agent.lessons import curate_round
@@ -42,7 +42,6 @@ from evotrainer.agent.runs import (
     _out_of_time,
     _remaining,
     _run,
-    _run_many,
     _score,
     _timed_score,
     _waiting,
@@ -55,11 +54,8 @@ from evotrainer.config.harness import (
 )
 from evotrainer.core.domain import BranchResult, PolicyVersion, Review
 from evotrainer.core.runmeta import read_run_meta
-from evotrainer.diagnostics.gates import check_gate
 from evotrainer.diagnostics.registry import Registry
-from evotrainer.evidence.model import evidence_upto
 from evotrainer.evidence.readers import read_job_dir
-from evotrainer.store import NotFound
 
 STATUS_OF = {"promote": "promoted", "reject": "refuted", "inconclusive": "inconclusive", "blocked": "blocked",
              "failed": "failed"}
@@ -196,25 +192,9 @@ def backtest(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command
     b = ctx.spec.backtest
     seeds = _seeds(ctx, rnd)
     parent = ctx.store.get_policy_version(state["mainline"])
-    try:
-        planned = ctx.store.get_backtest(bt_id)
-    except NotFound:
-        planned = None
+    planned = _planned(ctx, state, rnd, bt_id, seeds, parent)
     if planned is None:
-        approved = list(state["approved_ids"])
-        k, why = len(approved), None
-        while k and (why := _look_budget(ctx, rnd, parent, 1 + k, [])) is not None:
-            k -= 1
-        for pid in approved[k:]:
-            ctx.store.set_proposal_status(pid, "skipped_budget")
-        if k < len(approved):
-            ctx.store.log_event(ctx.campaign_id, "backtest_trimmed", {
-                "round": rnd, "skipped": approved[k:], "reason": why or _look_budget(ctx, rnd, parent, 1 + len(approved), [])})
-        if k == 0:
-            ctx.log(f"backtest skipped: {why}")
-            return Command(goto="distill", update={"backtest_id": None})
-        ctx.store.add_backtest(bt_id, ctx.campaign_id, rnd, approved[:k], seeds, b.branch_steps)
-        planned = ctx.store.get_backtest(bt_id)
+        return Command(goto="distill", update={"backtest_id": None})
     harness = _harness(ctx, state["harness_version"])
     registry = Registry(harness)  # treatments are judged by the mainline's gate, not their own
     fork = _fork_of(parent)
@@ -237,32 +217,7 @@ def backtest(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command
             break
         arms_at.append(1 + len(open_))
         upto = parent.step + every * look
-        legs = [(pid, role, index, h, seed) for seed in seeds for pid, role, index, h in arms
-                if not ((pid is not None and pid not in open_) or (pid, seed) in branches
-                        and branches[(pid, seed)].status == "failed")]
-        # every arm × seed of this look at once: the launcher runs as many side by side as it has workers
-        results = _run_many(ctx, [JobAsk(_branch_name(ctx, rnd, role, index, seed), h, b.branch_steps, seed, fork,
-                                         every, {"evotrainer.role": role, "evotrainer.proposal": pid or "",
-                                                 "evotrainer.round": str(rnd), "evotrainer.seed": str(seed)}, upto)
-                                  for pid, role, index, h, seed in legs])
-        for (pid, role, _index, _h, seed), res in zip(legs, results):
-            name = res.name
-            gate = None
-            if role == "treatment" and res.status == "finished":
-                gate = check_gate(evidence_upto(read_job_dir(res.run_dir), upto), registry,
-                                  final=look == b.looks)
-            entry = {"look": look, "step": upto, "trained": every * look, "status": res.status, "error": res.error,
-                     "eval_accuracy": res.eval_accuracy, "train_reward": res.train_reward,
-                     # None for a control, and for a gate that had too little evidence yet at an interim look
-                     "gate_passed": None if gate is None else (False if gate.reasons else
-                                                               (None if gate.undecided else True)),
-                     "gate_reasons": [] if gate is None else gate.reasons}
-            prev = branches.get((pid, seed))
-            branches[(pid, seed)] = BranchResult(
-                backtest_id=bt_id, proposal_id=pid, role=role, seed=seed, run_name=name, status=res.status,
-                error=res.error, eval_accuracy=res.eval_accuracy, train_reward=res.train_reward,
-                gate_passed=entry["gate_passed"], gate_reasons=entry["gate_reasons"], steps=res.steps,
-                step=res.step, looks=[*(prev.looks if prev else []), entry])
+        _train_look(ctx, rnd, bt_id, look, upto, every, arms, seeds, fork, open_, branches, registry)
         listed = list(branches.values())
         decided = {pid: d for pid in open_ if (d := _decide_look(ctx, pid, listed, look, parent)) is not None}
         open_ = [pid for pid in open_ if pid not in decided]
