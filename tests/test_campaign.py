@@ -595,7 +595,8 @@ def test_round_0_scores_the_base_policy_once_and_holds_its_backtest_only_if_the_
     # healthy_explore_share off: a round judged healthy (learned, or moving) with its 0.1 share spent would train the
     # rest of the budget instead of holding for 2 + 2 steps; this test is about the hold alone
     spec = _spec(tmp_path, budget={"improving_z": 0.01, "healthy_explore_share": None}, eval={"difficulty": [1, 1]})
-    quiet = "diagnostics: {params: {too_hard: {warning: 1.0, critical: 1.0}, dead_groups: {warning: 1.0, critical: 1.0}}}"
+    quiet = ("diagnostics: {params: {too_hard: {warning: 1.0, critical: 1.0}, dead_groups: {warning: 1.0, critical: 1.0}, "
+             "unusual_recipe: {warning: 1000.0}}}")  # a test's tiny pool of 64 prompts is no user's flaw
     (tmp_path / "h.yaml").write_text(HARNESS.replace("max_completion_length: 2", "max_completion_length: 4") + quiet)
     cid = start_campaign(spec, home, log=logs.append)
     store = Store.for_home(home)

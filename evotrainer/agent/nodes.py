@@ -102,7 +102,7 @@ def train_segment(state: CampaignState, runtime: Runtime[CampaignContext]) -> Co
             pv = ctx.store.set_version_accuracy(pv.id, sel[0])
             if base:
                 _record_start(ctx, base[0], sel[1])
-    ctx.log(f"round {rnd}: segment of {steps} steps done, held-out accuracy {res['eval_accuracy']} "
+    ctx.log(f"round {rnd}: segment of {steps} steps done, held-out accuracy {res.eval_accuracy} "
             f"(selection split {pv.selection_accuracy})")
     keep = _keep_best(ctx, rnd, pv)  # the backtest forks from here; the segment's evidence is still diagnosed
     ctx.store.set_campaign(ctx.campaign_id, mainline_version=keep.id)
