@@ -52,7 +52,7 @@ class BudgetSpec(_S):
                     "nothing (the demo's) or a warning finding is explored at once. null (the default) backtests "
                     "every round: at 2 it measured neutral (tuned arith / 400, 5 seeds: campaign − static −1.9 "
                     "points with it, −2.0 without; the demo: one seed of three held, +1.1 there; bench/RESULTS.md "
-                    "§7, session 19), so the behaviour the published numbers measured stays the default.")
+                    "§7, 2026-11-26), so the behaviour the published numbers measured stays the default.")
     healthy_explore_share: float | None = Field(
         0.1, ge=0.0, le=1.0,
         description="The exploration share (in place of explore_share) for a round whose run looks healthy: no "
@@ -63,7 +63,7 @@ class BudgetSpec(_S):
                     "has not learned since the start, as the demo's 1e-6) still gets explore_share; once the "
                     "latest round's share is spent, the mainline trains the rest. Why: every backtest arm but the "
                     "kept one is a step the mainline does not take, and from a recipe that already learns the "
-                    "changes tried rarely pay that back. On the bench (bench/RESULTS.md §7, session 20) 0.1 moved "
+                    "changes tried rarely pay that back. On the bench (bench/RESULTS.md §7, 2026-11-26) 0.1 moved "
                     "tuned arith's campaign − static from −2.0 to −0.5 points at 400 steps (5 seeds) and from −2.4 "
                     "to −0.5 at 880 (3 seeds); the demo still promoted and ended above its start on seeds 0-2 "
                     "(+2.2, 0, −3.0 points against before). 0.1 leaves room for one first look, which catches "
@@ -180,7 +180,7 @@ class BacktestSpec(_S):
                     "`confidence`) reaching 0. Why: a 10-30-step look is biased toward the smaller step (short-horizon "
                     "bias, Wu et al. 2018): on agentic the ×27 raise read level with ×243 after 10 steps on seeds 0 "
                     "and 3, then learned nothing more in 290 steps, while a static run at 3e-4 from the same warm "
-                    "starts ended 15 points above it (bench/RESULTS.md §7, sessions 27 and 35). Such an adoption "
+                    "starts ended 15 points above it (bench/RESULTS.md §7, 2026-11-27 and 2026-11-28). Such an adoption "
                     "proves no gain (decision rule `larger_step`): the rollback on the selection split still guards "
                     "it. Applies only with stuck_share and stuck_margin set. false = keep the promoted smaller raise.")
 

@@ -60,7 +60,7 @@ checked on the backtest itself (``moves``, :func:`evotrainer.agent.movement.noni
 must not have moved from the fork point, and the treatment's must. Why: a learning rate raised from TRL's 1e-6 to
 2.43e-4 gained +0.011 and +0.019 on countdown in 30 branch steps (intervals −0.033..+0.054 and −0.007..+0.046),
 too little to prove superiority, and a re-test from the still-stuck mainline measured +0.000 at its second look; the campaign
-then kept the 1e-6 mainline that learns nothing (bench/RESULTS.md §7, session 23). Superiority still decides
+then kept the 1e-6 mainline that learns nothing (bench/RESULTS.md §7, 2026-11-27). Superiority still decides
 first, and only at the final look (planned, or the one the budget made the last) is the margin consulted.
 
 **Stuck rounds: the larger step** (``backtest.stuck_prefer_larger``, applied by ``decide_node`` through
