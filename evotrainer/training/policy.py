@@ -200,6 +200,30 @@ def sft_batch(tokenizer, prompts: list[str], answers: list[str], add_special_tok
     return ids, mask, lab
 
 
+def _sft_io(model, tokenizer, task: Task, probe: list[Problem], max_new: int):
+    """(probe_accuracy, make_batch) of a warm start: greedy answers and solved examples for a single-turn task; for a
+    multi-turn one, whole demonstrated episodes to imitate and episodes played greedily to probe."""
+    if task.environment() is not None:
+        from evotrainer.training import episodes
+
+        def play() -> float:
+            played = episodes.play(model, tokenizer, task, probe, max_new + 16)
+            return sum(episodes.solved(e.env) for e in played) / len(probe)
+
+        return play, episodes.Demonstrations(task, tokenizer).batch
+
+    def probe_accuracy() -> float:
+        model.eval()
+        outs = generate(model, tokenizer, [p.prompt for p in probe], max_new, do_sample=False)
+        model.train()
+        return sum(task.verify(p, c).correct for p, c in zip(probe, outs, strict=True)) / len(probe)
+
+    def make_batch(batch):
+        return sft_batch(tokenizer, [b.prompt for b in batch], [task.warm_start_answer(b) for b in batch])
+
+    return probe_accuracy, make_batch
+
+
 def warm_start(model, tokenizer, task: Task, spec: PolicySpec, seed: int, difficulty: tuple[int, int], log=None,
                order_seed: int | None = None) -> dict:
     """One supervised warm-start attempt on solved train-split problems; returns a small report.
@@ -214,7 +238,6 @@ def warm_start(model, tokenizer, task: Task, spec: PolicySpec, seed: int, diffic
     """
     import torch
 
-
     rng = random.Random(seed if order_seed is None else order_seed)
     pool = task.sample("train", max(spec.sft_batch_size * 8, 4096), seed=seed + 7919, difficulty_range=difficulty)
     if not pool:
@@ -222,26 +245,7 @@ def warm_start(model, tokenizer, task: Task, spec: PolicySpec, seed: int, diffic
     probe = task.sample("train", 128, seed=seed + 104729, difficulty_range=difficulty)
     max_new = task.max_answer_chars(difficulty[1]) + 1
 
-    if task.environment() is None:
-
-        def probe_accuracy() -> float:
-            model.eval()
-            outs = generate(model, tokenizer, [p.prompt for p in probe], max_new, do_sample=False)
-            model.train()
-            return sum(task.verify(p, c).correct for p, c in zip(probe, outs, strict=True)) / len(probe)
-
-        def make_batch(batch):
-            return sft_batch(tokenizer, [b.prompt for b in batch], [task.warm_start_answer(b) for b in batch])
-
-    else:  # a multi-turn task: imitate whole demonstrated episodes, probe by playing episodes greedily
-        from evotrainer.training import episodes
-
-        make_batch = episodes.Demonstrations(task, tokenizer).batch
-
-        def probe_accuracy() -> float:
-            played = episodes.play(model, tokenizer, task, probe, max_new + 16)
-            return sum(episodes.solved(e.env) for e in played) / len(probe)
-
+    probe_accuracy, make_batch = _sft_io(model, tokenizer, task, probe, max_new)
     opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_learning_rate, weight_decay=0.0, betas=(0.9, 0.98))
     model.train()
     losses: list[float] = []
