@@ -5,6 +5,8 @@ start's recorded selection accuracy.
 
 from __future__ import annotations
 
+from typing import Any
+
 from evotrainer.agent.runs import _harness, _now, _score
 from evotrainer.agent.state import CampaignContext
 from evotrainer.config.harness import (
@@ -177,52 +179,10 @@ def _keep_branch(ctx: CampaignContext, rnd: int, bt_id: str, best: str | None, v
             chosen = next(x for x in arm if x.run_name == done[0].message["chosen"])
             merged = None
     else:
-        budget = _harness(ctx, version).grpo.max_completion_length
-        cands = []
-        for x in arm:
-            ck = complete_checkpoints(ctx.home / "jobs" / x.run_name)
-            if x.step in ck:
-                cands.append((x, str(ck[x.step])))
-        if not cands:
+        got = _choose_kept(ctx, rnd, bt_id, best, version, arm, role)
+        if got is None:
             return None
-        singles = [(path, budget) for _, path in cands]
-        merge = None
-        if ctx.spec.backtest.merge_seeds and len(cands) >= 2 and len({x.step for x, _ in cands}) == 1:
-            merge = {"home": str(ctx.home), "name": f"{ctx.campaign_id}__r{rnd:02d}__merged", "max_new_tokens": budget,
-                     "sources": [[x.run_name, x.step] for x, _ in cands],
-                     "tags": {"evotrainer.campaign": ctx.campaign_id, "evotrainer.round": str(rnd)}}
-        sel = _score(ctx, singles, merge=merge)
-        if sel is None and merge is not None:  # the merge failed (recorded): choose among the seeds alone
-            merge, sel = None, _score(ctx, singles)
-        scored = []
-        for n, (x, path) in enumerate(cands):
-            acc = sel[n] if sel is not None else None
-            if acc is not None:
-                x = ctx.store.set_branch_selection(bt_id, x.proposal_id, x.role, x.seed, acc)
-            scored.append((x, path))
-        # best on the selection split; ties (or no scores) by the decision split, then the lowest seed
-        chosen = max(scored, key=lambda t: (t[0].selection_accuracy if t[0].selection_accuracy is not None else -1,
-                                            t[0].eval_accuracy or 0.0, -t[0].seed))[0]
-        if merge is not None:
-            merged = {"run": merge["name"], "step": cands[0][0].step, "selection_accuracy": sel[len(cands)],
-                      "from": [x.run_name for x, _ in cands]}
-            # a merge that broke something scores below every seed it came from
-            # (its decision split is scored when a round follows, which reads it: _decision_scored)
-            merged["kept"] = merged["selection_accuracy"] >= min(sel[: len(cands)])
-        ctx.store.log_event(ctx.campaign_id, "kept_branch", {
-            "round": rnd, "arm": best or "control", "chosen": merged["run"] if merged and merged["kept"]
-            else chosen.run_name, "split": "selection", "n": ctx.spec.eval.n, "merged": merged, "candidates": [
-                {"run": x.run_name, "seed": x.seed, "step": x.step, "selection_accuracy": x.selection_accuracy,
-                 "decision_accuracy": x.eval_accuracy} for x, _ in scored]})
-        if merged and merged["kept"]:
-            ctx.log(f"round {rnd}: the mainline continues from {merged['run']}, the average of the {len(cands)} "
-                    f"{role} seeds (selection split {merged['selection_accuracy']}; the seeds "
-                    f"{', '.join(str(x.selection_accuracy) for x, _ in scored)})")
-        else:
-            ctx.log(f"round {rnd}: the mainline continues from {chosen.run_name} (selection split "
-                    f"{chosen.selection_accuracy}, best of {len(scored)} {role} branches"
-                    + (f"; their average scored {merged['selection_accuracy']}, below every seed)" if merged else ")"))
-            merged = None
+        chosen, merged = got
     if merged is not None:
         run_dir = ctx.home / "jobs" / merged["run"]
         meta = read_run_meta(run_dir)
@@ -240,6 +200,60 @@ def _keep_branch(ctx: CampaignContext, rnd: int, bt_id: str, best: str | None, v
         parent_id=mainline, harness_version=version, checkpoint=str(ck[step]), run_name=chosen.run_name,
         mlflow_run_id=meta.run_id if meta else None, eval_accuracy=chosen.eval_accuracy, step=step, created=_now(),
         selection_accuracy=chosen.selection_accuracy))
+
+
+def _choose_kept(ctx: CampaignContext, rnd: int, bt_id: str, best: str | None, version: str, arm: list,
+                 role: str) -> tuple[Any, dict[str, Any] | None] | None:
+    """Score the arm's seeds (and their average, with ``backtest.merge_seeds``) on the selection split, record the
+    choice once (``kept_branch``), and return (the chosen seed's branch, the merge when it is kept, else None)."""
+    merged: dict[str, Any] | None = None
+    budget = _harness(ctx, version).grpo.max_completion_length
+    cands = []
+    for x in arm:
+        ck = complete_checkpoints(ctx.home / "jobs" / x.run_name)
+        if x.step in ck:
+            cands.append((x, str(ck[x.step])))
+    if not cands:
+        return None
+    singles = [(path, budget) for _, path in cands]
+    merge = None
+    if ctx.spec.backtest.merge_seeds and len(cands) >= 2 and len({x.step for x, _ in cands}) == 1:
+        merge = {"home": str(ctx.home), "name": f"{ctx.campaign_id}__r{rnd:02d}__merged", "max_new_tokens": budget,
+                 "sources": [[x.run_name, x.step] for x, _ in cands],
+                 "tags": {"evotrainer.campaign": ctx.campaign_id, "evotrainer.round": str(rnd)}}
+    sel = _score(ctx, singles, merge=merge)
+    if sel is None and merge is not None:  # the merge failed (recorded): choose among the seeds alone
+        merge, sel = None, _score(ctx, singles)
+    scored = []
+    for n, (x, path) in enumerate(cands):
+        acc = sel[n] if sel is not None else None
+        if acc is not None:
+            x = ctx.store.set_branch_selection(bt_id, x.proposal_id, x.role, x.seed, acc)
+        scored.append((x, path))
+    # best on the selection split; ties (or no scores) by the decision split, then the lowest seed
+    chosen = max(scored, key=lambda t: (t[0].selection_accuracy if t[0].selection_accuracy is not None else -1,
+                                        t[0].eval_accuracy or 0.0, -t[0].seed))[0]
+    if merge is not None:
+        merged = {"run": merge["name"], "step": cands[0][0].step, "selection_accuracy": sel[len(cands)],
+                  "from": [x.run_name for x, _ in cands]}
+        # a merge that broke something scores below every seed it came from
+        # (its decision split is scored when a round follows, which reads it: _decision_scored)
+        merged["kept"] = merged["selection_accuracy"] >= min(sel[: len(cands)])
+    ctx.store.log_event(ctx.campaign_id, "kept_branch", {
+        "round": rnd, "arm": best or "control", "chosen": merged["run"] if merged and merged["kept"]
+        else chosen.run_name, "split": "selection", "n": ctx.spec.eval.n, "merged": merged, "candidates": [
+            {"run": x.run_name, "seed": x.seed, "step": x.step, "selection_accuracy": x.selection_accuracy,
+             "decision_accuracy": x.eval_accuracy} for x, _ in scored]})
+    if merged and merged["kept"]:
+        ctx.log(f"round {rnd}: the mainline continues from {merged['run']}, the average of the {len(cands)} "
+                f"{role} seeds (selection split {merged['selection_accuracy']}; the seeds "
+                f"{', '.join(str(x.selection_accuracy) for x, _ in scored)})")
+    else:
+        ctx.log(f"round {rnd}: the mainline continues from {chosen.run_name} (selection split "
+                f"{chosen.selection_accuracy}, best of {len(scored)} {role} branches"
+                + (f"; their average scored {merged['selection_accuracy']}, below every seed)" if merged else ")"))
+        merged = None
+    return chosen, merged
 
 
 def _freed(ctx: CampaignContext, bt_id: str | None) -> int:
