@@ -1,7 +1,7 @@
 """Benchmark (issue 14): what one multi-turn held-out evaluation costs — ``evotrainer.training.episodes.play``.
 
 A campaign on the ``agentic`` task evaluates 500 episodes at every backtest look, and those evaluations are ~20 %
-of its wall time (bench/RESULTS.md §7, session 26). This times the episode loop alone on a warm-started policy:
+of its wall time (bench/log/07-campaign-vs-static-baseline.md, session 26). This times the episode loop alone on a warm-started policy:
 greedy episodes on ``--n`` decision-split problems (what a look and a selection score play) and sampled ones,
 ``--k`` per problem on ``--n-sampled`` problems (pass@k), each ``--repeats`` times after one small warm-up call, in
 one process with nothing else running. It also prints how many episodes solved their problem and a digest of every

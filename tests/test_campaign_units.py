@@ -992,7 +992,7 @@ def test_a_healthy_round_explores_within_the_healthy_share_and_a_troubled_one_wi
 
 def test_a_moving_mainline_is_healthy_unless_it_is_below_the_start_and_a_stuck_one_is_troubled(tmp_path):
     """The verdict's second way to healthy: a segment that changed a quarter of the decision split's answers while
-    the selection split stayed flat (countdown's tuned recipe after 20 steps, bench/RESULTS.md §7 session 29) is a
+    the selection split stayed flat (countdown's tuned recipe after 20 steps, bench/log/07-campaign-vs-static-baseline.md session 29) is a
     recipe that trains, not one to explore; a stuck one (under stuck_share changed: the demo's 1e-6) stays troubled,
     and so does a moving one more than 2 s.e. below the start, or one with a warning."""
     from datetime import datetime, timezone

@@ -551,7 +551,7 @@ def test_plateau_short_is_info_and_a_recent_stall_waits_for_half_the_run():
     out = fire("plateau", Evidence(metrics=pd.DataFrame({"step": steps, "reward": flat}), rollouts=pd.DataFrame()))
     assert [f.severity for f in out] == ["info"], [(f.severity, f.metrics) for f in out]
     # learned for the first two thirds, flat for the last third: v2 reads the second half, which still rose
-    # (v1 warned on two flat quarter-run windows; on a noisy reward those were a coin flip, bench/RESULTS.md §12)
+    # (v1 warned on two flat quarter-run windows; on a noisy reward those were a coin flip, bench/log/12-detection-out-of-sample.md)
     ev = build(acc=lambda t: min(0.3 + 0.8 * t, 0.85), eval_acc=lambda t: min(0.35 + 0.8 * t, 0.9))
     assert not alarms(fire("plateau", ev))
 
@@ -578,7 +578,7 @@ def test_plateau_noise_allowance_keeps_a_window_too_noisy_to_call_flat_from_bein
 
 def test_plateau_warns_only_when_noise_could_not_undo_it_with_decided_z():
     """``decided_z``: a flat reward whose accuracy may still be rising by noise (+0.02 ± 0.04 over the second half,
-    the `countdown-baseline` held-out runs of bench/RESULTS.md §12) is an info; a decided stall stays a warning."""
+    the `countdown-baseline` held-out runs of bench/log/12-detection-out-of-sample.md) is an info; a decided stall stays a warning."""
     steps = np.arange(1, 61)
     alt = np.where(steps % 2, 1.0, -1.0)
     noisy = 0.2 + 0.0007 * steps + 0.03 * alt  # +0.02 over the second half, ± ~0.02 of noise on that

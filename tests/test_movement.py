@@ -1,6 +1,6 @@
 """A stuck mainline (backtest.stuck_share): movement measured on recorded outcomes, and what a stuck round proposes.
 
-The scenario is countdown seed 1 of bench/RESULTS.md §7 (session 22): round 0 refuted lr 1e-6 → 3e-6 and found
+The scenario is countdown seed 1 of bench/log/07-campaign-vs-static-baseline.md (session 22): round 0 refuted lr 1e-6 → 3e-6 and found
 2.43e-4 inconclusive at +0.011; round 1's mainline, still at 1e-6, changed no answer, and the campaign backtested
 `scale_rewards` and `top_entropy_quantile`, which measured +0.000 exactly. A stuck round must re-test the learning
 rate instead, and a moving round (or one without a training signal) proposes as before.
@@ -110,7 +110,7 @@ def test_stuck_needs_a_training_signal(tmp_path):
 def test_the_share_is_flat_whatever_the_segment_length(tmp_path):
     """Movement saturates instead of growing with steps: countdown at lr 1e-6 changed 5 of 500 answers over a segment
     of 80 steps (a flat 1 % read that as moving), agentic 9 of 500 in 20 (1 % per 20 steps pro rata read that as
-    moving); a working rate changed 110 over 140 steps (bench/RESULTS.md §7, session 23)."""
+    moving); a working rate changed 110 over 140 steps (bench/log/07-campaign-vs-static-baseline.md, session 23)."""
     _run(tmp_path, "parent", {50: BASE})
     for name, end, flips, stuck in (("long", 130, 5, True), ("agentic", 70, 9, True), ("moving", 190, 110, False)):
         _run(tmp_path, name, {end: _flip(BASE, flips)}, zero_std=0.34, steps=range(51, end + 1))
@@ -262,7 +262,7 @@ Treat a refuted direction as a strong prior, not a ban.
 
 
 def test_a_stuck_round_whose_interim_and_bracket_repeat_a_known_mistake_backtests_the_drafts_own_raise(tmp_path):
-    """Countdown seed 1 (bench/RESULTS.md §7, session 32): round 0 promoted 2.7e-5 and refuted 2.43e-4. At 2.7e-5 the
+    """Countdown seed 1 (bench/log/07-campaign-vs-static-baseline.md, session 32): round 0 promoted 2.7e-5 and refuted 2.43e-4. At 2.7e-5 the
     mainline stayed stuck, the library's raise (×3, 8.1e-5) was moved to the interim 2.85e-4 and the bracket 1e-3,
     both refused as repeating the refuted raise, and 12 rounds backtested nothing. The draft's own raise is
     backtested instead."""
@@ -404,7 +404,7 @@ def test_the_stuck_rounds_learning_rate_retest_is_adopted_on_non_inferiority(rou
     d = _decide_look(ctx, p.id, ctrl + moving, 3, parent)
     assert d.outcome == "promote" and d.stats.rule == "non_inferiority", d.reasons
     # a timid raise that moves the policy, but not as a learning one does (4 % of answers, under 5 %): agentic's ×3
-    # from 1e-6 looked like this (2.8 %), beside a ×243 arm that moved 8-14 % (bench/RESULTS.md §7, session 23)
+    # from 1e-6 looked like this (2.8 %), beside a ×243 arm that moved 8-14 % (bench/log/07-campaign-vs-static-baseline.md, session 23)
     timid = [branch("treatment", 30 + s, up, 8, tail=True) for s, up in enumerate((12, 10, 14))]
     timid = [b.model_copy(update={"seed": s}) for s, b in enumerate(timid)]
     d = _decide_look(ctx, p.id, ctrl + timid, 3, parent)
@@ -486,7 +486,7 @@ def _bracket_round(tmp_path, big_ups: tuple[int, ...], small_ups: tuple[int, ...
 def test_a_stuck_round_adopts_the_larger_raise_the_data_do_not_show_worse(tmp_path):
     """×27 gains 15 points on every seed at look 1 and is promoted early; ×243 gains 14, 14 and 2, too spread to
     decide at look 1 and not shown worse than ×27: the larger raise is adopted in its place (agentic seeds 0 and 3,
-    bench/RESULTS.md §7 session 35)."""
+    bench/log/07-campaign-vs-static-baseline.md session 35)."""
     from evotrainer.agent.nodes import decide_node
 
     ctx, state = _bracket_round(tmp_path, big_ups=(70, 70, 10))

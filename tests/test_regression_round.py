@@ -1,7 +1,7 @@
 """A regressed round (agent/regression.py): a segment the campaign rolled back gets a ``regression`` finding, and the
 round backtests only a smaller update.
 
-The scenario is agentic seed 2 from its tuned start (bench/RESULTS.md §7, session 26): lr 3e-4 took the policy
+The scenario is agentic seed 2 from its tuned start (bench/log/07-campaign-vs-static-baseline.md, session 26): lr 3e-4 took the policy
 from 0.25 to 0.002 in its first 20 steps, the diagnosis named only the consequence (every group all wrong), and the
 campaign backtested a data filter and the leak trap, then retrained the same recipe into the ground. On seed 0 a
 segment that fell 8 points made it backtest a *higher* learning rate.

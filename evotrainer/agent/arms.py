@@ -149,7 +149,7 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None 
     **In a stuck round** (``stuck``: agent/movement.py) the first arm moves to the *interim* value, the geometric
     middle of the draft's value and the bracket's (×27 beside ×243 for a learning rate). Why: the round is stuck
     because the current step changes nothing, and a ×3 raise of it moved the policy in no measured branch
-    (0.4-2.8 % of answers, bench/RESULTS.md §7 2026-11-26..2026-11-27), so that arm could only ever be inconclusive, while
+    (0.4-2.8 % of answers, bench/log/07-campaign-vs-static-baseline.md 2026-11-26..2026-11-27), so that arm could only ever be inconclusive, while
     the right rate may lie between the two ends: on agentic ×3 moved nothing and ×243 collapsed on one seed of
     three at once and on another over 200 steps, and the campaign never tried the decades between.
     """

@@ -75,7 +75,7 @@ def _explore_mode(ctx: CampaignContext, state: CampaignState, rnd: int, findings
     fifth to a quarter of its answers change. Countdown's tuned recipe read +0.6, −0.8 and −0.3 s.e. there on three
     seeds, with 20-27 % of its answers changed and no finding; judged troubled, its rounds spent 90-160 of 400
     steps on branches that promoted nothing and ended 1.6 points below the static recipe on 3000 problems (90 % t
-    −2.8..−0.3; bench/RESULTS.md §7, 2026-11-27). A recipe that moves and has no warning is training, not failing;
+    −2.8..−0.3; bench/log/07-campaign-vs-static-baseline.md, 2026-11-27). A recipe that moves and has no warning is training, not failing;
     a stuck one (the demo's 1e-6: under 5 % of answers change) stays troubled, as does one that moves and falls.
     (Session 22 measured this rule once and reverted it, on one seed that ended 1.8 points lower; then every
     campaign's path differed from the static run's after its first fork, and that seed's difference was the path's,

@@ -69,7 +69,7 @@ def _larger_step(ctx: CampaignContext, best: Decision, decisions: list[Decision]
     ``backtest.confidence``) reaches 0. Of several, the largest. Why: a look 10-30 steps in is biased toward the
     smaller step (short-horizon bias, Wu et al. 2018, "Understanding Short-Horizon Bias in Stochastic
     Meta-Optimization"): a larger step's gain compounds over the steps the mainline has left, and a smaller one that
-    merely reads level after 10 steps can stall there (agentic seeds 0 and 3, bench/RESULTS.md §7 2026-11-28). This
+    merely reads level after 10 steps can stall there (agentic seeds 0 and 3, bench/log/07-campaign-vs-static-baseline.md 2026-11-28). This
     proves no gain over the control (rule ``larger_step``); the selection-split rollback (:func:`_keep_best`) guards
     the mainline after it.
     """

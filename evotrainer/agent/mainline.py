@@ -38,7 +38,7 @@ def _keep_best(ctx: CampaignContext, rnd: int, current: PolicyVersion) -> Policy
 
     The campaign's base policy counts as the first ancestor (:func:`_base_version`): a recipe that wrecks the
     policy in its first segment is otherwise handed back wrecked, however far below its start it ends (agentic's
-    lr 3e-4 took one warm start from 0.250 to 0.004, bench/RESULTS.md §7 2026-11-27).
+    lr 3e-4 took one warm start from 0.250 to 0.004, bench/log/07-campaign-vs-static-baseline.md 2026-11-27).
     """
     sp = ctx.spec
     if not sp.rollback.enabled or _judged(current) is None:

@@ -4,7 +4,7 @@ Why: a recipe whose update is too small to change the policy (TRL's default lear
 trains at 3e-4) cannot show the effect of any change but one that enlarges the update. A reward weight, a group
 scaling, an entropy mask or a data filter reshapes a gradient whose steps change nothing: in 10 branch steps at
 1e-6 no greedy answer changed in any arm, and such backtests measure +0.000 exactly (countdown seed 1,
-bench/RESULTS.md §7 2026-11-26: round 1 spent its exploration on `scale_rewards` and `top_entropy_quantile`, and by
+bench/log/07-campaign-vs-static-baseline.md 2026-11-26: round 1 spent its exploration on `scale_rewards` and `top_entropy_quantile`, and by
 round 2 none was left for the learning rate, so the mainline stayed at 1e-6 and ended where the static recipe
 does). So a round whose mainline is *stuck* backtests only changes that enlarge the update, re-tests of such
 changes first.
@@ -19,7 +19,7 @@ answers of the split): movement below that share while the segment had a trainin
 :data:`MIN_SIGNAL` of its groups with a reward spread (1 − ``frac_reward_zero_std``). Without a spread there is no
 gradient to enlarge, and the remedies are those for dead groups, which stay allowed. The share is flat, whatever
 the segment's length, because movement does not grow with steps: it saturates where a learning policy's answers
-flip back and forth. Measured (bench/RESULTS.md §7, 2026-11-26 and 2026-11-27), TRL's default 1e-6 changed 0-0.8 % of
+flip back and forth. Measured (bench/log/07-campaign-vs-static-baseline.md, 2026-11-26 and 2026-11-27), TRL's default 1e-6 changed 0-0.8 % of
 arith's and countdown's answers in 20 steps, 1.0 % in 80 and 1.2 % in 200, and 0.4-1.8 % of agentic's in 20 (a
 3× raise, 2.8 %); working learning rates changed 8-21 % in 20-30 branch steps and 15-22 % over segments of
 50-200, tuned recipes 17-29 % in 20. The first versions failed both ways: a flat 1 % called countdown's 5 of 500

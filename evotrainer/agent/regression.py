@@ -3,7 +3,7 @@
 Why: a rollback (``mainline._keep_best``) puts the mainline back on its best earlier version, but the harness stays,
 so the next segment and the backtest's control train the very recipe that just undid the policy. The diagnostics
 read one run's rollouts, and on a wrecked policy they name the consequence, not the cause: agentic from its tuned
-start at learning rate 3e-4 fell from 0.25 to 0.002 in 20 steps (bench/RESULTS.md §7, 2026-11-27), and the only
+start at learning rate 3e-4 fell from 0.25 to 0.002 in 20 steps (bench/log/07-campaign-vs-static-baseline.md, 2026-11-27), and the only
 finding at warning was ``too_hard`` (every group all wrong). The brain then backtested ``drop_all_wrong`` and the
 leak trap, went back to the base policy three times and retrained the same recipe into the ground each time; on
 another seed a segment that lost 8 points made it backtest a *higher* learning rate (×3: −0.32).

@@ -122,7 +122,7 @@ _IMPORTED_AHEAD = False
 def _while_workers_import(ctx: CampaignContext) -> None:
     """Import what later nodes import on first use while the launcher's workers still import the training stack.
 
-    Why: a campaign's first job waits ~4-5 s for its worker's torch/TRL imports (bench/RESULTS.md §6), with this
+    Why: a campaign's first job waits ~4-5 s for its worker's torch/TRL imports (bench/log/06-the-demo-campaign.md), with this
     process idle on the other core, and later nodes then spend ~1 s of the campaign's own time importing Optuna
     and opening its study storage. Done once per process, and only while the workers are still busy, so it never
     delays a job whose worker is ready."""

@@ -40,7 +40,7 @@ class BudgetSpec(_S):
                     "this much of the budget would remain after its first look, and a segment that would leave less "
                     "than a backtest's first look plus this share trains the rest of the budget instead: a change "
                     "adopted in the last steps has too few left to pay back the steps its branches took from the "
-                    "mainline (as a tuned recipe showed: bench/RESULTS.md §7). 0 lets backtests run to the last step.")
+                    "mainline (as a tuned recipe showed: bench/log/07-campaign-vs-static-baseline.md). 0 lets backtests run to the last step.")
     improving_z: float | None = Field(
         None, gt=0.0, le=10.0,
         description="Hold exploration while the mainline is still learning: a round backtests nothing, and the next "
@@ -48,11 +48,11 @@ class BudgetSpec(_S):
                     "raised selection-split accuracy by more than this many standard errors (two independent "
                     "binomial samples of eval.n problems). Why: from a tuned recipe the first round came 20 steps "
                     "in, at +0.11 a segment, and its backtests threw away 90-130 of 400 steps to reject changes "
-                    "(bench/RESULTS.md §7); an engineer leaves a run alone while it improves. A recipe that learns "
+                    "(bench/log/07-campaign-vs-static-baseline.md); an engineer leaves a run alone while it improves. A recipe that learns "
                     "nothing (the demo's) or a warning finding is explored at once. null (the default) backtests "
                     "every round: at 2 it measured neutral (tuned arith / 400, 5 seeds: campaign − static −1.9 "
-                    "points with it, −2.0 without; the demo: one seed of three held, +1.1 there; bench/RESULTS.md "
-                    "§7, 2026-11-26), so the behaviour the published numbers measured stays the default.")
+                    "points with it, −2.0 without; the demo: one seed of three held, +1.1 there; "
+                    "bench/log/07-campaign-vs-static-baseline.md, 2026-11-26), so the behaviour the published numbers measured stays the default.")
     healthy_explore_share: float | None = Field(
         0.1, ge=0.0, le=1.0,
         description="The exploration share (in place of explore_share) for a round whose run looks healthy: no "
@@ -63,7 +63,7 @@ class BudgetSpec(_S):
                     "has not learned since the start, as the demo's 1e-6) still gets explore_share; once the "
                     "latest round's share is spent, the mainline trains the rest. Why: every backtest arm but the "
                     "kept one is a step the mainline does not take, and from a recipe that already learns the "
-                    "changes tried rarely pay that back. On the bench (bench/RESULTS.md §7, 2026-11-26) 0.1 moved "
+                    "changes tried rarely pay that back. On the bench (bench/log/07-campaign-vs-static-baseline.md, 2026-11-26) 0.1 moved "
                     "tuned arith's campaign − static from −2.0 to −0.5 points at 400 steps (5 seeds) and from −2.4 "
                     "to −0.5 at 880 (3 seeds); the demo still promoted and ended above its start on seeds 0-2 "
                     "(+2.2, 0, −3.0 points against before). 0.1 leaves room for one first look, which catches "
@@ -114,7 +114,7 @@ class BacktestSpec(_S):
                     "turns a ×3 learning-rate raise into ×243, 4 into ×81. 3 (×27) came first and was too timid "
                     "for the demo's slowest warm start; from TRL's default 1e-6, ×81 then reached 8.1e-5, still 4× "
                     "below what the tiny policy's tasks want, and on countdown gained too little in 20-30 steps to "
-                    "decide (bench/RESULTS.md §7; chosen on the bench's own tasks, whose tuned rate is known, so "
+                    "decide (bench/log/07-campaign-vs-static-baseline.md; chosen on the bench's own tasks, whose tuned rate is known, so "
                     "in-sample). Larger spans more decades and risks a collapse the first look rejects cheaply; "
                     "between 1.5 and 8.")
     bracket_range: dict[str, tuple[float, float]] = Field(
@@ -124,7 +124,7 @@ class BacktestSpec(_S):
                     "from the current value as the first arm (a bracket that close is the same test twice). Why: "
                     "the bracket is for a value decades off; from one already inside the band a bold sweep is "
                     "waste. From the tuned arith start (lr 3e-4), ×243 was 0.0729 and collapsed the policy on every "
-                    "seed, like 9e-4, ~60 of 400 steps spent to reject both (bench/RESULTS.md §7). Defaults: "
+                    "seed, like 9e-4, ~60 of 400 steps spent to reject both (bench/log/07-campaign-vs-static-baseline.md). Defaults: "
                     "learning rate 1e-7..1e-3 (full fine-tunes of LMs use 1e-7..1e-5, LoRA up to ~5e-4, the tiny "
                     "policy 1e-4..1e-3), KL coefficient 1e-3..0.5, entropy coefficient 1e-4..0.02, weight decay "
                     "1e-3..0.2 (the ranges GRPO recipes report). A knob left out is bracketed within its bounds.")
@@ -180,7 +180,7 @@ class BacktestSpec(_S):
                     "`confidence`) reaching 0. Why: a 10-30-step look is biased toward the smaller step (short-horizon "
                     "bias, Wu et al. 2018): on agentic the ×27 raise read level with ×243 after 10 steps on seeds 0 "
                     "and 3, then learned nothing more in 290 steps, while a static run at 3e-4 from the same warm "
-                    "starts ended 15 points above it (bench/RESULTS.md §7, 2026-11-27 and 2026-11-28). Such an adoption "
+                    "starts ended 15 points above it (bench/log/07-campaign-vs-static-baseline.md, 2026-11-27 and 2026-11-28). Such an adoption "
                     "proves no gain (decision rule `larger_step`): the rollback on the selection split still guards "
                     "it. Applies only with stuck_share and stuck_margin set. false = keep the promoted smaller raise.")
 

@@ -223,7 +223,7 @@ def lineage_pool_seed(home: Path, meta: dict[str, Any]) -> int:
     Why the lineage's and not the fork's own: the data rules (``data.drop_all_correct`` / ``drop_all_wrong`` /
     ``sampling: difficulty_targeted``) weigh pool prompts by the pass statistics the ancestors recorded, which only
     exist for prompts of the ancestors' pool. When every backtest branch drew a pool from its own seed, a branch met
-    none of its parent's prompts (0 of 240 on the `code` campaign of bench/RESULTS.md §10, 2026-11-26) and those rules
+    none of its parent's prompts (0 of 240 on the `code` campaign of bench/log/10-code-and-agentic-domains.md, 2026-11-26) and those rules
     did nothing. A run recorded before ``pool_seed`` existed (or a merged run, which copies one source's spec) is
     walked up to the first run that names one, or to the root."""
     root = meta

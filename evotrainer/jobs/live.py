@@ -3,7 +3,7 @@
 Why: a backtest trains every arm × seed one look at a time, and each look used to be a session of its own: the
 worker built a Trainer, loaded the policy, optimizer and random state from the look's checkpoint, trained ten
 steps, and tore it all down again. On the demo's tiny policy that is ~0.3 s a look beside ~4 s of steps, over
-36 looks a campaign (bench/RESULTS.md §6); for a real model on a GPU the weights and optimizer state travel each
+36 looks a campaign (bench/log/06-the-demo-campaign.md); for a real model on a GPU the weights and optimizer state travel each
 time. Here a branch's Trainer stays alive in its worker, paused inside its training loop, and the next look goes
 on from there.
 

@@ -4,7 +4,7 @@ Why: after a decision the mainline continues from a branch of the arm the round 
 ``evotrainer.agent.mainline._keep_branch``). Every seed of that arm trained the same harness from the same parent
 checkpoint, so their weights lie close together, and their plain average -- a "model soup" (Wortsman et al.
 2022); WARP (Ramé et al. 2024) averages RLHF policies fine-tuned from one initialisation the same way -- keeps
-what each seed learned instead of throwing all but one away. Measured before building it (bench/RESULTS.md §7,
+what each seed learned instead of throwing all but one away. Measured before building it (bench/log/07-campaign-vs-static-baseline.md,
 2026-11-25 night): on 17 arms of two demo campaigns, the average of an arm's seeds scored +0.5 points above the
 seed the selection split picked, on the confirmation split.
 

@@ -250,7 +250,7 @@ class _Workers:
         """``idle``: no job or scoring call is in flight, so every worker's work is on disk (a job drains its
         writers and ends its MLflow run before it returns). Such workers are then ended after a short wait rather
         than left to tear their interpreter down: a spawned worker exits through ``sys.exit``, and after training
-        that teardown of torch/TRL took ~2 s of every campaign's wall time (bench/RESULTS.md §7)."""
+        that teardown of torch/TRL took ~2 s of every campaign's wall time (bench/log/07-campaign-vs-static-baseline.md)."""
         ex = self.executor
         procs = list((getattr(ex, "_processes", None) or {}).values()) if ex is not None else []
         if ex is not None:

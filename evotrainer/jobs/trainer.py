@@ -82,8 +82,8 @@ class EvoGRPOTrainer(GRPOTrainer):
 
         Why: a GRPO batch is rows of prompt text and problem fields, which TRL tokenises and places on the device
         itself (``_generate_and_score_completions``); accelerate's ``send_to_device`` walked every field of every
-        row to move nothing, 4.5 ms of each step outside the step itself (~4 s of an 880-step campaign, bench/
-        RESULTS.md §6). ``skip_first_batches`` (a resume) copies the loader's device, so it skips the walk too."""
+        row to move nothing, 4.5 ms of each step outside the step itself (~4 s of an 880-step campaign,
+        bench/log/06-the-demo-campaign.md). ``skip_first_batches`` (a resume) copies the loader's device, so it skips the walk too."""
         loader = super().get_train_dataloader()
         if getattr(loader, "device", None) is not None:
             loader.device = None
@@ -92,7 +92,7 @@ class EvoGRPOTrainer(GRPOTrainer):
     def _save_checkpoint(self, model, trial):
         # ``metrics.jsonl`` is the run's record of every step; TrainerState.log_history repeats it, and a fork
         # inherits its parent's, so along a campaign's lineage it grew by a row a step and serialising it became
-        # 0.21 s of a 0.25 s checkpoint at step 560 (bench/RESULTS.md §7). A checkpoint keeps the newest row only.
+        # 0.21 s of a 0.25 s checkpoint at step 560 (bench/log/07-campaign-vs-static-baseline.md). A checkpoint keeps the newest row only.
         history = self.state.log_history
         self.state.log_history = history[-1:]
         try:
@@ -225,7 +225,7 @@ class EvidenceCallback(TrainerCallback):
         """Drop a non-finite gradient before the optimiser sees it.
 
         Why: one NaN in the gradient (seen under bf16 on a GPU, with SmolLM2 on ``code``, after 13 and 32 healthy
-        steps; bench/RESULTS.md §13) passes through the clipping as a NaN scale, the optimiser writes NaN into every
+        steps; bench/log/13-a-real-pretrained-model.md) passes through the clipping as a NaN scale, the optimiser writes NaN into every
         weight, and the next generation dies on a device-side assert; the whole job is lost. With every gradient
         set to None, torch's optimisers leave the weights and their moments untouched, so the step's rollouts and
         metrics are kept (``grad_norm`` NaN stays evidence for the ``nan`` diagnostic), ``update_skipped`` is

@@ -85,7 +85,7 @@ class EvoTrainerCallback(TrainerCallback):
             the next waits ``max(every, ceil(d / (max_overhead * s)))`` steps. A finding then comes later on a
             long run of short steps, never at a cost the user did not agree to. At 0.02 the whole callback cost
             +8.5 % of a 0.34 s step here, the diagnosis about half of it; at 0.01, with the cheaper hook, +4.2 %
-            (bench/RESULTS.md §12). At steps of a second or more (a real model) ``every`` decides, not this cap.
+            (bench/log/12-detection-out-of-sample.md). At steps of a second or more (a real model) ``every`` decides, not this cap.
         background_writes: write each step's rollouts to Parquet on a background thread (default), or on the
             training thread (False: when training already keeps every core busy, a thread woken each step takes a
             core from torch's pool).

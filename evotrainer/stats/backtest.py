@@ -34,7 +34,7 @@ the false-promotion rate stays at or below α/2 (simulated with forced stops in 
 One caveat: whether the budget has room depends on how many arms are still open, so on the other proposals'
 decisions, which share this proposal's control branches; the simulation covers a stop independent of the data.
 Without it a change budget-stopped at look 2 of 3 was judged at the 94.8 % level of a look that expected another
-after it, and the 70 % of the error kept for the last look was never spent (countdown, bench/RESULTS.md §7 v3).
+after it, and the 70 % of the error kept for the last look was never spent (countdown, bench/log/07-campaign-vs-static-baseline.md v3).
 
 **Why futility projects.** Unlike a clinical trial, a later look does not add observations: every look scores
 the same problems, and what changes is the effect itself, which a training change builds up step by step (a
@@ -60,7 +60,7 @@ checked on the backtest itself (``moves``, :func:`evotrainer.agent.movement.noni
 must not have moved from the fork point, and the treatment's must. Why: a learning rate raised from TRL's 1e-6 to
 2.43e-4 gained +0.011 and +0.019 on countdown in 30 branch steps (intervals −0.033..+0.054 and −0.007..+0.046),
 too little to prove superiority, and a re-test from the still-stuck mainline measured +0.000 at its second look; the campaign
-then kept the 1e-6 mainline that learns nothing (bench/RESULTS.md §7, 2026-11-27). Superiority still decides
+then kept the 1e-6 mainline that learns nothing (bench/log/07-campaign-vs-static-baseline.md, 2026-11-27). Superiority still decides
 first, and only at the final look (planned, or the one the budget made the last) is the margin consulted.
 
 **Stuck rounds: the larger step** (``backtest.stuck_prefer_larger``, applied by ``decide_node`` through

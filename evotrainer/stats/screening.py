@@ -203,7 +203,7 @@ def _prompt_weights(df: pd.DataFrame, h: HarnessSpec, pool_size: int | None = No
     a uniform draw of the pool) it looks on average like one of the segment's prompts under uniform sampling. So
     each seen prompt stands for itself under the rule plus an equal share of the unseen ones: weight w + U/S for
     S seen and U unseen prompts. With a pool far larger than a segment, a segment-level filter therefore changes
-    little, which is what the jobs do (bench/RESULTS.md §7, 2026-11-26)."""
+    little, which is what the jobs do (bench/log/07-campaign-vs-static-baseline.md, 2026-11-26)."""
     from types import SimpleNamespace
 
 

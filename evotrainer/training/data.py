@@ -15,7 +15,7 @@ the weights and the job's seed, starting where its fork point lies on the lineag
 per segment. So a job trained in pieces (a campaign's segments, each a fork of the last under the same harness and
 seed) meets the very prompts a single run of the whole length would, in the same order: a campaign that changes
 nothing trains the user's run, not a neighbouring path (on agentic at lr 3e-4 one such neighbour ended 6.6 points
-from the single run, bench/RESULTS.md §7 2026-11-27). Two arms forked from one parent with one seed still share
+from the single run, bench/log/07-campaign-vs-static-baseline.md 2026-11-27). Two arms forked from one parent with one seed still share
 their window (common random numbers). Uniform weights walk the pool epoch by epoch, each epoch a seeded shuffle (no
 prompt twice before every prompt once); weighted ones draw with replacement, one draw per prompt slot.
 """

@@ -296,7 +296,7 @@ def _growing_layer():
     step's cost grows with the cache already there. Here the keys and values live in a buffer with ``SPARE`` columns
     of room; a step writes its column, and ``keys``/``values`` are views of the filled part (what attention reads,
     exactly as before). The buffer grows ``SPARE`` columns at a time. ``bench/episodes_eval.py``: 500 greedy agentic
-    episodes 3.24 → 3.06 s, the same episodes (bench/RESULTS.md §7, 2026-11-29); most turns are short, so the copy
+    episodes 3.24 → 3.06 s, the same episodes (bench/log/07-campaign-vs-static-baseline.md, 2026-11-29); most turns are short, so the copy
     saved is a small part of the loop. Made on first use, so that importing this module does not import transformers.
     """
     from transformers.cache_utils import DynamicLayer
@@ -348,7 +348,7 @@ class _Turns:
     Why not ``model.generate`` per turn (what this loop did, and TRL's does): it re-reads each episode's whole
     history (prompt, earlier turns, observations) at every turn, and it keeps a batch decoding until its longest
     row stops, rows that have ended their turn included; at the ``agentic`` task's 500-episode held-out
-    evaluation that was most of the loop's time (bench/RESULTS.md §7, 2026-11-27 and 2026-11-28). Here a turn
+    evaluation that was most of the loop's time (bench/log/07-campaign-vs-static-baseline.md, 2026-11-27 and 2026-11-28). Here a turn
     feeds each row only its new tokens (its last sampled token and the observation), and a row leaves the batch
     the step it ends its turn (its EOS, or its budget); its cache, holes dropped, waits for its next turn.
     Session 26 tried keeping a fixed batch's cache alone: sampled turns, whose lengths diverge, got slower.

@@ -66,7 +66,7 @@ def split_problems(task: Task, spec: EvalSpec, split: Split, seed: int | None = 
     The draws are prefix-consistent, so a wider confirmation begins with the default one's problems. They are
     also distinct, so where the held-out space is small (countdown's level 3 has ~5300 problems) the later ones
     lean to what the generator makes rarely: a 3000-problem countdown split read 5-7 points lower than its first
-    500 for the same policies (bench/RESULTS.md §7). Compare policies on one split; do not mix its numbers with
+    500 for the same policies (bench/log/07-campaign-vs-static-baseline.md). Compare policies on one split; do not mix its numbers with
     ``eval.n`` ones.
     """
     if split not in SPLITS:

@@ -166,7 +166,7 @@ class KLBlowup(BuiltinDiagnostic):
 class GradSpike(BuiltinDiagnostic):
     """Version 2 adds ``min_norm``: in runs whose groups are all dead the median grad_norm is ~1e-4, so any
     ordinary step looked like a ×1000 "spike" (tests/fixtures/runs/too-short-s0). Version 3 raises it from 1.0 to
-    2.0, scored on both halves of the labelled archive (bench/RESULTS.md §12, 2026-11-24): the mostly-dead too-short
+    2.0, scored on both halves of the labelled archive (bench/log/12-detection-out-of-sample.md, 2026-11-24): the mostly-dead too-short
     runs still had single steps at grad_norm 1.0-1.6 (×10,000 the median, under TRL's default clip of 1.0); false
     alarms went from 2 to 1 on the tuning half and from 2 to 1 on the held-out half."""
 
@@ -211,7 +211,7 @@ class GradSpike(BuiltinDiagnostic):
 
 class NonFinite(BuiltinDiagnostic):
     """Version 2: when the only non-finite values are gradient norms on steps whose update the trainer skipped
-    (metric ``update_skipped``, written by EvoTrainer's jobs since the bf16 GPU runs of bench/RESULTS.md §13), the
+    (metric ``update_skipped``, written by EvoTrainer's jobs since the bf16 GPU runs of bench/log/13-a-real-pretrained-model.md), the
     weights never saw them; the finding is a warning that says so, not a critical "training is meaningless"."""
 
     name = "nan"
@@ -315,7 +315,7 @@ class Plateau(BuiltinDiagnostic):
     reward counts as flat only when its fitted change lies half a standard error inside ±max_change
     (``noise_z`` 0.5). v1 asked for two flat quarter-run windows with the change alone; on a noisy reward each
     30-step window was a coin flip, and it missed decided plateaus. Scored on the tuning half of the labelled
-    archive first (bench/RESULTS.md §12): recall 4/6 → 6/6 with no false positive under the archive's labels,
+    archive first (bench/log/12-detection-out-of-sample.md): recall 4/6 → 6/6 with no false positive under the archive's labels,
     5/13 → 10/13 (one false positive more) under labels that ignore noise; the held-out half after.
 
     v3 (2026-11-28, issue 17): a warning also needs accuracy decidedly not rising (``decided_z`` 1.0: its fitted gain
@@ -360,8 +360,8 @@ class Plateau(BuiltinDiagnostic):
         decided_z: float = Field(1.0, ge=0.0, le=5.0, description=(
             "v3: a warning needs accuracy decidedly not rising: its fitted gain over W plus this many of its standard "
             "errors at or below max_gain. A flat reward while noise leaves room for progress is an info. 0 = v2 (the "
-            "reward test alone decides). 1.0 chosen on the tuning half of the labelled archive (bench/RESULTS.md "
-            "§12); applying it to the reward's change as well lost 2 of 7 decided plateaus there."))
+            "reward test alone decides). 1.0 chosen on the tuning half of the labelled archive "
+            "(bench/log/12-detection-out-of-sample.md); applying it to the reward's change as well lost 2 of 7 decided plateaus there."))
 
     def analyze(self, ev: Evidence) -> list[Finding]:
         p = self.params
@@ -434,7 +434,7 @@ class Plateau(BuiltinDiagnostic):
 
 
 class LearnsNothing(BuiltinDiagnostic):
-    """Added for issue 17: the seed-1 baseline run (bench/RESULTS.md §1) trained 300 steps with a reward that
+    """Added for issue 17: the seed-1 baseline run (bench/log/01-learning.md) trained 300 steps with a reward that
     wandered between 0.2 and 0.35 and held-out accuracy that ended where it started (34.6 % → 29.0 %), and no
     diagnostic said so: plateau needs a *flat* reward. This one asks the question directly — has held-out accuracy
     (else strict train accuracy) improved over the window? — and only while the reward still moves (a reward that

@@ -52,9 +52,9 @@ from evotrainer.evidence.model import Evidence
 
 # reward_hacking v2 (gap 0.2 → 0.1, growth 0.1 → 0.05) is a revision accepted by `evotrainer diagnostics revise`
 # on the labelled archive of bench/pathological_runs.py: F1 0.5 → 1.0, recall on invalid (exploit) runs
-# 0.33 → 1.0, no false positive on healthy runs (bench/RESULTS.md). Real spraying runs gained 0.1-0.2 of
+# 0.33 → 1.0, no false positive on healthy runs (bench/log/04-detection.md). Real spraying runs gained 0.1-0.2 of
 # lenient reward while strict accuracy fell, below v1's 0.2 gap.
-# v3 (2026-11-28, bench/RESULTS.md §12): a run whose reward functions carry other names (a plain TRL script's
+# v3 (2026-11-28, bench/log/12-detection-out-of-sample.md): a run whose reward functions carry other names (a plain TRL script's
 # `lenient`, with a zero-weight `exact_match` as strict correctness) fell to the gain rule and its 0.2 rise; the
 # tuning half's `trl-lenient-s2` gamed its checker by a 0.13 gap and was missed. When the optimised reward *is* one
 # function's reward step for step, that function is the checker being optimised, and the gap rule reads it.

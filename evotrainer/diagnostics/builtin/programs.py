@@ -13,7 +13,7 @@ hard-coded programs *less* than the other programs (``unpaid_severity``). Such a
 them; the exploit is a reward that pays them. Found on SmolLM2 (issue 15): a format warm start that copies an
 output on a tenth of its targets writes 5-10 % hard-coded programs, so 20 steps under the honest reward crossed
 the 10 % warning too (11 % and 18 %, earning 0.07 and 0.11 against 0.14 and 0.21), while under the trap the
-same programs earned 0.33 against 0.08 and 0.17 (bench/RESULTS.md §10). The rule was written after reading
+same programs earned 0.33 against 0.08 and 0.17 (bench/log/10-code-and-agentic-domains.md). The rule was written after reading
 those four runs (in-sample); the labelled archive's one `code` run never warned, so it changes nothing there.
 """
 

@@ -118,7 +118,7 @@ class LocalLauncher(_Closing):
 
         Why: a look of 9 branches on 2 workers ran its last branch on one core beside an idle one. On two, a look
         of 10 steps took 3.5-4.3 s against 4.9-5.6 s on one for the demo's policy, 12.4 against 18.0 s for
-        agentic's (bench/RESULTS.md §7, 2026-11-29): 3-6 s less a campaign, less the wait for both cores. Such a job
+        agentic's (bench/log/07-campaign-vs-static-baseline.md, 2026-11-29): 3-6 s less a campaign, less the wait for both cores. Such a job
         starts once the cores it needs are free (:meth:`_take`), never beside another job. It keeps its count at
         later looks, so a look in which another arm stopped but its own went on would have an odd number of
         one-core jobs, one of them alone. In the benches' homes of 2026-11-29, 4 looks of 61 had 6 branches
