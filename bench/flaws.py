@@ -289,6 +289,24 @@ def summary(suite: Suite, rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def markdown(suite: Suite, rows: list[dict[str, Any]]) -> str:
+    """The liveness table (tuned − flawed per flaw × task, wide split, development seeds) and, per seed set, every
+    arm's wide accuracy and recovered share: what bench/log/19-flaw-suite.md records."""
+    wide = {(r["flaw"], r["task"], r["seed"], r["arm"]): r.get("accuracy_wide") for r in rows if not r.get("off")}
+    out = ["| flaw | task | subtle | tuned − flawed (wide), per dev seed | mean | live |", "|---|---|---|---|---|---|"]
+    for (flaw, task), g in gaps(suite, rows).items():
+        f = suite.flaw(flaw)
+        per = [
+            (wide[("tuned", task, s, "tuned")] - wide[(flaw, task, s, "static")])
+            if wide.get(("tuned", task, s, "tuned")) is not None and wide.get((flaw, task, s, "static")) is not None
+            else None for s in suite.dev_seeds]
+        cells = " / ".join("—" if x is None else f"{x:+.3f}" for x in per)
+        mean = "—" if g["mean"] is None else f"{g['mean']:+.3f}"
+        live = "" if g["mean"] is None else ("**live**" if g["mean"] >= suite.live_gap else "no")
+        out.append(f"| {flaw} | {task} | {'yes' if getattr(f, 'subtle', False) else 'no'} | {cells} | {mean} | {live} |")
+    return "\n".join(out)
+
+
 def _save(suite: Suite, rows: list[dict[str, Any]]) -> None:
     save("flaws", {"suite_version": suite.version, "budget": suite.budget, "rows": rows, "summary": summary(suite, rows)})
 
@@ -302,6 +320,7 @@ def main() -> None:
     p.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS))
     p.add_argument("--off", nargs="*", default=None, help="campaign rules switched off (flaw_arms.RULES)")
     p.add_argument("--segment", type=int, default=20, help="round0: steps of the first segment")
+    p.add_argument("--markdown", action="store_true", help="report: the liveness table as markdown")
     a = p.parse_args()
     suite = load_suite()
     if a.phase == "live":
@@ -312,7 +331,7 @@ def main() -> None:
         round0(suite, a)
     else:
         rows = _load_rows()
-        print(json.dumps(summary(suite, rows), indent=1))
+        print(markdown(suite, rows) if a.markdown else json.dumps(summary(suite, rows), indent=1))
 
 
 if __name__ == "__main__":
