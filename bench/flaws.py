@@ -85,13 +85,17 @@ def warm_ok(ref: TaskRef, cfg: ArmConfig, seed: int, home: Path) -> str | None:
 
 
 def _cells(suite: Suite, a) -> list[tuple[str, str]]:
-    """(flaw, task) pairs the command names: every flaw × its tasks, or those of --flaws (ids, 'live', 'demo')."""
+    """(flaw, task) pairs the command names: every flaw × its tasks, or those of --flaws (ids, 'live', the demo's id,
+    or 'tuned': the arms from each task's tuned recipe itself)."""
     chosen = a.flaws or [f.id for f in suite.flaws]
     cells: list[tuple[str, str]] = []
     live = live_cells(suite, _load_rows()) if "live" in chosen else set()
     for fid in chosen:
         if fid == "live":
             cells += sorted(live)
+            continue
+        if fid == "tuned":
+            cells += [("tuned", t) for t in suite.tasks]
             continue
         f = suite.flaw(fid)
         cells += [(f.id, t) for t in f.tasks]
@@ -139,11 +143,13 @@ def run_rows(suite: Suite, a, arms: list[str]) -> None:
             ref = TaskRef(*suite.tasks[task].ref())
             cfg = arm_config(suite, task, home)
             for arm in arms:
+                if flaw == "tuned" and arm == "static":
+                    continue  # the tuned recipe's static arm is the `tuned` row
                 fid = "tuned" if arm == "tuned" else flaw
                 key = (fid, task, seed, arm, suite.budget, off if arm == "campaign" else ())
                 if key in have:
                     continue
-                harness = suite.harness(task, None if arm == "tuned" else flaw, hdir)
+                harness = suite.harness(task, None if "tuned" in (arm, flaw) else flaw, hdir)
                 refused = warm_ok(ref, cfg, seed, home)
                 row: dict[str, Any] = {"flaw": fid, "task": task, "seed": seed, "arm": arm, "budget": suite.budget,
                                        "off": list(key[5]), "commit": commit, "date": time.strftime("%Y-%m-%d")}
