@@ -254,45 +254,48 @@ def _fell(run_dir: Path, step: int, n: int):
 # ------------------------------------------------------------------------------------------------------ report
 def summary(suite: Suite, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per (flaw, task) on each seed set: every arm's wide accuracy (mean, 90 % t), its recovered share, and the
-    campaign's paired differences with the flawed recipe, PBT and Optuna."""
+    campaign's paired differences with the flawed recipe, PBT, Optuna and the tuned one; 'tuned/<task>': the arms
+    from the tuned recipe itself."""
     out: dict[str, Any] = {"gaps": {f"{f}/{t}": g for (f, t), g in gaps(suite, rows).items()},
                            "live": sorted(f"{f}/{t}" for f, t in live_cells(suite, rows))}
+    starts = [(f.id, task) for f in [*suite.flaws, suite.demo] for task in f.tasks]
+    starts += [("tuned", t) for t in suite.tasks]
     for label, seeds in (("dev", suite.dev_seeds), ("eval", [*suite.eval_seeds, *suite.eval_seeds_extension])):
-        cells: dict[str, Any] = {}
-        for f in [*suite.flaws, suite.demo]:
-            for task in f.tasks:
-                by = {}
-                for r in rows:
-                    if r["task"] == task and r["seed"] in seeds and r.get("accuracy_wide") is not None and \
-                            r["budget"] == suite.budget and (r["flaw"] == f.id or r["arm"] == "tuned"):
-                        arm = r["arm"] + (f"-off-{'-'.join(r['off'])}" if r.get("off") else "")
-                        by.setdefault(arm, {})[r["seed"]] = r
-                if set(by) <= {"tuned"}:
-                    continue
-                cell: dict[str, Any] = {}
-                for arm, runs in by.items():
-                    xs = [runs[s]["accuracy_wide"] for s in sorted(runs)]
-                    cell[arm] = {"mean": round(statistics.fmean(xs), 4), "ci90": _t90(xs), "seeds": sorted(runs),
-                                 "steps": [runs[s].get("steps") for s in sorted(runs)],
-                                 "completions": [runs[s].get("compute", {}).get("completions") for s in sorted(runs)]}
-                flawed, tuned = by.get("static", {}), by.get("tuned", {})
-                for arm, runs in by.items():
-                    common = [s for s in runs if s in flawed and s in tuned]
-                    gap = [tuned[s]["accuracy_wide"] - flawed[s]["accuracy_wide"] for s in common]
-                    if common and abs(statistics.fmean(gap)) > 1e-9:
-                        share = (statistics.fmean(runs[s]["accuracy_wide"] for s in common)
-                                 - statistics.fmean(flawed[s]["accuracy_wide"] for s in common)) / statistics.fmean(gap)
-                        cell[arm]["recovered_share"] = round(share, 3)
-                camp = by.get("campaign", {})
-                for other in ("static", "pbt", "optuna", "tuned"):
-                    common = sorted(set(camp) & set(by.get(other, {})))
-                    if common:
-                        d = [camp[s]["accuracy_wide"] - by[other][s]["accuracy_wide"] for s in common]
-                        cell[f"campaign_minus_{other}"] = {"mean": round(statistics.fmean(d), 4), "ci90": _t90(d),
-                                                           "seeds": common}
-                cells[f"{f.id}/{task}"] = cell
+        cells = {f"{fid}/{task}": c for fid, task in starts if (c := _cell(suite, rows, fid, task, seeds))}
         out[label] = cells
     return out
+
+
+def _cell(suite: Suite, rows: list[dict[str, Any]], fid: str, task: str, seeds: list[int]) -> dict[str, Any] | None:
+    by: dict[str, dict[int, dict[str, Any]]] = {}
+    for r in rows:
+        if r["task"] == task and r["seed"] in seeds and r.get("accuracy_wide") is not None and \
+                r["budget"] == suite.budget and (r["flaw"] == fid or r["arm"] == "tuned"):
+            arm = r["arm"] + (f"-off-{'-'.join(r['off'])}" if r.get("off") else "")
+            by.setdefault(arm, {})[r["seed"]] = r
+    if set(by) <= {"tuned"}:
+        return None
+    cell: dict[str, Any] = {}
+    for arm, runs in by.items():
+        xs = [runs[s]["accuracy_wide"] for s in sorted(runs)]
+        cell[arm] = {"mean": round(statistics.fmean(xs), 4), "ci90": _t90(xs), "seeds": sorted(runs),
+                     "steps": [runs[s].get("steps") for s in sorted(runs)],
+                     "completions": [runs[s].get("compute", {}).get("completions") for s in sorted(runs)]}
+    flawed, tuned = by.get("static", {}), by.get("tuned", {})
+    for arm, runs in by.items():
+        common = [s for s in runs if s in flawed and s in tuned]
+        gap = [tuned[s]["accuracy_wide"] - flawed[s]["accuracy_wide"] for s in common]
+        if common and abs(statistics.fmean(gap)) > 1e-9:
+            share = (statistics.fmean(runs[s]["accuracy_wide"] for s in common)
+                     - statistics.fmean(flawed[s]["accuracy_wide"] for s in common)) / statistics.fmean(gap)
+            cell[arm]["recovered_share"] = round(share, 3)
+    camp = by.get("campaign", {})
+    for other in ("static", "pbt", "optuna", "tuned"):
+        common = sorted(set(camp) & set(by.get(other, {})))
+        if common:
+            d = [camp[s]["accuracy_wide"] - by[other][s]["accuracy_wide"] for s in common]
+            cell[f"campaign_minus_{other}"] = {"mean": round(statistics.fmean(d), 4), "ci90": _t90(d), "seeds": common}
+    return cell
 
 
 def markdown(suite: Suite, rows: list[dict[str, Any]]) -> str:
