@@ -109,3 +109,27 @@ def test_pbt_runs_a_population_that_exploits_checkpoints_at_equal_steps(tiny, tm
     row = run_pbt(TaskRef("arith"), path, 0, cfg, tmp_path)
     assert row["population"] == 4 and row["steps_per_member"] == 4 and row["steps"] == 16
     assert 0 <= row["accuracy"] <= 1 and row["best_point"]
+
+
+def test_the_campaign_arm_is_one_spec_for_every_flaw_and_its_rules_switch_off_one_by_one(tmp_path):
+    """The suite's campaign: the same settings whatever the flaw or task; each rule the ablations question switches off
+    through its own spec field, all of them at once for the plain campaign, and every such spec is valid."""
+    import yaml
+
+    from flaw_arms import RULES, campaign_spec
+
+    from evotrainer.config.campaign import CampaignSpec
+
+    cfg = ArmConfig(budget=400, eval_n=500, wide=3000)
+    h = tmp_path / "h.yaml"
+    h.write_text("name: h\n")
+    default = CampaignSpec.model_validate(campaign_spec(TaskRef("arith"), h, 0, cfg))
+    assert default.backtest.stuck_share and default.backtest.bracket and default.budget.healthy_explore_share
+    plain = CampaignSpec.model_validate(campaign_spec(TaskRef("countdown"), h, 0, cfg, tuple(RULES)))
+    b = plain.backtest
+    assert (b.stuck_share, b.stuck_margin, b.stuck_interim, b.stuck_prefer_larger, b.bracket) == (None, None, False,
+                                                                                                 False, False)
+    assert plain.budget.healthy_explore_share is None and plain.budget.improving_z is None
+    for rule in RULES:  # one at a time
+        doc = campaign_spec(TaskRef("arith"), h, 0, cfg, (rule,))
+        CampaignSpec.model_validate(yaml.safe_load(yaml.safe_dump(doc)))
