@@ -121,6 +121,10 @@ def run_static(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, home: Pat
     name = f"static-{harness.stem}-s{seed}-b{cfg.budget}"
     run_dir = home / "jobs" / name
     meta, done = read_run_meta(run_dir), complete_checkpoints(run_dir)
+    version = load_harness(harness).version
+    if meta is not None and meta.raw.get("harness_version") != version:
+        raise SystemExit(f"{run_dir} trained another recipe ({meta.raw.get('harness_version')}) than {harness} "
+                         f"({version}): move it away; a run is reused only for the very recipe it trained")
     if not (meta is not None and meta.status == "finished" and cfg.budget in done):
         run_job(_job(ref, harness, cfg.budget, seed, name, cfg, cfg.budget), home,
                 resume=name if run_dir.exists() else None)

@@ -28,6 +28,7 @@ class _M(BaseModel):
 class TaskEntry(_M):
     task: str | dict[str, Any] = Field(..., description="A task as a campaign spec names it (name or mapping).")
     tuned: str = Field(..., description="The task's tuned harness, relative to flaws.yaml.")
+    knobs: dict[str, Any] = Field(default_factory=dict, description="Knobs the task's tuning set over that harness.")
 
     def ref(self) -> tuple[str, dict[str, Any]]:
         """(task name, task options) in the normal form jobs carry."""
@@ -131,6 +132,8 @@ class Suite(_M):
         """The task's tuned recipe, at the suite's prompts per step, as a harness mapping."""
         doc = yaml.safe_load((Path(self.source_dir) / self.tasks[task].tuned).read_text())
         doc["grpo"]["prompts_per_step"] = self.prompts
+        for knob, v in self.tasks[task].knobs.items():
+            _set(doc, knob, v)
         return doc
 
     def harness(self, task: str, flaw_id: str | None, out_dir: Path) -> Path:
@@ -141,11 +144,7 @@ class Suite(_M):
         name = f"flaws-{task}-{flaw_id or 'tuned'}"
         if flaw_id is not None:
             for knob, v in self.flaw(flaw_id).values(task).items():
-                *parents, leaf = knob.split(".")
-                node = doc
-                for p in parents:
-                    node = node.setdefault(p, {})
-                node[leaf] = v
+                _set(doc, knob, v)
         doc["name"] = name
         doc["description"] = f"bench/flaws.yaml: the {task} tuned recipe" + (f" with flaw {flaw_id}" if flaw_id else "")
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -153,6 +152,14 @@ class Suite(_M):
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         load_harness(path)  # a value the harness refuses stops the bench here, naming the file and the knob
         return path
+
+
+def _set(doc: dict[str, Any], knob: str, value: Any) -> None:
+    *parents, leaf = knob.split(".")
+    node = doc
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[leaf] = value
 
 
 def load_suite(path: Path = SUITE) -> Suite:

@@ -31,7 +31,8 @@ def test_the_suite_is_what_the_issue_asks_for():
     assert {"arith", "countdown"} <= set(suite.tasks) and any(
         e.ref()[0] == "reasoning_gym" for e in suite.tasks.values())
     assert not (set(suite.eval_seeds) | set(suite.eval_seeds_extension)) & set(suite.dev_seeds)
-    lr = [next(iter(f.knobs.values())) for f in singles if list(f.knobs) == ["optim.learning_rate"]]
+    lr = [f.values("arith")["optim.learning_rate"] for f in singles
+          if list(f.knobs) == ["optim.learning_rate"] and "arith" in f.tasks]
     tuned = load_harness(REPO / "harnesses" / "grpo-baseline.yaml").optim.learning_rate
     assert any(v > tuned for v in lr) and any(tuned / 10 <= v < tuned for v in lr)  # too high, and 3-10x too low
 
