@@ -222,9 +222,18 @@ def round0(suite: Suite, a) -> None:
                         "named_expected": bool(set(named) & set(getattr(f, "symptoms", []))),
                         "drafts": [{"knob": d.knob, "value": d.value, "symptom": d.hypothesis.symptom,
                                     "skills": d.cited_skills} for d in res.drafts],
-                        "draft_is_flawed_knob": any(d.knob in f.knobs for d in res.drafts)})
+                        "draft_is_flawed_knob": any(d.knob in f.knobs for d in res.drafts),
+                        "draft_is_remedy": any(d.knob in f.knobs or set(d.cited_skills) & remedies(f)
+                                               for d in res.drafts)})
             print(json.dumps(out[-1], default=str), flush=True)
     save("flaws_round0", {"segment": a.segment, "rows": out})
+
+
+def remedies(f: Any) -> set[str]:
+    """The skills a flaw's documented remedy names (``remedy: ... (skill-slug)``)."""
+    import re
+
+    return set(re.findall(r"\(([a-z0-9-]+)\)", getattr(f, "remedy", "")))
 
 
 def _fell(run_dir: Path, step: int, n: int):
