@@ -340,7 +340,8 @@ def test_a_campaign_over_a_dataset_task_runs_a_round_with_disjoint_splits(tmp_pa
                                      "grpo: {prompts_per_step: 4, num_generations: 4, max_completion_length: 4}\n"
                                      "data: {pool_size: 64}\n")
     spec = {"name": "ds", "task": {"dataset": "data/sums.jsonl", "prompt": "question", "verifier": "numeric"},
-            "policy": {"size": "nano", "sft_steps": 150}, "harness": "h.yaml", "segment_steps": 2,
+            "policy": {"size": "nano", "sft_steps": 150, "sft_target_accuracy": None}, "harness": "h.yaml",
+            "segment_steps": 2,
             "budget": {"total_steps": 12, "explore_share": 1.0, "final_share": 0.0},
             "backtest": {"branch_steps": 2, "seeds": 2, "max_proposals": 1, "looks": 1},
             "eval": {"every": 0, "n": 16, "k": 1}, "stop": {"plateau_rounds": 2}, "autonomy": "auto"}
@@ -358,3 +359,29 @@ def test_a_campaign_over_a_dataset_task_runs_a_round_with_disjoint_splits(tmp_pa
         trained |= set(read_rollouts(home / "jobs" / run)["prompt"])
     assert trained and all(not (trained & s) for s in splits.values())
     assert not (splits["decision"] & splits["selection"]) and not (splits["selection"] & splits["confirmation"])
+
+
+def test_a_campaign_whose_warm_start_misses_its_target_fails_before_training_and_says_what_to_change(tmp_path):
+    """A warm start that misses its probe target on every attempt is refused before any step of the budget is spent:
+    the campaign ends ``failed`` (not ``finished``), ``campaign start`` exits 1, and the message names the fix."""
+    import yaml
+
+    from evotrainer.store import Store
+
+    (tmp_path / "h.yaml").write_text("name: ws\ngrpo: {prompts_per_step: 4, num_generations: 4, "
+                                     "max_completion_length: 4}\ndata: {pool_size: 64, difficulty: [1, 1]}\n")
+    spec = {"name": "ws", "task": "arith", "harness": "h.yaml", "segment_steps": 2,
+            "policy": {"size": "nano", "sft_steps": 5, "sft_target_accuracy": 0.95, "sft_restarts": 1},
+            "budget": {"total_steps": 12, "explore_share": 1.0, "final_share": 0.0},
+            "backtest": {"branch_steps": 2, "seeds": 2, "max_proposals": 1},
+            "eval": {"every": 0, "n": 16, "k": 1}, "autonomy": "auto"}
+    (tmp_path / "campaign.yaml").write_text(yaml.safe_dump(spec))
+    home = tmp_path / "home"
+    res = CliRunner().invoke(app, ["campaign", "start", str(tmp_path / "campaign.yaml"), "--home", str(home)])
+    assert res.exit_code == 1, res.output
+    assert "WarmStartFailed" in res.output and "sft_target_accuracy" in res.output
+    (camp,) = Store.for_home(home).list_campaigns()
+    store = Store.for_home(home)
+    assert camp.status == "failed" and sum(e.steps for e in store.ledger(camp.id)) == 0  # no step was spent
+    again = CliRunner().invoke(app, ["campaign", "resume", camp.id, "--home", str(home)])
+    assert again.exit_code == 1 and "failed" in again.output  # resuming says so; nothing runs

@@ -198,8 +198,8 @@ def run_campaign(cid: str, home: Path, log: Callable[[str], None] = print, wait:
     store = _store(home)
     try:
         camp = store.get_campaign(cid)
-        if camp.status == "finished":
-            log(f"campaign {cid} is finished")
+        if camp.status in ("finished", "failed"):
+            log(f"campaign {cid} is {camp.status}")
             return {"status": camp.status}
         owner = Owner(store, cid, purpose, log).__enter__()  # refuses a second runner before anything starts
     except BaseException:
@@ -321,8 +321,8 @@ def stop_campaign(cid: str, home: Path, now: bool = False, wait_s: float = 30.0)
 
     store = _store(home)
     camp = store.get_campaign(cid)
-    if camp.status == "finished":
-        raise ConfigError(f"campaign {cid} is finished; there is nothing to stop")
+    if camp.status in ("finished", "failed"):
+        raise ConfigError(f"campaign {cid} is {camp.status}; there is nothing to stop")
     owner = camp.owner if camp.owner is not None and camp.owner.live else None
     if owner is not None and now and owner.host != procs.hostname():
         raise ConfigError(f"campaign {cid} runs on host {owner.host} (pid {owner.pid}); --now can only end a process "

@@ -88,7 +88,9 @@ def train_segment(state: CampaignState, runtime: Runtime[CampaignContext]) -> Co
     res = _run(ctx, JobAsk(name, harness, steps, ctx.spec.seed, fork, steps,
                            {"evotrainer.role": "segment", "evotrainer.round": str(rnd)}))
     if res.status != "finished":
-        return _finish(f"segment {name} failed: {res.error}")
+        # with no mainline yet nothing was trained (a refused warm start, a bad dataset): the campaign failed
+        return Command(goto="finish", update={"stop_reason": f"segment {name} failed: {res.error}",
+                                              "failed": parent is None})
     pv = PolicyVersion(id=segment_id(ctx.campaign_id, rnd), campaign_id=ctx.campaign_id,
                        parent_id=state.get("mainline"), harness_version=harness.version, checkpoint=res.checkpoint,
                        run_name=name, mlflow_run_id=res.run_id, eval_accuracy=res.eval_accuracy, step=res.step,
@@ -373,10 +375,10 @@ def finish(state: CampaignState, runtime: Runtime[CampaignContext]) -> dict:
                                                                                    score=_timed_score(ctx)), None)
         if c is not None:
             ctx.log(f"confirmed on {c.describe()}")
-    ctx.store.set_campaign(ctx.campaign_id, status="finished")
+    ctx.store.set_campaign(ctx.campaign_id, status="failed" if state.get("failed") else "finished")
     ctx.store.log_event(ctx.campaign_id, "finish", {"reason": state.get("stop_reason")})
     if ctx.mlflow_run_id:
         ctx.tracker.set_tags(ctx.mlflow_run_id, {"evotrainer.stop_reason": str(state.get("stop_reason"))[:4000]})
-        ctx.tracker.end_run(ctx.mlflow_run_id, "FINISHED")
-    ctx.log(f"campaign finished: {state.get('stop_reason')}")
+        ctx.tracker.end_run(ctx.mlflow_run_id, "FAILED" if state.get("failed") else "FINISHED")
+    ctx.log(f"campaign {'failed' if state.get('failed') else 'finished'}: {state.get('stop_reason')}")
     return {}

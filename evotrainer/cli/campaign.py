@@ -37,8 +37,17 @@ def campaign_start(
         h = resolve_home(home)
         cid = start_campaign(spec, h, log=_say(as_json), wait=wait, max_rounds=max_rounds, seed=seed)
         _print_status(h, cid, as_json)
+        _exit_if_failed(h, cid)
 
     _guard(body, as_json)
+
+
+def _exit_if_failed(home: Path, cid: str) -> None:
+    """Exit 1 when the campaign failed (nothing could be trained: its status line above says why)."""
+    from evotrainer.store import Store
+
+    if Store.for_home(home).get_campaign(cid).status == "failed":
+        raise typer.Exit(code=1)
 
 
 @campaign_app.command("resume")
@@ -57,6 +66,7 @@ def campaign_resume(
         h = resolve_home(home)
         run_campaign(cid, h, log=_say(as_json), wait=wait, max_rounds=max_rounds)
         _print_status(h, cid, as_json)
+        _exit_if_failed(h, cid)
 
     _guard(body, as_json)
 

@@ -161,8 +161,8 @@ def job_seconds(home: Path, store: Store, cid: str) -> dict[str, Any]:
 
 
 def resume_command(home: Path, camp: Any) -> str | None:
-    """The command that continues ``camp``, or None while a live owner runs it or once it is finished."""
-    if camp.status == "finished" or (camp.owner is not None and camp.owner.live):
+    """The command that continues ``camp``, or None while a live owner runs it or once it ended (finished or failed)."""
+    if camp.status in ("finished", "failed") or (camp.owner is not None and camp.owner.live):
         return None
     return f"evotrainer campaign resume {camp.id} --home {home}"
 
