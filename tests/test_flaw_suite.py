@@ -116,7 +116,6 @@ def test_the_campaign_arm_is_one_spec_for_every_flaw_and_its_rules_switch_off_on
     """The suite's campaign: the same settings whatever the flaw or task; each rule the ablations question switches off
     through its own spec field, all of them at once for the plain campaign, and every such spec is valid."""
     import yaml
-
     from flaw_arms import RULES, campaign_spec
 
     from evotrainer.config.campaign import CampaignSpec
