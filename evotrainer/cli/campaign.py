@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -147,8 +148,7 @@ def campaign_rollback(cid: str, version: str = typer.Argument(..., help="Policy 
 
 
 def _print_status(home: Path, cid: str, as_json: bool) -> None:
-    from collections import Counter
-
+    """``campaign status``: the summary's JSON document, or the same read as text, one part after another."""
     from evotrainer.reports.summaries import campaign_summary
 
     doc = campaign_summary(home, cid)
@@ -172,6 +172,13 @@ def _print_status(home: Path, cid: str, as_json: bool) -> None:
         from evotrainer.agent.confirm import Confirmation
 
         out_console.print("confirmed on " + Confirmation.model_validate(doc["confirmation"]).describe(), highlight=False)
+    _print_lineage(doc)
+    _print_decisions(doc)
+    _print_spend(doc, home)
+
+
+def _print_lineage(doc: dict[str, Any]) -> None:
+    """The mainline's versions and what each round did to it: kept, held, explored, stuck, rolled back."""
     out_console.print("[bold]lineage[/]")
     for pv in doc["lineage"]:
         out_console.print(f"  {pv['id']}  step {pv['step']}  harness {pv['harness_version']}  "
@@ -208,6 +215,10 @@ def _print_status(home: Path, cid: str, as_json: bool) -> None:
                               f"more than {r['margin']:.3f} below {r['to']} ({r['to_accuracy']:.3f})", highlight=False)
         else:
             out_console.print(f"  [bold]rolled back[/] by hand to {r['to']}", highlight=False)
+
+
+def _print_decisions(doc: dict[str, Any]) -> None:
+    """Every backtest's decision, the harness versions they made, and the diagnostics revised."""
     out_console.print("[bold]decisions[/]")
     for d in doc["decisions"]:
         out_console.print(f"  {d['proposal_id']}  {d['knob']}={d['new']!r}: [bold]{d['outcome']}[/] — {'; '.join(d['reasons'])}",
@@ -227,6 +238,11 @@ def _print_status(home: Path, cid: str, as_json: bool) -> None:
     if outcomes:
         out_console.print("[bold]summary[/] " + ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
                           + f"; {len(doc['versions']) - 1} harness version(s) after the start")
+
+
+def _print_spend(doc: dict[str, Any], home: Path) -> None:
+    """Where the budget and the seconds went, and where to look next."""
+    c = doc["campaign"]
     sp = doc["spend"]
     if sp["spent"]:
         out_console.print(f"[bold]budget[/] {sp['spent']} steps: {sp['mainline_segments']} mainline segments + "

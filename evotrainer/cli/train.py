@@ -30,6 +30,44 @@ def _option_error(err: Any, options: dict[str, str]) -> str:
     return "; ".join(lines)
 
 
+class _Bar:
+    """The training progress bar on stderr. It appears with the first step, so a refused job prints its error alone."""
+
+    def __init__(self) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self.prog = Progress(
+            TextColumn("[bold]step {task.completed}/{task.total}"), BarColumn(),
+            TextColumn("reward {task.fields[reward]}  acc {task.fields[acc]}  eval {task.fields[eval]}"),
+            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=err_console, transient=False)
+        self.bar: Any = None
+
+    def update(self, step: int, total: int, last: dict[str, Any]) -> None:
+        if self.bar is None:
+            self.prog.start()
+            self.bar = self.prog.add_task("train", total=total, reward="-", acc="-", eval="-")
+        fmt = lambda k: f"{last[k]:.3f}" if k in last else "-"
+        self.prog.update(self.bar, completed=step, total=total, reward=fmt("reward"), acc=fmt("accuracy"),
+                         eval=fmt("eval/greedy_accuracy"))
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.prog.stop()
+
+
+def _print_result(result: Any, as_json: bool) -> None:
+    """What a finished ``train`` prints: its JSON document, or the run, its last metrics and where its files are."""
+    if as_json:
+        _emit_json(result.model_dump(include={"run_id", "name", "steps_done", "checkpoint", "evidence", "metrics",
+                                              "status", "run_dir"}), "train")
+        return
+    out_console.print(f"[green]run {result.name}[/] finished at step {result.steps_done} "
+                      f"({result.seconds:.0f}s); MLflow run {result.run_id}")
+    keys = ["reward", "accuracy", "eval/greedy_accuracy", "eval/pass_at_8", "entropy", "kl"]
+    out_console.print("  " + "  ".join(f"{k}={result.metrics[k]:.3f}" for k in keys if k in result.metrics))
+    out_console.print(f"  evidence: {result.evidence['rollouts']}   checkpoint: {result.checkpoint}")
+
+
 def train_cmd(
     task: str = typer.Option("arith", "--task", help="Task name (see `evotrainer tasks`), a dataset file or directory "
                              "(with --task-opt prompt=FIELD answer=FIELD ...), reasoning_gym (--task-opt dataset=NAME) "
@@ -54,7 +92,6 @@ def train_cmd(
 ) -> None:
     """Run GRPO (TRL GRPOTrainer) on a policy under a harness, with evidence in MLflow and Parquet."""
     from pydantic import ValidationError
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from evotrainer.config.eval import EvalSpec
     from evotrainer.config.job import JobSpec
@@ -88,41 +125,12 @@ def train_cmd(
         except ValidationError as err:  # an option out of the job's bounds: name the option, not the model
             raise ConfigError(_option_error(err, TRAIN_OPTIONS)) from None
         h = resolve_home(home)
-        console = err_console
-        prog = Progress(
-            TextColumn("[bold]step {task.completed}/{task.total}"),
-            BarColumn(),
-            TextColumn("reward {task.fields[reward]}  acc {task.fields[acc]}  eval {task.fields[eval]}"),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=console,
-            transient=False,
-        )
-        bars: list[Any] = []  # the bar appears with the first step, so a refused job prints its error alone
-
-        def on_progress(step: int, total: int, last: dict[str, Any]) -> None:
-            if not bars:
-                prog.start()
-                bars.append(prog.add_task("train", total=total, reward="-", acc="-", eval="-"))
-            fmt = lambda k: f"{last[k]:.3f}" if k in last else "-"
-            prog.update(bars[0], completed=step, total=total, reward=fmt("reward"), acc=fmt("accuracy"),
-                        eval=fmt("eval/greedy_accuracy"))
-
+        bar = _Bar()
         try:
-            result = run_job(spec, h, resume=resume, fork=fork, progress=on_progress,
-                             log=lambda m: console.print(f"[dim]{m}"))
+            result = run_job(spec, h, resume=resume, fork=fork, progress=bar.update,
+                             log=lambda m: err_console.print(f"[dim]{m}"))
         finally:
-            if bars:
-                prog.stop()
-        if as_json:
-            _emit_json(result.model_dump(include={"run_id", "name", "steps_done", "checkpoint", "evidence", "metrics",
-                                                  "status", "run_dir"}), "train")
-        else:
-            out_console.print(f"[green]run {result.name}[/] finished at step {result.steps_done} "
-                              f"({result.seconds:.0f}s); MLflow run {result.run_id}")
-            keys = ["reward", "accuracy", "eval/greedy_accuracy", "eval/pass_at_8", "entropy", "kl"]
-            out_console.print("  " + "  ".join(f"{k}={result.metrics[k]:.3f}" for k in keys if k in result.metrics))
-            out_console.print(f"  evidence: {result.evidence['rollouts']}   checkpoint: {result.checkpoint}")
+            bar.stop()
+        _print_result(result, as_json)
 
     _guard(body, as_json)

@@ -22,7 +22,7 @@ changes meaning (a change to the declarations changes the published file, and th
 from __future__ import annotations
 
 import fnmatch
-from typing import Any
+from typing import Any, Callable
 
 from evotrainer.diagnostics.base import Diagnostic
 from evotrainer.diagnostics.builtin import BUILTIN_DIAGNOSTICS
@@ -122,13 +122,12 @@ def _aliases() -> dict[str, dict[str, str]]:
     return out
 
 
-def build_contract() -> dict[str, Any]:
-    """The contract document (see the module docstring); what ``evotrainer evidence contract --json`` prints."""
-    diags = _diagnostics()
+def _diagnostic_listing() -> tuple[list[dict[str, Any]], dict[str, list[str]], dict[str, list[str]]]:
+    """Each diagnostic's needs and reads, and for each field the diagnostics that need it and those that read it."""
     needed_by: dict[str, list[str]] = {}
     read_by: dict[str, list[str]] = {}
     listing = []
-    for d in diags:
+    for d in _diagnostics():
         needed, read = declared_fields(d)
         for f in needed:
             needed_by.setdefault(f, []).append(d.name)
@@ -140,6 +139,11 @@ def build_contract() -> dict[str, Any]:
                        "text": n.describe(), "supply": n.supply} for n in d.declared_needs()],
             "reads": [f for f in dict.fromkeys(d.declared_reads()) if f not in needed],
         })
+    return listing, needed_by, read_by
+
+
+def _annotator(needed_by: dict[str, list[str]], read_by: dict[str, list[str]]) -> Callable[[str, dict], dict]:
+    """What marks a field's schema with the diagnostics that need or read it and the names readers accept for it."""
     aliases = _aliases()
 
     def annotate(key: str, prop: dict[str, Any]) -> dict[str, Any]:
@@ -151,6 +155,11 @@ def build_contract() -> dict[str, Any]:
             prop["x-aliases"] = dict(sorted(aliases[key].items()))
         return prop
 
+    return annotate
+
+
+def _metric_properties(annotate: Callable[[str, dict], dict]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The metric step's properties, and its pattern properties (a glob such as ``rewards/*/mean`` as a regex)."""
     metric_props: dict[str, Any] = {"step": {"type": "integer", "minimum": 0, "description": "Optimiser step."}}
     patterns: dict[str, Any] = {}
     for name in metric_fields():
@@ -160,11 +169,25 @@ def build_contract() -> dict[str, Any]:
             patterns[regex] = prop | {"x-pattern": name}
         else:
             metric_props[name] = prop
+    return metric_props, patterns
+
+
+def _rollout_properties(annotate: Callable[[str, dict], dict]) -> dict[str, Any]:
+    """The rollout record's properties: the core fields required, the rest nullable."""
     rollout_props: dict[str, Any] = {}
     for f in FULL_ROLLOUT_SCHEMA:
         t = _JSON_TYPES.get(str(f.type), "string")
         rollout_props[f.name] = annotate(f"rollout:{f.name}", {
             "type": t if f.name in CORE_ROLLOUT_FIELDS else [t, "null"], "description": ROLLOUT_DOCS[f.name]})
+    return rollout_props
+
+
+def build_contract() -> dict[str, Any]:
+    """The contract document (see the module docstring); what ``evotrainer evidence contract --json`` prints."""
+    listing, needed_by, read_by = _diagnostic_listing()
+    annotate = _annotator(needed_by, read_by)
+    metric_props, patterns = _metric_properties(annotate)
+    rollout_props = _rollout_properties(annotate)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": f"evotrainer-evidence-contract-v{CONTRACT_VERSION}",

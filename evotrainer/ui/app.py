@@ -20,7 +20,7 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -149,37 +149,42 @@ def _environment() -> Environment:
 
 
 # ------------------------------------------------------------------------------------------ the app
-def create_app(home: str | Path, token: str | None = None, *, host: str = "127.0.0.1", library: Path | None = None,
-               mlflow_url: str | None = None, reviewer: str | None = None) -> FastAPI:
-    """The dashboard for ``home``. ``token`` guards approve / reject / stop (a random one if None: read it from
-    ``app.state.token``); ``host`` is where it will be served (a non-loopback host makes every page need the
-    session). ``library`` is the default skill library (``--library``, ``$EVOTRAINER_LIBRARY``, ``./skills``);
-    ``mlflow_url`` (e.g. http://127.0.0.1:5000 of ``mlflow ui``) turns MLflow run ids into links."""
-    home = resolve_home(home)
-    store = Store.for_home(home)
-    guard = Guard(token or new_token(), public_reads=is_loopback(host))
-    views = Views(home, store, library, mlflow_url)
-    env = _environment()
-    default_reviewer = reviewer or os.environ.get("USER") or "reviewer"
+def _signer(guard: Guard) -> Callable[[Response], None]:
+    """What signs a browser in: the session cookie, httponly and same-site."""
 
-    @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        threading.Thread(target=views.warm, name="evotrainer-ui-warm", daemon=True).start()
-        yield
+    def _sign_in(response: Response) -> None:
+        response.set_cookie(SESSION_COOKIE, guard.session_value(), httponly=True, samesite="strict", path="/")
 
-    app = FastAPI(title="EvoTrainer review dashboard", docs_url=None, redoc_url=None, openapi_url=None,
-                  lifespan=lifespan)
-    app.state.token, app.state.guard, app.state.views, app.state.store = guard.token, guard, views, store
-    app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
+    return _sign_in
 
-    def render(request: Request, template: str, http_status: int = 200, **ctx: Any) -> HTMLResponse:
-        base = {"request": request, "path": request.url.path, "signed_in": guard.signed_in(request),
-                "csrf": request.state.csrf, "csrf_field": CSRF_FIELD, "pending_total": views.pending_count(),
-                "home": str(home), "public_reads": guard.public_reads, "done": request.query_params.get("done", ""),
-                "reviewer": request.cookies.get(REVIEWER_COOKIE) or default_reviewer}
-        return HTMLResponse(env.get_template(template).render(**{**base, **ctx}), status_code=http_status)
 
-    # -------------------------------------------------------------------------------------- middleware
+def _authorizer(guard: Guard) -> Callable[[Request], Awaitable[FormData]]:
+    """The check every state-changing request passes (approve, reject, stop, sign-in forms)."""
+
+    async def authorize(request: Request) -> FormData:
+        """Origin, then token (401 none / 403 wrong), then CSRF: what every state-changing request passes."""
+        if not guard.origin_ok(request):
+            raise HTTPException(403, "refused: this request comes from another site (Origin/Referer is not this "
+                                     "dashboard)")
+        cred = guard.credential(request)
+        if cred is None:
+            raise HTTPException(401, "sign in with the dashboard token first (printed by `evotrainer ui` at start-up)")
+        if cred == "bad":
+            raise HTTPException(403, "the dashboard token is wrong or from an earlier start: sign in again")
+        form = await request.form()
+        if not guard.csrf_ok(request, form.get(CSRF_FIELD)):  # type: ignore[arg-type]
+            raise HTTPException(403, "the form's CSRF token does not match this browser's: reload the page and "
+                                     "submit again")
+        return form
+
+    return authorize
+
+
+def _install_middleware(app: FastAPI, guard: Guard, render: Callable[..., HTMLResponse],
+                        sign_in: Callable[[Response], None]) -> None:
+    """Every response passes here: the host check (DNS rebinding), the CSRF nonce, a refused path segment, the
+    start-up link's token, sign-in for non-public reads, a page's crash as an error page, and the security headers."""
+
     @app.middleware("http")
     async def frame(request: Request, call_next: Any) -> Response:
         if not guard.host_ok(request):
@@ -228,29 +233,13 @@ def create_app(home: str | Path, token: str | None = None, *, host: str = "127.0
                           error="That link's token is not this dashboard's token (it changes at every start "
                                 "unless $EVOTRAINER_UI_TOKEN is set). Paste the current one.")
         response = RedirectResponse(safe_next(_here(request)), status_code=303)
-        _sign_in(response)
+        sign_in(response)
         return response
 
-    def _sign_in(response: Response) -> None:
-        response.set_cookie(SESSION_COOKIE, guard.session_value(), httponly=True, samesite="strict", path="/")
 
-    async def authorize(request: Request) -> FormData:
-        """Origin, then token (401 none / 403 wrong), then CSRF: what every state-changing request passes."""
-        if not guard.origin_ok(request):
-            raise HTTPException(403, "refused: this request comes from another site (Origin/Referer is not this "
-                                     "dashboard)")
-        cred = guard.credential(request)
-        if cred is None:
-            raise HTTPException(401, "sign in with the dashboard token first (printed by `evotrainer ui` at start-up)")
-        if cred == "bad":
-            raise HTTPException(403, "the dashboard token is wrong or from an earlier start: sign in again")
-        form = await request.form()
-        if not guard.csrf_ok(request, form.get(CSRF_FIELD)):  # type: ignore[arg-type]
-            raise HTTPException(403, "the form's CSRF token does not match this browser's: reload the page and "
-                                     "submit again")
-        return form
+def _install_error_pages(app: FastAPI, render: Callable[..., HTMLResponse]) -> None:
+    """HTTP errors and user errors (``EvoError``) answer with the dashboard's error page, not JSON."""
 
-    # -------------------------------------------------------------------------------------- errors
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if not hasattr(request.state, "csrf"):
@@ -264,6 +253,41 @@ def create_app(home: str | Path, token: str | None = None, *, host: str = "127.0
         return await run_in_threadpool(render, request, "error.html.j2", status, code=status, message=str(exc),
                                        login=False)
 
+
+def create_app(home: str | Path, token: str | None = None, *, host: str = "127.0.0.1", library: Path | None = None,
+               mlflow_url: str | None = None, reviewer: str | None = None) -> FastAPI:
+    """The dashboard for ``home``. ``token`` guards approve / reject / stop (a random one if None: read it from
+    ``app.state.token``); ``host`` is where it will be served (a non-loopback host makes every page need the
+    session). ``library`` is the default skill library (``--library``, ``$EVOTRAINER_LIBRARY``, ``./skills``);
+    ``mlflow_url`` (e.g. http://127.0.0.1:5000 of ``mlflow ui``) turns MLflow run ids into links."""
+    home = resolve_home(home)
+    store = Store.for_home(home)
+    guard = Guard(token or new_token(), public_reads=is_loopback(host))
+    views = Views(home, store, library, mlflow_url)
+    env = _environment()
+    default_reviewer = reviewer or os.environ.get("USER") or "reviewer"
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        threading.Thread(target=views.warm, name="evotrainer-ui-warm", daemon=True).start()
+        yield
+
+    app = FastAPI(title="EvoTrainer review dashboard", docs_url=None, redoc_url=None, openapi_url=None,
+                  lifespan=lifespan)
+    app.state.token, app.state.guard, app.state.views, app.state.store = guard.token, guard, views, store
+    app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
+
+    def render(request: Request, template: str, http_status: int = 200, **ctx: Any) -> HTMLResponse:
+        base = {"request": request, "path": request.url.path, "signed_in": guard.signed_in(request),
+                "csrf": request.state.csrf, "csrf_field": CSRF_FIELD, "pending_total": views.pending_count(),
+                "home": str(home), "public_reads": guard.public_reads, "done": request.query_params.get("done", ""),
+                "reviewer": request.cookies.get(REVIEWER_COOKIE) or default_reviewer}
+        return HTMLResponse(env.get_template(template).render(**{**base, **ctx}), status_code=http_status)
+
+    _sign_in = _signer(guard)
+    authorize = _authorizer(guard)
+    _install_middleware(app, guard, render, _sign_in)
+    _install_error_pages(app, render)
     deps = Deps(home=home, store=store, views=views, guard=guard, render=render, authorize=authorize,
                 sign_in=_sign_in)
     for routes in (auth_routes, campaign_routes, review_routes, skill_routes, run_routes):

@@ -15,7 +15,7 @@ deficiencies); dashed lines and hollow markers tell series apart without colour 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from markupsafe import Markup, escape
@@ -102,6 +102,51 @@ def _empty(title: str, message: str, width: int, height: int) -> Markup:
         "</svg>")
 
 
+def _series_svg(s: Series, color: str, pts: list[tuple[float, float]], sx: Callable[[float], float],
+                sy: Callable[[float], float], span: tuple[float, float, float], x_label: str, xstep: float) -> list[str]:
+    """One series: its path (decimated to the plot's width), then markers, or invisible hover points on a line."""
+    x0, x1, pw = span
+    out: list[str] = []
+    name = escape(s.name)
+    if s.line:
+        pts = decimate(pts, x0, x1, max(10, pw // 2))
+    if s.line and len(pts) > 1:
+        d = " ".join(f"{'M' if j == 0 else 'L'}{sx(x):.1f},{sy(y):.1f}" for j, (x, y) in enumerate(pts))
+        dash = ' stroke-dasharray="6 4"' if s.dashed else ""
+        out.append(f'<path d="{d}" fill="none" stroke="{color}" stroke-width="2"{dash} class="series">'
+                   f"<title>{name}</title></path>")
+    show = s.markers or not s.line or len(pts) == 1
+    every = 1 if show else math.ceil(len(pts) / MAX_HOVER_POINTS)
+    r, fill = (3.5 if show else 6), ("white" if s.hollow else color)
+    cls = "marker" if show else "hover"
+    for x, y in pts[::every]:
+        tip = f"{s.name}: {x_label} {fmt(x, xstep if xstep < 1 else 1)}, {_num(y)}"
+        out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="{r}" fill="{fill}" stroke="{color}" '
+                   f'class="{cls}"><title>{escape(tip)}</title></circle>')
+    return out
+
+
+def _legend_svg(data: list[tuple[int, Series, list[tuple[float, float]]]], legend_rows: list[list[int]],
+                left: float) -> list[str]:
+    """The legend above the plot: a line (or a marker) in each series' colour and its name, in rows."""
+    out: list[str] = []
+    for row_i, row in enumerate(legend_rows):
+        x = left
+        y = 32 + 16 * row_i
+        for idx in row:
+            _, s, _ = data[idx]
+            color = s.color or PALETTE[data[idx][0] % len(PALETTE)]
+            dash = ' stroke-dasharray="4 3"' if s.dashed else ""
+            if s.line:
+                out.append(f'<line x1="{x}" x2="{x + 18}" y1="{y - 4}" y2="{y - 4}" stroke="{color}" stroke-width="2"{dash}/>')
+            else:
+                out.append(f'<circle cx="{x + 9}" cy="{y - 4}" r="3.5" fill="{"white" if s.hollow else color}" '
+                           f'stroke="{color}"/>')
+            out.append(f'<text x="{x + 23}" y="{y}" class="legend">{escape(s.name)}</text>')
+            x += 23 + _text_width(s.name) + 14
+    return out
+
+
 def line_chart(series: Sequence[Series], *, title: str, x_label: str = "step", y_label: str = "",
                width: int = 520, height: int = 250, y_min: float | None = None, y_max: float | None = None,
                x_integer: bool = True, empty: str = "no data yet") -> Markup:
@@ -155,37 +200,8 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str = "step", y
         out.append(f'<text transform="translate(12 {top + ph / 2:.0f}) rotate(-90)" text-anchor="middle" '
                    f'class="axis-label">{escape(y_label)}</text>')
     for i, s, pts in data:
-        color = s.color or PALETTE[i % len(PALETTE)]
-        name = escape(s.name)
-        if s.line:
-            pts = decimate(pts, x0, x1, max(10, pw // 2))
-        if s.line and len(pts) > 1:
-            d = " ".join(f"{'M' if j == 0 else 'L'}{sx(x):.1f},{sy(y):.1f}" for j, (x, y) in enumerate(pts))
-            dash = ' stroke-dasharray="6 4"' if s.dashed else ""
-            out.append(f'<path d="{d}" fill="none" stroke="{color}" stroke-width="2"{dash} class="series">'
-                       f"<title>{name}</title></path>")
-        show = s.markers or not s.line or len(pts) == 1
-        every = 1 if show else math.ceil(len(pts) / MAX_HOVER_POINTS)
-        r, fill = (3.5 if show else 6), ("white" if s.hollow else color)
-        cls = "marker" if show else "hover"
-        for x, y in pts[::every]:
-            tip = f"{s.name}: {x_label} {fmt(x, xstep if xstep < 1 else 1)}, {_num(y)}"
-            out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="{r}" fill="{fill}" stroke="{color}" '
-                       f'class="{cls}"><title>{escape(tip)}</title></circle>')
-    for row_i, row in enumerate(legend_rows):
-        x = left
-        y = 32 + 16 * row_i
-        for idx in row:
-            _, s, _ = data[idx]
-            color = s.color or PALETTE[data[idx][0] % len(PALETTE)]
-            dash = ' stroke-dasharray="4 3"' if s.dashed else ""
-            if s.line:
-                out.append(f'<line x1="{x}" x2="{x + 18}" y1="{y - 4}" y2="{y - 4}" stroke="{color}" stroke-width="2"{dash}/>')
-            else:
-                out.append(f'<circle cx="{x + 9}" cy="{y - 4}" r="3.5" fill="{"white" if s.hollow else color}" '
-                           f'stroke="{color}"/>')
-            out.append(f'<text x="{x + 23}" y="{y}" class="legend">{escape(s.name)}</text>')
-            x += 23 + _text_width(s.name) + 14
+        out += _series_svg(s, s.color or PALETTE[i % len(PALETTE)], pts, sx, sy, (x0, x1, pw), x_label, xstep)
+    out += _legend_svg(data, legend_rows, left)
     out.append("</svg>")
     return Markup("".join(out))
 
