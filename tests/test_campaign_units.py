@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -15,7 +16,7 @@ from evotrainer.config.harness import HarnessSpec
 from evotrainer.core.domain import BranchResult, Finding
 from evotrainer.core.errors import ConfigError
 from evotrainer.stats.backtest import decide
-from tests.conftest import REPO
+from tests.conftest import REPO, small_context
 
 
 def _finding(symptom: str, severity: str = "warning", confidence: float = 0.8) -> Finding:
@@ -165,7 +166,6 @@ def test_heuristic_brain_prefers_recorded_winners_and_skips_refuted_without_new_
 def test_a_blocked_trap_is_not_proposed_again_while_the_findings_of_its_round_persist(tmp_path):
     """Round 1 sees the same critical findings as round 0: none of them is new evidence for the blocked trap."""
     from datetime import datetime, timezone
-    from types import SimpleNamespace
 
     from evotrainer.agent.arms import _refuted
     from evotrainer.core.domain import Decision, Hypothesis, Proposal
@@ -185,7 +185,7 @@ def test_a_blocked_trap_is_not_proposed_again_while_the_findings_of_its_round_pe
             created=datetime.now(timezone.utc)))
         store.add_decision(Decision(proposal_id="c:r00:p0", outcome="blocked", reasons=["gate"],
                                     gate_reasons=["answer_leak"], at=datetime.now(timezone.utc)))
-        (ref,) = _refuted(SimpleNamespace(store=store, campaign_id="c"))
+        (ref,) = _refuted(small_context(store))
     # every serious symptom of its round, the cited one first; the info-level plateau is not evidence
     assert ref.symptoms == ["too_hard", "dead_groups", "truncation"] and ref.outcome == "blocked"
     cands = [c for c in resolve(h, round0) if c.knob == "data.drop_all_wrong"]
@@ -298,7 +298,6 @@ def test_regression_margin_is_eval_noise_with_the_backtest_floor():
 def test_a_mainline_that_falls_below_its_best_version_goes_back_to_it_once(tmp_path):
     """Noise keeps the current version; a real decline returns the best one, recorded once per declined version."""
     from datetime import datetime, timedelta, timezone
-    from types import SimpleNamespace
 
     from evotrainer.agent.mainline import _keep_best
     from evotrainer.config.campaign import CampaignSpec
@@ -313,7 +312,7 @@ def test_a_mainline_that_falls_below_its_best_version_goes_back_to_it_once(tmp_p
     with Store(f"sqlite:///{tmp_path / 'state.db'}") as store:
         store.create_campaign("c", "c", spec.model_dump(mode="json"), "t")
         store.add_harness_version(h.version, None, h.model_dump(mode="json"), [])
-        ctx = SimpleNamespace(store=store, campaign_id="c", spec=spec, log=lambda _m: None)
+        ctx = small_context(store, spec)
         versions = {}
 
         def add(i, acc, parent):
@@ -338,8 +337,7 @@ def test_a_mainline_that_falls_below_its_best_version_goes_back_to_it_once(tmp_p
         assert doc["accuracy"]["end"] == 0.2  # what the campaign hands over, not the last version trained
         assert [(r["from"], r["to"], r["auto"]) for r in doc["rollbacks"]] == [("c:v4", "c:v1", True)]
 
-        off = SimpleNamespace(store=store, campaign_id="c", log=lambda _m: None,
-                              spec=spec.model_copy(update={"rollback": spec.rollback.model_copy(update={"enabled": False})}))
+        off = replace(ctx, spec=spec.model_copy(update={"rollback": spec.rollback.model_copy(update={"enabled": False})}))
         assert _keep_best(off, 3, add(5, 0.0, "c:v4")).id == "c:v5"
         assert len(store.events("c", kind="regression_rollback")) == 1
 
@@ -360,7 +358,6 @@ def test_a_first_segment_that_wrecks_the_policy_goes_back_to_the_base_policy(tmp
     version of no run, whose checkpoint is the base's directory and from which jobs start new), once; a decline
     within noise, or a mainline played within another budget, keeps going."""
     from datetime import datetime, timedelta, timezone
-    from types import SimpleNamespace
 
     from evotrainer.agent.mainline import _fork_of, _keep_best
     from evotrainer.config.campaign import CampaignSpec
@@ -378,7 +375,7 @@ def test_a_first_segment_that_wrecks_the_policy_goes_back_to_the_base_policy(tmp
         for cid in ("c", "d"):
             store.create_campaign(cid, cid, {**spec.model_dump(mode="json"), "initial_harness_version": h.version}, cid)
             store.log_event(cid, "explore_start", {"policy": "/policies/base", "accuracy": 0.25})
-            ctxs[cid] = SimpleNamespace(store=store, campaign_id=cid, spec=spec, log=lambda _m: None)
+            ctxs[cid] = small_context(store, spec, tmp_path, campaign_id=cid)
 
         def add(cid, i, acc, parent, step, harness=h):
             return store.add_policy_version(PolicyVersion(
@@ -397,7 +394,7 @@ def test_a_first_segment_that_wrecks_the_policy_goes_back_to_the_base_policy(tmp
         # ... from the campaign's base policy: a branch of another seed must not warm-start a policy of its own
         from evotrainer.agent.runs import JobAsk, _request
 
-        job_ctx = SimpleNamespace(**vars(ctxs["c"]), home=tmp_path, mlflow_run_id=None)
+        job_ctx = ctxs["c"]
         branch = _request(job_ctx, JobAsk("c__r00__control__s10001", h, 30, spec.seed + 10001, None, 10, {}, 10))
         segment = _request(job_ctx, JobAsk("c__r01__segment", h, 30, spec.seed, None, 10, {"evotrainer.role": "segment"}))
         forked = _request(job_ctx, JobAsk("c__r02__control__s10001", h, 30, spec.seed + 10001, "run2@20", 10, {}, 30))
@@ -859,7 +856,6 @@ def test_exploration_waits_while_the_mainline_still_improves_and_not_when_it_sta
     or `improving_z: null` explore as before. Round 0's parent is the base policy, scored once (kept as an event)."""
     from datetime import datetime, timezone
     from pathlib import Path
-    from types import SimpleNamespace
 
     from evotrainer.agent.budget import _still_improving
     from evotrainer.config.campaign import CampaignSpec
@@ -872,7 +868,7 @@ def test_exploration_waits_while_the_mainline_still_improves_and_not_when_it_sta
     with Store(f"sqlite:///{tmp_path / 'state.db'}") as store:
         store.create_campaign("c", "c", spec.model_dump(mode="json"), "t")
         store.add_harness_version(h.version, None, h.model_dump(mode="json"), [])
-        ctx = SimpleNamespace(store=store, campaign_id="c", spec=spec, home=Path(tmp_path), log=lambda _m: None)
+        ctx = small_context(store, spec, Path(tmp_path))
 
         def add(i, sel, parent, step):
             pv = store.add_policy_version(PolicyVersion(
@@ -893,14 +889,14 @@ def test_exploration_waits_while_the_mainline_still_improves_and_not_when_it_sta
         assert _still_improving(ctx, state(r0), [_finding("truncation", "warning")], h) is None
         assert _still_improving(ctx, state(r0), [_finding("plateau", "info"), _finding("diagnostic_error")], h)
         assert _still_improving(ctx, {"mainline": r0.id, "segment_run": "other"}, [], h) is None  # rolled back
-        null = SimpleNamespace(**{**vars(ctx), "spec": spec.model_copy(
-            update={"budget": spec.budget.model_copy(update={"improving_z": None})})})
+        null = replace(ctx, spec=spec.model_copy(
+            update={"budget": spec.budget.model_copy(update={"improving_z": None})}))
         assert _still_improving(null, state(r0), [], h) is None
         # round 1 against its parent: +0.07 in 40 steps is ~2.3 s.e. (held at z 2), +0.02 is a stall
         assert _still_improving(ctx, state(add(1, 0.438, r0.id, 60)), [], h)["steps"] == 40
         assert _still_improving(ctx, state(add(2, 0.388, r0.id, 60)), [], h) is None
-        stricter = SimpleNamespace(**{**vars(ctx), "spec": spec.model_copy(
-            update={"budget": spec.budget.model_copy(update={"improving_z": 3.0})})})
+        stricter = replace(ctx, spec=spec.model_copy(
+            update={"budget": spec.budget.model_copy(update={"improving_z": 3.0})}))
         assert _still_improving(stricter, state(add(3, 0.438, r0.id, 60)), [], h) is None
         # what the propose node records is what `campaign status` lists
         from evotrainer.reports.summaries import campaign_summary
@@ -920,7 +916,6 @@ def test_a_healthy_round_explores_within_the_healthy_share_and_a_troubled_one_wi
     gets explore_share. The verdict is an event written once per round, which the look budget reads."""
     from datetime import datetime, timezone
     from pathlib import Path
-    from types import SimpleNamespace
 
     from evotrainer.agent.budget import _allowance, _explore_mode, _explore_spent, _look_budget
     from evotrainer.config.campaign import CampaignSpec
@@ -940,7 +935,7 @@ def test_a_healthy_round_explores_within_the_healthy_share_and_a_troubled_one_wi
     with Store(f"sqlite:///{tmp_path / 'state.db'}") as store:
         store.create_campaign("c", "c", spec.model_dump(mode="json"), "t")
         store.add_harness_version(h.version, None, h.model_dump(mode="json"), [])
-        ctx = SimpleNamespace(store=store, campaign_id="c", spec=spec, home=Path(tmp_path), log=lambda _m: None)
+        ctx = small_context(store, spec, Path(tmp_path))
         store.log_event("c", "explore_start", {"policy": "/base", "accuracy": 0.262})  # the base policy, scored once
 
         def mainline(i, sel, step):
@@ -975,8 +970,8 @@ def test_a_healthy_round_explores_within_the_healthy_share_and_a_troubled_one_wi
         _explore_mode(ctx, {"mainline": learns.id}, 3, [], h)
         assert mode(3)["healthy"] and _explore_spent(ctx, learns)
         # null: no verdict is made, every round has the full share
-        null = SimpleNamespace(**{**vars(ctx), "spec": spec.model_copy(
-            update={"budget": spec.budget.model_copy(update={"healthy_explore_share": None})})})
+        null = replace(ctx, spec=spec.model_copy(
+            update={"budget": spec.budget.model_copy(update={"healthy_explore_share": None})}))
         _explore_mode(null, {"mainline": learns.id}, 4, [], h)
         assert not any(e.message["round"] == 4 for e in store.events("c", kind="explore_mode"))
         # `campaign status` lists the verdicts, in the shape its --json prints
@@ -997,7 +992,6 @@ def test_a_moving_mainline_is_healthy_unless_it_is_below_the_start_and_a_stuck_o
     and so does a moving one more than 2 s.e. below the start, or one with a warning."""
     from datetime import datetime, timezone
     from pathlib import Path
-    from types import SimpleNamespace
 
     from evotrainer.agent.budget import _explore_mode
     from evotrainer.agent.state import segment_id
@@ -1016,7 +1010,7 @@ def test_a_moving_mainline_is_healthy_unless_it_is_below_the_start_and_a_stuck_o
     with Store(f"sqlite:///{tmp_path / 'state.db'}") as store:
         store.create_campaign("c", "c", spec.model_dump(mode="json"), "t")
         store.add_harness_version(h.version, None, h.model_dump(mode="json"), [])
-        ctx = SimpleNamespace(store=store, campaign_id="c", spec=spec, home=Path(tmp_path), log=lambda _m: None)
+        ctx = small_context(store, spec, Path(tmp_path))
         store.log_event("c", "explore_start", {"policy": "/base", "accuracy": 0.300})
 
         def segment(rnd, sel, changed):
@@ -1049,8 +1043,8 @@ def test_a_moving_mainline_is_healthy_unless_it_is_below_the_start_and_a_stuck_o
         assert mode(4).healthy and "learns" in mode(4).reason and mode(4).moved is None
         assert not any(e.message["round"] == 4 for e in store.events("c", kind="movement"))
         # stuck rounds off (stuck_share null): nothing measures movement, and a flat mainline is troubled as before
-        off = SimpleNamespace(**{**vars(ctx), "spec": spec.model_copy(
-            update={"backtest": spec.backtest.model_copy(update={"stuck_share": None})})})
+        off = replace(ctx, spec=spec.model_copy(
+            update={"backtest": spec.backtest.model_copy(update={"stuck_share": None})}))
         _explore_mode(off, segment(5, 0.264, 118), 5, [], h)
         assert not mode(5).healthy and mode(5).moved is None
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -19,11 +19,14 @@ from evotrainer.agent.brains.heuristic import HeuristicBrain
 from evotrainer.agent.brains.llm import LLMBrain, LLMSettings
 from evotrainer.agent.drafts import draft_diagnostic, draft_schema, with_draft
 from evotrainer.agent.revise import Misfire, _adopted
+from evotrainer.agent.state import CampaignContext
+from evotrainer.config.campaign import CampaignSpec
 from evotrainer.config.harness import HarnessSpec
 from evotrainer.diagnostics.confine import FULL, confinement, missing
 from evotrainer.diagnostics.registry import Registry
 from evotrainer.diagnostics.revision import Archive, LabelledRun, history
 from evotrainer.evidence.model import Evidence
+from tests.conftest import small_context
 from tests.llm_server import ScriptedLLM
 
 if os.environ.get("EVOTRAINER_REQUIRE_LANDLOCK") == "1" and confinement() != FULL:
@@ -69,11 +72,14 @@ def _label(arch: Archive, symptom: str) -> Archive:
     return Archive(runs=[r.model_copy(update={"labels": [symptom]}) if r.path == "regressed" else r for r in arch.runs])
 
 
-def _ctx(tmp_path: Path, llm: ScriptedLLM, draft_code: bool = True) -> SimpleNamespace:
+def _spec(draft_code: bool = True) -> CampaignSpec:
+    return CampaignSpec(name="c1", task="arith", budget={"total_steps": 1000}, revision={"draft_code": draft_code})
+
+
+def _ctx(tmp_path: Path, llm: ScriptedLLM, draft_code: bool = True) -> CampaignContext:
     settings = LLMSettings(base_url=llm.base_url, model="scripted", max_retries=1, timeout_s=20)
-    spec = SimpleNamespace(task="arith", revision=SimpleNamespace(draft_code=draft_code))
-    return SimpleNamespace(spec=spec, brain=LLMBrain(settings, fallback=HeuristicBrain()), home=tmp_path / "home",
-                           campaign_id="c1")
+    return small_context(None, _spec(draft_code), tmp_path / "home", campaign_id="c1",
+                         brain=LLMBrain(settings, fallback=HeuristicBrain()))
 
 
 def _draft(tmp_path: Path, replies: list[str]):
@@ -137,8 +143,7 @@ def test_drafting_applies_only_with_the_llm_brain_and_the_switch_on(tmp_path):
     with ScriptedLLM([]) as llm:
         off = _ctx(tmp_path, llm, draft_code=False)
         assert draft_diagnostic(off, MISFIRE, HarnessSpec(), ARCHIVE, RUNS.__getitem__, _label) is None
-        heuristic = SimpleNamespace(**{**vars(off), "brain": HeuristicBrain(),
-                                       "spec": SimpleNamespace(task="arith", revision=SimpleNamespace(draft_code=True))})
+        heuristic = replace(off, brain=HeuristicBrain(), spec=_spec(True))
         assert draft_diagnostic(heuristic, MISFIRE, HarnessSpec(), ARCHIVE, RUNS.__getitem__, _label) is None
     assert llm.requests == []
 

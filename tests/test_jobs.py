@@ -25,11 +25,12 @@ from evotrainer.config.harness import HarnessSpec
 from evotrainer.config.job import JobSpec
 from evotrainer.config.policy import PolicySpec
 from evotrainer.core.errors import ConfigError, RunNotFound, TaskError
+from evotrainer.core.runmeta import RunMeta, read_run_meta
 from evotrainer.evidence.model import ROLLOUT_SCHEMA, read_metrics, read_rollouts, undocumented_metrics
 from evotrainer.jobs.lineage import complete_checkpoints
 from evotrainer.jobs.runner import run_job
 from evotrainer.training.evaluation import eval_steps
-from tests.conftest import REPO, TINY_HARNESS
+from tests.conftest import REPO, TINY_HARNESS, small_context
 
 NANO = PolicySpec(size="nano", sft_steps=150, sft_batch_size=64)
 P, G = 4, 4
@@ -312,8 +313,6 @@ def test_a_branch_that_died_after_resuming_from_its_pause_is_read_back_at_its_ea
     before its next checkpoint keeps ``status: running`` with ``paused_at`` at look 2. The resumed backtest walks its
     looks again; it must read such a branch back at looks 1 and 2 (not ask the runner to train it to look 1, which
     the runner refuses), ledger each look once, and resume it only for look 3."""
-    from types import SimpleNamespace
-
     from evotrainer.agent.runs import JobAsk, _collect, _request
     from evotrainer.store import Store
 
@@ -327,7 +326,7 @@ def test_a_branch_that_died_after_resuming_from_its_pause_is_read_back_at_its_ea
     (run_dir / "meta.json").write_text(json.dumps({**meta, "status": "running"}))  # resumed for look 3, then killed
     with Store(f"sqlite:///{tmp_path / 'state.db'}") as store:
         store.create_campaign("c", "c", {}, "t")
-        ctx = SimpleNamespace(home=shared_home, store=store, campaign_id="c", log=lambda _m: None)
+        ctx = small_context(store, home=shared_home)
         tags = {"evotrainer.role": "control"}
         for look in (3, 4):
             ask = JobAsk("died", HarnessSpec(), 6, 3, "first@2", 1, tags, look)
@@ -476,7 +475,7 @@ def test_a_fork_draws_its_pool_from_its_lineage_root_through_runs_recorded_witho
         meta = {"name": name, "run_id": name, "spec": {"seed": seed}, "harness": {}, "target_step": 2,
                 "start_step": 0, "base_policy": "", "parent_run": parent, **extra}
         (d / "meta.json").write_text(json.dumps(meta))
-        return meta
+        return RunMeta.model_validate(meta)
 
     write("root", 3)  # recorded before pool_seed existed
     write("branch", 10021, "root", pool_seed=3)
@@ -501,7 +500,7 @@ def test_a_branch_under_a_data_rule_reads_its_lineage_once_and_its_later_session
     rule.write_text(TINY_HARNESS.replace("difficulty: [1, 1]}", "difficulty: [1, 1], drop_all_correct: true}"))
     legs = run_job(_spec(rule, 4, name="ruled", seed=8), shared_home, fork="first@2", stop_at=4)
     run_dir = Path(legs.run_dir)
-    meta = json.loads((run_dir / "meta.json").read_text())
+    meta = read_run_meta(run_dir)
     kept = pd.read_parquet(Path(shared_home) / "jobs" / "first" / PASS_STATS.format(step=2))
     fresh = prompt_pass_stats(ancestor_rollouts(shared_home, meta))
     pd.testing.assert_frame_equal(kept.sort_values("prompt_id").reset_index(drop=True),

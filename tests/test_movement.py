@@ -12,14 +12,22 @@ import json
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from langgraph.runtime import Runtime
 
 from evotrainer.agent.lessons import SEED_LIBRARY
 from evotrainer.agent.movement import judge, segment_movement
 from evotrainer.config.harness import HarnessSpec, enlarges_update
-from evotrainer.core.domain import BacktestStats, Decision, Finding, Hypothesis, PolicyVersion, Proposal
+from evotrainer.core.domain import (
+    BacktestStats,
+    Campaign,
+    Decision,
+    Finding,
+    Hypothesis,
+    PolicyVersion,
+    Proposal,
+)
 from evotrainer.training.evaluation import eval_steps, write_outcomes
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -167,7 +175,7 @@ def _round_one(tmp_path, history: bool = True, without: tuple[str, ...] = (), lr
         _run(tmp_path, "seg1", {70: _flip(BASE, changed)}, zero_std=zero_std, steps=range(51, 71))
         state = {"campaign_id": "c", "round": 1, "mainline": "c:r01:segment", "harness_version": h.version,
                  "segment_run": "seg1"}
-        propose(state, SimpleNamespace(context=ctx))
+        propose(state, Runtime(context=ctx))
         return [(p.knob, p.new) for p in store.list_proposals("c", round=1)], store
 
     propose_round_one.ctx = ctx
@@ -450,7 +458,9 @@ def test_a_campaign_without_stuck_rounds_reloads_from_its_stored_spec(tmp_path):
     path.write_text(yaml.safe_dump(doc))
     spec = load_campaign_spec(path)
     stored = {**spec.model_dump(mode="json"), "source_dir": str(tmp_path)}
-    again = spec_of(SimpleNamespace(spec=stored))
+    now = datetime.now(timezone.utc)
+    again = spec_of(Campaign(id="c", name="c", spec=stored, status="created", mainline_version=None, thread_id="c",
+                             mlflow_run_id=None, created=now, updated=now))
     assert again.backtest.stuck_share is None and again.backtest.stuck_margin == spec.backtest.stuck_margin
 
 
@@ -490,7 +500,7 @@ def test_a_stuck_round_adopts_the_larger_raise_the_data_do_not_show_worse(tmp_pa
     from evotrainer.agent.nodes import decide_node
 
     ctx, state = _bracket_round(tmp_path, big_ups=(70, 70, 10))
-    out = decide_node(state, SimpleNamespace(context=ctx))
+    out = decide_node(state, Runtime(context=ctx))
     assert out.update["promoted"] == "c:r01:p1"
     small, big = ctx.store.get_decision("c:r01:p0"), ctx.store.get_decision("c:r01:p1")
     assert big.outcome == "promote" and big.stats.rule == "larger_step" and big.stats.look == 1, big.reasons
@@ -501,7 +511,7 @@ def test_a_stuck_round_adopts_the_larger_raise_the_data_do_not_show_worse(tmp_pa
     (tmp_path / "resumed").mkdir()
     ctx2, state2 = _bracket_round(tmp_path / "resumed", big_ups=(70, 70, 10))
     ctx2.store.add_decision(big)
-    assert decide_node(state2, SimpleNamespace(context=ctx2)).update["promoted"] == "c:r01:p1"
+    assert decide_node(state2, Runtime(context=ctx2)).update["promoted"] == "c:r01:p1"
     again = ctx2.store.get_decision("c:r01:p0")
     assert again.outcome == "inconclusive" and "adopted in its place" in again.reasons[-1]
 
@@ -517,7 +527,7 @@ def test_the_larger_raise_is_not_adopted_when_a_seed_diverged_it_is_shown_worse_
     if case == "off":
         ctx.spec = ctx.spec.model_copy(update={"backtest": ctx.spec.backtest.model_copy(
             update={"stuck_prefer_larger": False})})
-    out = decide_node(state, SimpleNamespace(context=ctx))
+    out = decide_node(state, Runtime(context=ctx))
     assert out.update["promoted"] == "c:r01:p0"
     d = ctx.store.get_decision("c:r01:p1")
     assert d.outcome == "inconclusive" and d.stats.effect > 0.03 and d.stats.look == 1  # a candidate all the same

@@ -13,7 +13,8 @@ import json
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
-from types import SimpleNamespace
+
+from langgraph.runtime import Runtime
 
 from evotrainer.agent.brains.base import BrainResult
 from evotrainer.agent.lessons import SEED_LIBRARY
@@ -59,7 +60,7 @@ def _campaign(home: Path, cid: str, selection: float, brain=None, without: tuple
     keep = _keep_best(ctx, 0, seg)  # what train_segment does before the round is diagnosed
     state = {"campaign_id": cid, "round": 0, "mainline": keep.id, "harness_version": h.version,
              "segment_run": run.name}
-    runtime = SimpleNamespace(context=ctx)
+    runtime = Runtime(context=ctx)
 
     def diagnose_and_propose():
         diagnose(state, runtime)

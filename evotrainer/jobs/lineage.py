@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -34,6 +33,7 @@ from evotrainer.config.job import JobSpec
 from evotrainer.core import atomic
 from evotrainer.core.errors import ConfigError, RunNotFound
 from evotrainer.core.home import resolve_run
+from evotrainer.core.runmeta import RunMeta
 from evotrainer.evidence.model import prompt_pass_stats, read_rollouts
 
 CKPT = "checkpoint-"
@@ -44,41 +44,44 @@ META_KEYS = ("name", "run_id", "spec", "harness", "target_step", "start_step", "
 """What resuming or forking a job reads from its ``meta.json``."""
 
 
-def read_meta(run_dir: Path) -> dict[str, Any]:
-    """A job's ``meta.json`` as a dict with ``META_KEYS``; ConfigError naming the file when it is garbage, empty,
-    not an object, or lacks one of them (a run whose record is damaged cannot be resumed or forked)."""
+def read_meta(run_dir: Path) -> RunMeta:
+    """A job's record, read strictly: ConfigError naming the file when it is garbage, empty, not an object, lacks one
+    of ``META_KEYS`` or has a field of the wrong type (a run whose record is damaged cannot be resumed or forked)."""
     f = run_dir / "meta.json"
     try:
-        meta = json.loads(f.read_text(encoding="utf-8"))
+        doc = json.loads(f.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as err:  # ValueError: JSONDecodeError, UnicodeDecodeError
         raise ConfigError(f"{f}: not a readable job record ({type(err).__name__}: {err}); this run cannot be resumed "
                           "or forked: restore the file, or start a new run") from None
-    missing = [k for k in META_KEYS if k not in meta] if isinstance(meta, dict) else list(META_KEYS)
+    missing = [k for k in META_KEYS if k not in doc] if isinstance(doc, dict) else list(META_KEYS)
     if missing:
-        got = f"lacks {', '.join(missing)}" if isinstance(meta, dict) else f"is a JSON {type(meta).__name__}"
+        got = f"lacks {', '.join(missing)}" if isinstance(doc, dict) else f"is a JSON {type(doc).__name__}"
         raise ConfigError(f"{f}: not a job record: it {got} (a job's meta.json is an object with "
                           f"{', '.join(META_KEYS)}); this run cannot be resumed or forked")
-    return meta
+    try:
+        return RunMeta.model_validate(doc)
+    except ValidationError as err:
+        why = err.errors()[0]
+        raise ConfigError(f"{f}: damaged job record ({'.'.join(str(x) for x in why['loc'])}: {why['msg']}); this "
+                          "run cannot be resumed or forked") from None
 
 
-def resume_record(run_dir: Path) -> tuple[dict[str, Any], JobSpec, HarnessSpec, int]:
+def resume_record(run_dir: Path) -> tuple[RunMeta, JobSpec, HarnessSpec, int]:
     """The meta, spec, harness and target step of a run to resume; ConfigError naming its meta.json if damaged."""
     meta = read_meta(run_dir)
     try:
-        spec = JobSpec.model_validate(meta["spec"])
-        harness = HarnessSpec.model_validate(meta["harness"])
-        target = meta["target_step"]
-        if not isinstance(target, int) or isinstance(target, bool) or not isinstance(meta["start_step"], int):
-            raise ValueError(f"target_step and start_step must be integers (got {target!r}, {meta['start_step']!r})")
-    except (ValidationError, ValueError, TypeError) as err:
-        why = err.errors()[0] if isinstance(err, ValidationError) else None
-        where = f"{'.'.join(str(x) for x in why['loc'])}: {why['msg']}" if why else str(err)
+        spec = JobSpec.model_validate(meta.spec)
+        harness = HarnessSpec.model_validate(meta.harness)
+    except ValidationError as err:
+        why = err.errors()[0]
+        where = f"{'.'.join(str(x) for x in why['loc'])}: {why['msg']}"
         raise ConfigError(f"{run_dir / 'meta.json'}: damaged job record ({where}); this run cannot be resumed") from None
-    return meta, spec, harness, target
+    return meta, spec, harness, meta.target_step
 
 
-def write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
-    atomic.write_text(run_dir / "meta.json", json.dumps(meta, indent=2, sort_keys=True))
+def write_meta(run_dir: Path, meta: RunMeta) -> None:
+    """Write the record whole (``atomic``): a reader sees the old one or the new one."""
+    atomic.write_text(run_dir / "meta.json", meta.dump())
 
 
 def complete_checkpoints(run_dir: Path) -> dict[int, Path]:
@@ -150,14 +153,14 @@ def prepare_fork_checkpoint(src: Path, dst: Path, harness: HarnessSpec, parent_h
     tmp.replace(dst)
 
 
-def ancestry(home: Path, meta: dict[str, Any]):
+def ancestry(home: Path, meta: RunMeta):
     """Up the job's lineage: (child meta, parent's run dir, parent meta) from its parent to the root, stopping at a
     parent that no longer exists or at a cycle. Lazy, so a caller that has its answer reads no further."""
     cur, seen = meta, set()
-    while cur.get("parent_run") and cur["parent_run"] not in seen:
-        seen.add(cur["parent_run"])
+    while cur.parent_run and cur.parent_run not in seen:
+        seen.add(cur.parent_run)
         try:
-            pdir = resolve_run(home, cur["parent_run"])
+            pdir = resolve_run(home, cur.parent_run)
         except RunNotFound:
             return
         parent = read_meta(pdir)
@@ -165,14 +168,15 @@ def ancestry(home: Path, meta: dict[str, Any]):
         cur = parent
 
 
-def ancestor_rollouts(home: Path, meta: dict[str, Any]):
+def ancestor_rollouts(home: Path, meta: RunMeta):
     """Rollouts of the job's ancestors (up to the fork points): the evidence data rules read."""
     import pandas as pd
 
 
     frames, limit = [], None
     for child, pdir, _ in ancestry(home, meta):
-        limit = child.get("parent_step") if limit is None else min(limit, child.get("parent_step", limit))
+        at = child.parent_step if child.parent_step is not None else limit
+        limit = at if limit is None else min(limit, at)
         df = read_rollouts(pdir, columns=["prompt_id", "step", "correct"])
         frames.append(df[df["step"] <= limit])
     return pd.concat(frames, ignore_index=True) if frames else None
@@ -181,7 +185,7 @@ def ancestor_rollouts(home: Path, meta: dict[str, Any]):
 PASS_STATS = "lineage_pass_stats@{step}.parquet"  # in a parent run's directory: its lineage's statistics at a step
 
 
-def lineage_pass_stats(home: Path, meta: dict[str, Any]):
+def lineage_pass_stats(home: Path, meta: RunMeta):
     """Per-prompt pass statistics of the run's ancestors (:func:`ancestor_rollouts`), computed once per fork point
     and kept in the parent's directory (``lineage_pass_stats@STEP.parquet``) for every run forked there.
 
@@ -193,9 +197,9 @@ def lineage_pass_stats(home: Path, meta: dict[str, Any]):
 
 
     cache = None
-    if meta.get("parent_run") and meta.get("parent_step") is not None:
+    if meta.parent_run and meta.parent_step is not None:
         try:
-            cache = resolve_run(home, meta["parent_run"]) / PASS_STATS.format(step=int(meta["parent_step"]))
+            cache = resolve_run(home, meta.parent_run) / PASS_STATS.format(step=meta.parent_step)
         except RunNotFound:
             cache = None
     if cache is not None and cache.is_file():
@@ -217,7 +221,7 @@ def lineage_pass_stats(home: Path, meta: dict[str, Any]):
     return stats
 
 
-def lineage_pool_seed(home: Path, meta: dict[str, Any]) -> int:
+def lineage_pool_seed(home: Path, meta: RunMeta) -> int:
     """The seed of the data pool a fork of ``meta``'s run draws from: its lineage's root job's seed.
 
     Why the lineage's and not the fork's own: the data rules (``data.drop_all_correct`` / ``drop_all_wrong`` /
@@ -227,14 +231,14 @@ def lineage_pool_seed(home: Path, meta: dict[str, Any]) -> int:
     did nothing. A run recorded before ``pool_seed`` existed (or a merged run, which copies one source's spec) is
     walked up to the first run that names one, or to the root."""
     root = meta
-    if "pool_seed" not in root:
+    if root.pool_seed is None:
         for _, _, root in ancestry(home, meta):  # the last one read is the answer
-            if "pool_seed" in root:
+            if root.pool_seed is not None:
                 break
-    return int(root.get("pool_seed", root["spec"]["seed"]))
+    return root.pool_seed if root.pool_seed is not None else int(root.spec["seed"])
 
 
-def acknowledged_checkpoints(run_dir: Path, meta: dict[str, Any]) -> dict[int, Path]:
+def acknowledged_checkpoints(run_dir: Path, meta: RunMeta) -> dict[int, Path]:
     """The complete checkpoints a resume may start from: those at or before the last one the job's callback
     acknowledged (``last_checkpoint_step``, written once that step's rollouts are flushed), its pause or its start.
 
@@ -244,19 +248,18 @@ def acknowledged_checkpoints(run_dir: Path, meta: dict[str, Any]) -> dict[int, P
     ended at that look the step was never ledgered (found by the Ray campaign test in CI). Such a checkpoint is
     torn like any other: the step is trained again from the acknowledged one (the same step, from the same
     state and RNG)."""
-    ack = max(int(meta.get("last_checkpoint_step") or 0), int(meta.get("paused_at") or 0),
-              int(meta.get("start_step") or 0))
+    ack = max(meta.last_checkpoint_step or 0, meta.paused_at or 0, meta.start_step)
     return {s: d for s, d in complete_checkpoints(run_dir).items() if s <= ack}
 
 
-def died_at(run_dir: Path, meta: dict[str, Any]) -> int | None:
+def died_at(run_dir: Path, meta: RunMeta) -> int | None:
     """The step of a job killed right after it checkpointed (and evaluated, and flushed its metrics) at the step a
     pause asked for, before it could record the pause: its meta says ``running`` and its last complete checkpoint
     is the one its callback acknowledged (``last_checkpoint_step``). None for any other job."""
-    if meta.get("status") not in ("running", "interrupted", "failed") or meta.get("last_checkpoint_step") is None:
+    if meta.status not in ("running", "interrupted", "failed") or meta.last_checkpoint_step is None:
         return None
     ckpts = complete_checkpoints(run_dir)
-    done = int(meta["last_checkpoint_step"])
-    if not ckpts or max(ckpts) != done or done >= int(meta["target_step"]):
+    done = meta.last_checkpoint_step
+    if not ckpts or max(ckpts) != done or done >= meta.target_step:
         return None
-    return done if done > int(meta.get("paused_at") or meta["start_step"]) else None
+    return done if done > (meta.paused_at or meta.start_step) else None

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from evotrainer.core.errors import ConfigError
 from evotrainer.core.home import jobs_dir
+from evotrainer.core.runmeta import RunMeta
 from evotrainer.core.tracking import Tracker
 from evotrainer.jobs.jobdir import publish, staging_dir
 from evotrainer.jobs.lineage import CKPT, complete_checkpoints, read_meta, resolve_run, write_meta
@@ -104,7 +105,7 @@ def merge_runs(home: Path, name: str, sources: list[tuple[str, int]], tags: dict
             raise ConfigError(f"run {run} has no complete checkpoint at step {at}; available: {sorted(ck)}")
         ckpts.append(ck[at])
         metas.append(read_meta(d))
-    versions = {m.get("harness_version") for m in metas}
+    versions = {m.harness_version for m in metas}
     if len(versions) != 1:
         raise ConfigError(f"merge {name}: the sources trained different harnesses ({sorted(map(str, versions))}); "
                           "only seeds of one arm can be averaged")
@@ -115,21 +116,19 @@ def merge_runs(home: Path, name: str, sources: list[tuple[str, int]], tags: dict
         average_checkpoints(ckpts, tmp / "trainer" / f"{CKPT}{step}")
         shutil.copy2(resolve_run(home, sources[0][0]) / "harness.yaml", tmp / "harness.yaml")
         merged_from = [{"run": run, "step": at} for run, at in sources]
-        run_tags = {**(src["spec"].get("tags") or {}), **(tags or {}), "evotrainer.role": "merged",
+        run_tags = {**(src.spec.get("tags") or {}), **(tags or {}), "evotrainer.role": "merged",
                     "evotrainer.merged_from": ",".join(run for run, _ in sources)[:5000]}
         run_id = Tracker(home).create_run(name, run_tags, {"merged_from": len(sources), "step": step})
-        meta = {
-            "name": name, "run_id": run_id,
+        meta = RunMeta(
+            name=name, run_id=run_id,
             # a valid job spec (the first seed's, renamed), so that `train --resume` says "finished, fork it"; the
             # steps this job trained are target_step - start_step = 0
-            "spec": {**src["spec"], "name": name, "tags": run_tags},
-            "harness": src["harness"], "harness_version": src.get("harness_version"),
-            "parent_harness_version": src.get("harness_version"),
-            "target_step": step, "start_step": step, "steps_done": step, "last_checkpoint_step": step,
-            "parent_run": sources[0][0], "parent_run_id": src["run_id"], "parent_step": step,
-            "merged_from": merged_from, "base_policy": src["base_policy"], "status": "finished",
-            "created": datetime.now(timezone.utc).isoformat(),
-        }
+            spec={**src.spec, "name": name, "tags": run_tags}, harness=src.harness,
+            harness_version=src.harness_version, parent_harness_version=src.harness_version,
+            target_step=step, start_step=step, steps_done=step, last_checkpoint_step=step,
+            parent_run=sources[0][0], parent_run_id=src.run_id, parent_step=step,
+            merged_from=merged_from, base_policy=src.base_policy, status="finished",
+            created=datetime.now(timezone.utc).isoformat())
         write_meta(tmp, meta)
         publish(tmp, final)
     except FileExistsError:  # another process published it meanwhile: theirs stands

@@ -18,6 +18,7 @@ from evotrainer.config.harness import HarnessSpec, dump_harness
 from evotrainer.core.errors import ConfigError, JobBusy
 from evotrainer.core.home import jobs_dir
 from evotrainer.core.names import to_name
+from evotrainer.core.runmeta import RunMeta
 from evotrainer.jobs.jobdir import JobLock, is_locked, publish, staging_dir
 from evotrainer.jobs.lineage import CKPT, lineage_pool_seed, prepare_fork_checkpoint, read_meta, write_meta
 from evotrainer.jobs.plan import JobPlan
@@ -31,7 +32,7 @@ class OpenRun:
     name: str
     run_id: str
     run_dir: Path
-    meta: dict[str, Any]
+    meta: RunMeta
     lock: JobLock
     mlflow_had: int | None  # the last step MLflow holds with nothing after it (-1: a new run; None: unknown)
 
@@ -59,9 +60,9 @@ def _create(plan: JobPlan, home: Path, tracker: Any) -> OpenRun:
         (run_dir / "harness.yaml").write_text(dump_harness(harness))
         if plan.fork_src is not None:
             (run_dir / "trainer").mkdir(parents=True, exist_ok=True)
-            parent_harness = HarnessSpec.model_validate(parent_meta["harness"])
+            parent_harness = HarnessSpec.model_validate(parent_meta.harness)
             prepare_fork_checkpoint(plan.fork_src, run_dir / "trainer" / f"{CKPT}{plan.parent_step}", harness,
-                                    parent_harness, keep_rng=spec.seed == parent_meta["spec"]["seed"])
+                                    parent_harness, keep_rng=spec.seed == parent_meta.spec["seed"])
         write_meta(run_dir, meta)  # last: a run with meta.json is complete enough to resume
         publish(run_dir, final_dir)  # the whole directory appears under its name at once
     except BaseException as err:
@@ -75,15 +76,15 @@ def _create(plan: JobPlan, home: Path, tracker: Any) -> OpenRun:
     return OpenRun(name=name, run_id=run_id, run_dir=final_dir, meta=meta, lock=lock, mlflow_had=-1)
 
 
-def _tags(plan: JobPlan, parent_meta: dict[str, Any] | None) -> dict[str, str]:
+def _tags(plan: JobPlan, parent_meta: RunMeta | None) -> dict[str, str]:
     spec, harness = plan.spec, plan.harness
     tags = {"evotrainer.task": spec.task, "evotrainer.harness_version": harness.version,
             "evotrainer.harness_name": harness.name, "evotrainer.seed": str(spec.seed),
             "evotrainer.role": spec.tags.get("evotrainer.role", "job"), **spec.tags}
     if parent_meta is not None:
-        tags.update({"evotrainer.parent_run_id": parent_meta["run_id"], "evotrainer.parent_run": parent_meta["name"],
+        tags.update({"evotrainer.parent_run_id": str(parent_meta.run_id), "evotrainer.parent_run": str(parent_meta.name),
                      "evotrainer.parent_step": str(plan.parent_step),
-                     "evotrainer.parent_harness_version": parent_meta["harness_version"]})
+                     "evotrainer.parent_harness_version": str(parent_meta.harness_version)})
     return tags
 
 
@@ -97,37 +98,35 @@ def _params(plan: JobPlan) -> dict[str, Any]:
     return params
 
 
-def _record(plan: JobPlan, home: Path, name: str, run_id: str, parent_meta: dict[str, Any] | None) -> dict[str, Any]:
+def _record(plan: JobPlan, home: Path, name: str, run_id: str, parent_meta: RunMeta | None) -> RunMeta:
     """A new run's ``meta.json``."""
-    parent = parent_meta or {}
-    return {
-        "name": name, "run_id": run_id, "spec": plan.spec.model_dump(mode="json"),
-        "harness": plan.harness.model_dump(mode="json"), "harness_version": plan.harness.version,
-        "target_step": plan.target, "start_step": plan.parent_step or 0,
-        "parent_run": parent.get("name"), "parent_run_id": parent.get("run_id"), "parent_step": plan.parent_step,
-        "parent_harness_version": parent.get("harness_version"),
+    parent = parent_meta or RunMeta()
+    return RunMeta(
+        name=name, run_id=run_id, spec=plan.spec.model_dump(mode="json"), harness=plan.harness.model_dump(mode="json"),
+        harness_version=plan.harness.version, target_step=plan.target, start_step=plan.parent_step or 0,
+        parent_run=parent.name, parent_run_id=parent.run_id, parent_step=plan.parent_step,
+        parent_harness_version=parent.harness_version,
         # the data pool's seed: a fork keeps its lineage's pool (so the data rules meet the prompts its ancestors'
         # statistics describe) and samples from it under its own seed
-        "pool_seed": lineage_pool_seed(home, parent_meta) if parent_meta else plan.spec.seed,
-        "data_stream": STREAM_VERSION,  # which sequence the seed's prompts come from (training.data.STREAM_VERSION)
-        "base_policy": str(plan.base_dir), "status": "running", "created": datetime.now(timezone.utc).isoformat(),
-    }
+        pool_seed=lineage_pool_seed(home, parent_meta) if parent_meta else plan.spec.seed,
+        data_stream=STREAM_VERSION, base_policy=str(plan.base_dir), status="running",
+        created=datetime.now(timezone.utc).isoformat())
 
 
 def _reopen(plan: JobPlan, tracker: Any) -> OpenRun:
-    run_dir, name, run_id = plan.run_dir, plan.meta["name"], plan.meta["run_id"]
+    run_dir, name, run_id = plan.run_dir, str(plan.meta.name), str(plan.meta.run_id)
     lock = JobLock.take(run_dir, name)  # a second writer of this run is refused here
     try:
         meta = read_meta(run_dir)  # as it is now, under the lock
-        if meta.get("status") == "finished":
-            raise JobBusy(f"run {name} is finished (step {meta.get('steps_done', meta['target_step'])}): there is "
+        if meta.status == "finished":
+            raise JobBusy(f"run {name} is finished (step {meta.steps_done or meta.target_step}): there is "
                           f"nothing to resume, and a finished run is never rewritten; fork it to train on "
                           f"(--fork {name})")
         tracker.reopen(run_id)
         # the last step MLflow holds, as a session that paused cleanly left it; dropped from the record while this
         # session runs, so that one killed after logging more steps is never trusted to have stopped there
-        mlflow_had = meta.pop("mlflow_synced_step", None)
-        meta["status"] = "running"
+        mlflow_had, meta.mlflow_synced_step = meta.mlflow_synced_step, None
+        meta.status = "running"
         write_meta(run_dir, meta)
     except BaseException:
         lock.release()

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from evotrainer.config.harness import HarnessSpec
 from evotrainer.config.job import JobSpec
@@ -22,6 +21,7 @@ from evotrainer.config.policy import PolicySpec, budget_overflow
 from evotrainer.core.errors import ConfigError
 from evotrainer.core.home import resolve_run
 from evotrainer.core.names import check_name
+from evotrainer.core.runmeta import RunMeta
 from evotrainer.diagnostics.registry import Registry
 from evotrainer.jobs.lineage import died_at, parse_fork, read_meta, resume_record
 from evotrainer.tasks import Task, check_alphabet, get_task
@@ -42,7 +42,7 @@ class JobPlan:
     device: str
     base_dir: Path  # the base policy (architecture, tokenizer; a new run's weights)
     warm_s: float = 0.0  # seconds spent building the base (0 when it was cached or inherited)
-    meta: dict[str, Any] | None = None  # a resumed run's record (None: a new run)
+    meta: RunMeta | None = None  # a resumed run's record (None: a new run)
     run_dir: Path | None = None  # a resumed run's directory
     parent_dir: Path | None = None  # a fork's parent run
     parent_step: int | None = None  # the parent's step the fork starts at
@@ -110,7 +110,7 @@ def _fork(plan: JobPlan, home: Path, fork: str) -> None:
     """The fork's parent, its step and checkpoint; the model section must be the parent's (one checkpoint shape)."""
     plan.parent_dir, plan.parent_step, plan.fork_src = parse_fork(home, fork)
     plan.target = plan.parent_step + plan.spec.steps
-    parent_model = HarnessSpec.model_validate(read_meta(plan.parent_dir)["harness"]).model
+    parent_model = HarnessSpec.model_validate(read_meta(plan.parent_dir).harness).model
     if parent_model != plan.harness.model:
         raise ConfigError(f"{plan.spec.harness_label}: model.* must match the parent run's ({parent_model.model_dump()}): "
                           "its checkpoints are full weights or LoRA adapters of one shape; fork under those values")
@@ -121,7 +121,7 @@ def _check_stop_at(plan: JobPlan, stop_at: int | None) -> None:
     if stop_at is None:
         return
     meta = plan.meta
-    first = (plan.parent_step or 0) if meta is None else int(meta.get("paused_at") or meta["start_step"])
+    first = (plan.parent_step or 0) if meta is None else (meta.paused_at or meta.start_step)
     if meta is not None and died_at(plan.run_dir, meta) == stop_at:
         first = stop_at - 1  # it reached this pause and died before recording it: recorded then, nothing trained
     if not first < stop_at <= plan.target:
@@ -136,7 +136,7 @@ def _resolve_policy(plan: JobPlan, home: Path, say: Callable[[str], None]) -> No
 
     spec, harness, task = plan.spec, plan.harness, plan.task
     recorded = plan.meta if plan.meta is not None else read_meta(plan.parent_dir) if plan.parent_dir else None
-    base_dir = Path(recorded["base_policy"]) if recorded is not None else None
+    base_dir = Path(str(recorded.base_policy)) if recorded is not None else None
     context = spec.policy.context_length() if base_dir is None else PolicySpec(path=str(base_dir)).context_length()
     if (why := budget_overflow(harness.grpo.max_completion_length, context)) is not None:
         raise ConfigError(f"{spec.harness_label}: {why}")

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from evotrainer.core.runmeta import RunMeta
 from evotrainer.evidence.model import read_metrics
 from evotrainer.jobs.lineage import complete_checkpoints, write_meta
 
@@ -43,17 +44,16 @@ def last_metrics(mdf: Any) -> dict[str, float]:
     return {c: float(mdf[c].dropna().iloc[-1]) for c in mdf.columns if c != "step" and mdf[c].notna().any()}
 
 
-def record_pause(run_dir: Path, meta: dict[str, Any], tracker: Any, step: int, t_start: float) -> JobResult:
+def record_pause(run_dir: Path, meta: RunMeta, tracker: Any, step: int, t_start: float) -> JobResult:
     """Record the pause at ``step`` that a job reached but did not get to write (see :func:`died_at`); nothing
     is trained, so a resumed campaign neither retrains that look nor fails it."""
 
     mdf = read_metrics(run_dir)
-    tracker.backfill(meta["run_id"], mdf, step)
-    meta.update(status="paused", paused_at=step, steps_done=step)
-    meta.pop("error", None)
+    tracker.backfill(meta.run_id, mdf, step)
+    meta.status, meta.paused_at, meta.steps_done, meta.error = "paused", step, step, None
     write_meta(run_dir, meta)
-    tracker.end_run(meta["run_id"], "FINISHED")
-    return JobResult(run_id=meta["run_id"], name=meta["name"], run_dir=str(run_dir), steps_done=step,
+    tracker.end_run(meta.run_id, "FINISHED")
+    return JobResult(run_id=str(meta.run_id), name=str(meta.name), run_dir=str(run_dir), steps_done=step,
                      checkpoint=str(complete_checkpoints(run_dir)[step]),
                      evidence={"metrics": str(run_dir / "metrics.jsonl"), "rollouts": str(run_dir / "rollouts"),
                                "mlflow": tracker.uri},

@@ -19,7 +19,6 @@ is one trainer construction (see ``bench/segments.py``).
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 import traceback
@@ -77,10 +76,10 @@ def run_job(
         finally:
             run.lock.release()
     ckpts = acknowledged_checkpoints(run.run_dir, run.meta)
-    start_step = max(ckpts) if ckpts else run.meta["start_step"]
+    start_step = max(ckpts) if ckpts else run.meta.start_step
     # from the job's own start, its at-start evaluation runs again as in a fresh start (it draws from the RNG the
     # steps after it draw from): the row an earlier session wrote there goes, so the run is the same step for step
-    truncate_after(run.run_dir, start_step - 1 if start_step == int(run.meta["start_step"]) else start_step)
+    truncate_after(run.run_dir, start_step - 1 if start_step == run.meta.start_step else start_step)
     for d in (run.run_dir / "trainer").glob(f"{CKPT}*") if (run.run_dir / "trainer").is_dir() else []:
         if d.is_dir() and d not in ckpts.values():
             shutil.rmtree(d, ignore_errors=True)  # torn checkpoint from a killed process
@@ -96,7 +95,7 @@ def run_job(
         _record_failure(run, tracker, err, say)
         if isinstance(err, (KeyboardInterrupt, SystemExit, ConfigError)):
             raise
-        raise JobFailed(f"run {run.name} failed at step ≥{start_step}: {run.meta['error']} (traceback in "
+        raise JobFailed(f"run {run.name} failed at step ≥{start_step}: {run.meta.error} (traceback in "
                         f"{run.run_dir / 'error.txt'}; resume with --resume {run.name})") from err
     finally:
         run.lock.release()  # the next writer (a resume) may take the run now
@@ -105,14 +104,14 @@ def run_job(
 def _handover(run: OpenRun, target: int, hold: Callable[[JobResult, int], int | None]):
     """A live pause (``hold``): let go of the run while the session waits; take it back, unchanged, to go on."""
     def handover(result: JobResult) -> int | None:
-        written = json.loads(json.dumps(run.meta))  # the pause as it is on disk
+        written = run.meta.raw  # the pause as it is on disk
         run.lock.release()
         nxt = hold(result, target)
         try:
             run.lock = JobLock.take(run.run_dir, run.name)
         except JobBusy:
             raise SessionAbandoned(f"run {run.name} is being written by another process") from None
-        if read_meta(run.run_dir) != written:
+        if read_meta(run.run_dir).raw != written:
             raise SessionAbandoned(f"run {run.name} changed on disk while its session waited; it resumes from its "
                                    "checkpoint")
         if nxt is not None and not (result.steps_done < nxt <= target):
@@ -126,12 +125,12 @@ def _record_failure(run: OpenRun, tracker: Any, err: BaseException, say: Callabl
     Ctrl-C, or the process told to exit (a Ray worker whose owner died gets SystemExit), did not fail the job: it
     was stopped, and a resume goes on from its last checkpoint."""
     stopped = isinstance(err, (KeyboardInterrupt, SystemExit))
-    run.meta["status"] = "interrupted" if stopped else "failed"
-    run.meta["error"] = f"{type(err).__name__}: {err}"
+    run.meta.status = "interrupted" if stopped else "failed"
+    run.meta.error = f"{type(err).__name__}: {err}"
     write_meta(run.run_dir, run.meta)
     (run.run_dir / "error.txt").write_text(traceback.format_exc())
     try:
-        tracker.set_tags(run.run_id, {"evotrainer.error": run.meta["error"][:4000]})
+        tracker.set_tags(run.run_id, {"evotrainer.error": run.meta.error[:4000]})
         tracker.end_run(run.run_id, "KILLED" if stopped else "FAILED")
     except Exception as track_err:  # noqa: BLE001 - the tracking server may be what failed
         say(f"could not mark the MLflow run failed: {track_err}")

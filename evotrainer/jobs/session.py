@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from evotrainer.core.errors import ConfigError
+from evotrainer.core.runmeta import JobTiming
 from evotrainer.evidence.model import RolloutRecorder, read_metrics
 from evotrainer.jobs.lineage import complete_checkpoints, lineage_pass_stats, write_meta
 from evotrainer.jobs.opening import OpenRun
@@ -103,15 +104,15 @@ class Session:
         batches it already consumed (``global_step`` of them, on a resume) lands on the next unused one."""
 
         plan, meta, h = self.plan, self.meta, self.plan.harness
-        pool = build_pool(plan.task, h, meta.get("pool_seed", plan.spec.seed))  # a run from before pool_seed: its own
+        pool = build_pool(plan.task, h, meta.pool_seed if meta.pool_seed is not None else plan.spec.seed)  # a run from before pool_seed: its own
         stats = lineage_pass_stats(self.home, meta) if needs_pass_stats(h) else None
         w, data_report = selection_weights(pool, h, stats)
         self._part("pool")
         # A fork continues its parent's step numbering, and the Trainer skips global_step batches when it resumes
         # from a checkpoint: padding with the batches the parent consumed makes that skip land exactly on the next
         # unused batch of this job, for a fresh fork, a resume after kill -9, and a paused backtest branch alike.
-        pad = meta["start_step"] * h.grpo.prompts_per_step // h.grpo.num_iterations
-        n_needed = (plan.target - meta["start_step"]) * h.grpo.prompts_per_step
+        pad = meta.start_step * h.grpo.prompts_per_step // h.grpo.num_iterations
+        n_needed = (plan.target - meta.start_step) * h.grpo.prompts_per_step
         problems = stream_problems(pool, w, plan.spec.seed, pad, n_needed)  # in a random order: TRL does not reshuffle
         rows = problems[:1] * pad + problems
         dataset = to_dataset(rows, conversational=self.env_factory is not None)
@@ -156,7 +157,7 @@ class Session:
         self.cb = EvidenceCallback(
             self.run_dir, self.recorder, self._log, self._on_ckpt, self._eval if spec.eval.every else None,
             spec.eval.every, spec.eval.at_start, plan.target, skip_upto=self.skip_upto, progress=self._progress,
-            stop_at=self.stop_at, first_step=meta["start_step"],
+            stop_at=self.stop_at, first_step=meta.start_step,
             pause=self._pause if self.handover is not None else None, save_every=spec.save_every)
         self.trainer.add_callback(self.cb)
         self._part("trainer")
@@ -180,7 +181,7 @@ class Session:
             if self.synced_upto < s <= step:
                 self.tracker.log_artifact(self.run_id, f, "rollouts")
         self.synced_upto = max(self.synced_upto, step)
-        self.meta["last_checkpoint_step"] = step
+        self.meta.last_checkpoint_step = step
         write_meta(self.run_dir, self.meta)
 
     def _progress(self, step: int, last: dict[str, Any]) -> None:
@@ -195,8 +196,8 @@ class Session:
         result = self.close(step, paused=True)
         nxt = self.handover(result)
         self.tracker.reopen(self.run_id)
-        self.meta.pop("mlflow_synced_step", None)  # as a resumed session drops it: it is about to log more
-        self.meta["status"] = "running"
+        self.meta.mlflow_synced_step = None  # as a resumed session drops it: it is about to log more
+        self.meta.status = "running"
         write_meta(self.run_dir, self.meta)
         set_rng_state(rng)
         self._session.update(t=time.perf_counter(), setup_s=0.0, eval0=self.cb.eval_seconds, start=step, parts={})
@@ -239,33 +240,29 @@ class Session:
         for f in ("metrics.jsonl", "data_report.json"):
             if (run_dir / f).exists() and not paused:
                 self.tracker.log_artifact(self.run_id, run_dir / f)
-        meta["status"] = "paused" if paused else "finished"
-        meta["steps_done"] = step
-        if paused:
-            meta["paused_at"] = step
-            # the pause's checkpoint flushed every step's metrics and rollout files to MLflow (EvidenceCallback.on_save)
-            meta["mlflow_synced_step"] = step
-        else:
-            meta.pop("paused_at", None)
-        meta.pop("error", None)
+        meta.status = "paused" if paused else "finished"
+        meta.steps_done = step
+        # at a pause, the checkpoint flushed every step's metrics and rollout files to MLflow (EvidenceCallback.on_save)
+        meta.paused_at = meta.mlflow_synced_step = step if paused else None
+        meta.error = None
         now = time.perf_counter()
         train_s = now - self._t_train if first else now - session["t"]
         eval_s = self.cb.eval_seconds - session["eval0"]
         warm_s = round(self.plan.warm_s, 2) if first else 0.0
         # where this session's seconds went (one entry per start, resume or live look): a campaign's overhead is
         # read from these
-        meta.setdefault("timings", []).append({
-            "start_step": session["start"], "steps_done": step, "warm_start_s": warm_s,
-            "setup_s": round(session["setup_s"], 2), "train_s": round(train_s, 2), "eval_s": round(eval_s, 2),
-            "wall_s": round(now - session["t"], 2), "setup_parts": {k: round(v, 2) for k, v in session["parts"].items()},
-            "threads": torch.get_num_threads(), **({} if first else {"live": True})})
+        meta.timings = [*meta.timings, JobTiming(
+            start_step=session["start"], steps_done=step, warm_start_s=warm_s, setup_s=round(session["setup_s"], 2),
+            train_s=round(train_s, 2), eval_s=round(eval_s, 2), wall_s=round(now - session["t"], 2),
+            setup_parts={k: round(v, 2) for k, v in session["parts"].items()}, threads=torch.get_num_threads(),
+            live=not first)]
         write_meta(run_dir, meta)
         self.tracker.end_run(self.run_id, "FINISHED")  # a resume (or the live session's next look) reopens it
         return JobResult(
-            run_id=self.run_id, name=meta["name"], run_dir=str(run_dir), steps_done=step,
+            run_id=self.run_id, name=str(meta.name), run_dir=str(run_dir), steps_done=step,
             checkpoint=str(final) if final else None,
             evidence={"metrics": str(run_dir / "metrics.jsonl"), "rollouts": str(run_dir / "rollouts"),
                       "mlflow": self.tracker.uri},
-            metrics=last_metrics(read_metrics(run_dir)), status=meta["status"], seconds=round(now - session["t"], 2),
+            metrics=last_metrics(read_metrics(run_dir)), status=meta.status, seconds=round(now - session["t"], 2),
             train_seconds=round(train_s, 2), eval_seconds=round(eval_s, 2),
             setup_seconds=round(session["setup_s"], 2), warm_start_seconds=warm_s)
