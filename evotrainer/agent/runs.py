@@ -25,7 +25,7 @@ from evotrainer.config.job import JobSpec
 from evotrainer.core.domain import LedgerEntry
 from evotrainer.core.runmeta import RunMeta, read_run_meta
 from evotrainer.evidence.model import read_metrics
-from evotrainer.jobs.launchers import JobRequest
+from evotrainer.jobs.launchers import JobOutcome, JobRequest
 from evotrainer.jobs.lineage import complete_checkpoints
 from evotrainer.training.evaluation import read_outcomes, write_outcomes
 
@@ -178,7 +178,7 @@ def _request(ctx: CampaignContext, ask: JobAsk, threads: int | None = None):
                       stop_at=None if stop_at is None or stop_at == target else stop_at)
 
 
-def _collect(ctx: CampaignContext, ask: JobAsk, outcome: Any) -> JobRead:
+def _collect(ctx: CampaignContext, ask: JobAsk, outcome: JobOutcome | None) -> JobRead:
     """Read job ``ask.name`` back as it stands at ``ask.stop_at`` and ledger its new steps. ``outcome``: the
     launcher's ``JobOutcome`` when the job was just run (None: read back only)."""
 

@@ -10,6 +10,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 
 from evotrainer.config.job import JobSpec
+from evotrainer.jobs.result import JobResult
 
 
 class JobRequest(BaseModel):
@@ -40,7 +41,7 @@ class JobOutcome(BaseModel):
 
     status: Literal["finished", "failed", "stopped"]
     error: str | None = Field(None, description="Why it failed or stopped.")
-    result: dict[str, Any] | None = Field(None, description="The runner's JobResult, as JSON, when finished.")
+    result: JobResult | None = Field(None, description="The runner's result, when finished.")
     out_of_memory: bool = False
 
     @classmethod

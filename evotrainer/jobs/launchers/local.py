@@ -99,8 +99,8 @@ class LocalLauncher(_Closing):
         finally:
             self._give(slot, cores)
         outcome = JobOutcome.from_worker(out)
-        if outcome.result is not None and outcome.result.get("status") == "paused":
-            self._holder[str(outcome.result.get("name"))] = slot
+        if outcome.result is not None and outcome.result.status == "paused":
+            self._holder[outcome.result.name] = slot
         else:
             self._holder.pop(req.resume or req.name, None)
         return outcome
