@@ -12,6 +12,7 @@ import pytest
 
 from evotrainer.jobs.launchers import JobRequest, LocalLauncher, RayLauncher, make_launcher
 from evotrainer.jobs.pool import PoolStopped
+from evotrainer.jobs.scoring import ScoreRequest
 
 
 def _faults(monkeypatch, tmp_path) -> None:
@@ -61,9 +62,9 @@ def test_ray_launcher_runs_jobs_as_parallel_ray_tasks_and_faults_fail_only_their
         out = launcher.run_many(_batch(tmp_path, "meet-a", "meet-b", "crash", "hang", "oom", "after"))
         _check(out)
         assert out[2].error.startswith("Ray WorkerCrashedError"), out[2].error
-        scored = launcher.score({"task": "arith", "eval": {"n": 4}, "split": "selection",
-                                 "policies": [[str(tmp_path / "nothing"), 4]]})
-        assert scored["ok"] is False and "not a Hugging Face model directory" in scored["error"]
+        scored = launcher.score(ScoreRequest(task="arith", eval={"n": 4}, split="selection",
+                                             policies=[(str(tmp_path / "nothing"), 4)]))
+        assert scored.ok is False and "not a Hugging Face model directory" in scored.error
     finally:
         launcher.close()
     import ray

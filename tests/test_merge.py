@@ -16,7 +16,7 @@ from evotrainer.core.errors import ConfigError, JobBusy
 from evotrainer.jobs.lineage import complete_checkpoints
 from evotrainer.jobs.merge import merge_runs
 from evotrainer.jobs.runner import run_job
-from evotrainer.jobs.scoring import score_policies
+from evotrainer.jobs.scoring import ScoreRequest, score_policies
 from tests.conftest import TINY_HARNESS
 
 NANO = PolicySpec(size="nano", sft_steps=150, sft_batch_size=64)
@@ -115,7 +115,7 @@ def test_two_workers_score_a_split_request_as_one_process_scores_it_whole(seeds)
            "merge": {"home": str(home), "name": "m-split", "sources": [["m-seed-a", 3], ["m-seed-b", 3]],
                      "max_new_tokens": 6}}
     with LocalLauncher(workers=2) as launcher:
-        split = launcher.score(req)
+        split = launcher.score(ScoreRequest.model_validate(req)).model_dump()
     assert split["ok"], split
     threads = torch.get_num_threads()
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))  # each part's share of the cores

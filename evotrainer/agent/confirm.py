@@ -28,7 +28,7 @@ from evotrainer.config.campaign import spec_of
 from evotrainer.config.harness import HarnessSpec
 from evotrainer.core.errors import ConfigError
 from evotrainer.core.runmeta import read_run_meta
-from evotrainer.jobs.scoring import score_policies
+from evotrainer.jobs.scoring import ScoreAnswer, ScoreRequest, score_here
 from evotrainer.tasks import get_task
 from evotrainer.training.evaluation import split_problems
 
@@ -66,7 +66,7 @@ def paired_se(a: list[bool], b: list[bool]) -> float | None:
     return round(statistics.stdev(d) / len(d) ** 0.5, 4) if len(d) > 1 else None
 
 
-Scorer = Callable[[dict[str, Any]], dict[str, Any]]  # a ScoreRequest document -> score_policies' answer
+Scorer = Callable[[ScoreRequest], ScoreAnswer]  # a launcher's score, or scoring.score_here
 
 
 def confirm(home: Path, cid: str, seed: int | None = None, store: Any = None, score: Scorer | None = None,
@@ -103,17 +103,16 @@ def confirm(home: Path, cid: str, seed: int | None = None, store: Any = None, sc
     policies = [(first.base_policy, budgets[0]), (mainline.checkpoint, budgets[1])]
     if budgets[1] != budgets[0]:
         policies.append((first.base_policy, budgets[1]))
-    out = (score or score_policies)({"task": spec.task, "task_options": spec.task_options,
-                                     "eval": ev.model_dump(mode="json"), "split": "confirmation", "seed": seed,
-                                     "n": n, "outcomes": True, "policies": [list(p) for p in policies]})
-    if not out["ok"]:
-        raise ConfigError(f"campaign {cid}: the confirmation could not score its policies: {out['error']}")
-    accs = out["accuracies"]
+    out = (score or score_here)(ScoreRequest(task=spec.task, task_options=spec.task_options, eval=ev,
+                                             split="confirmation", seed=seed, n=n, outcomes=True, policies=policies))
+    if not out.ok:
+        raise ConfigError(f"campaign {cid}: the confirmation could not score its policies: {out.error}")
+    accs = out.accuracies
     seed = spec.eval.seed + 1 if seed is None else seed
     lo, hi = ev.difficulty or task.default_range()
     result = Confirmation(
         seed=seed, n=len(problems), difficulty=(lo, hi), mainline=mainline.id, budgets=budgets,
         start=accs[0], end=accs[1], start_at_end_budget=accs[2] if len(accs) > 2 else None,
-        gain_se=paired_se(out["outcomes"][0], out["outcomes"][1]) if "outcomes" in out else None)
+        gain_se=paired_se(out.outcomes[0], out.outcomes[1]) if out.outcomes else None)
     store.log_event(cid, "confirmation", result.model_dump(mode="json"))
     return result

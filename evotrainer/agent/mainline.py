@@ -15,6 +15,7 @@ from evotrainer.config.harness import (
 from evotrainer.core.domain import PolicyVersion
 from evotrainer.core.runmeta import read_run_meta
 from evotrainer.jobs.lineage import complete_checkpoints
+from evotrainer.jobs.scoring import MergeRequest
 from evotrainer.stats.backtest import regression_margin
 
 
@@ -218,9 +219,9 @@ def _choose_kept(ctx: CampaignContext, rnd: int, bt_id: str, best: str | None, v
     singles = [(path, budget) for _, path in cands]
     merge = None
     if ctx.spec.backtest.merge_seeds and len(cands) >= 2 and len({x.step for x, _ in cands}) == 1:
-        merge = {"home": str(ctx.home), "name": f"{ctx.campaign_id}__r{rnd:02d}__merged", "max_new_tokens": budget,
-                 "sources": [[x.run_name, x.step] for x, _ in cands],
-                 "tags": {"evotrainer.campaign": ctx.campaign_id, "evotrainer.round": str(rnd)}}
+        merge = MergeRequest(home=str(ctx.home), name=f"{ctx.campaign_id}__r{rnd:02d}__merged", max_new_tokens=budget,
+                             sources=[(str(x.run_name), x.step) for x, _ in cands],
+                             tags={"evotrainer.campaign": ctx.campaign_id, "evotrainer.round": str(rnd)})
     sel = _score(ctx, singles, merge=merge)
     if sel is None and merge is not None:  # the merge failed (recorded): choose among the seeds alone
         merge, sel = None, _score(ctx, singles)
@@ -234,7 +235,7 @@ def _choose_kept(ctx: CampaignContext, rnd: int, bt_id: str, best: str | None, v
     chosen = max(scored, key=lambda t: (t[0].selection_accuracy if t[0].selection_accuracy is not None else -1,
                                         t[0].eval_accuracy or 0.0, -t[0].seed))[0]
     if merge is not None:
-        merged = {"run": merge["name"], "step": cands[0][0].step, "selection_accuracy": sel[len(cands)],
+        merged = {"run": merge.name, "step": cands[0][0].step, "selection_accuracy": sel[len(cands)],
                   "from": [x.run_name for x, _ in cands]}
         # a merge that broke something scores below every seed it came from
         # (its decision split is scored when a round follows, which reads it: _decision_scored)

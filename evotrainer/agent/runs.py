@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -27,6 +27,7 @@ from evotrainer.core.runmeta import RunMeta, read_run_meta
 from evotrainer.evidence.model import read_metrics
 from evotrainer.jobs.launchers import JobOutcome, JobRequest
 from evotrainer.jobs.lineage import complete_checkpoints
+from evotrainer.jobs.scoring import MergeRequest, ScoreAnswer, ScoreRequest
 from evotrainer.training.evaluation import read_outcomes, write_outcomes
 
 
@@ -218,7 +219,7 @@ def _collect(ctx: CampaignContext, ask: JobAsk, outcome: JobOutcome | None) -> J
 
 
 def _score(ctx: CampaignContext, policies: list[tuple[str, int]], split: str = "selection",
-           merge: dict[str, Any] | None = None, record: list[tuple[Path, int]] | None = None) -> list[float] | None:
+           merge: MergeRequest | None = None, record: list[tuple[Path, int]] | None = None) -> list[float] | None:
     """Greedy accuracies of saved policies on a held-out split, scored in the pool's worker; None if it failed
     (recorded as an event: the campaign then keeps its choice without it). ``merge`` (a
     :class:`evotrainer.jobs.scoring.MergeRequest`) has the worker average seeds into a new job first; its accuracy
@@ -228,19 +229,16 @@ def _score(ctx: CampaignContext, policies: list[tuple[str, int]], split: str = "
     sp = ctx.spec
     if not policies and merge is None:
         return []
-    req = {"task": sp.task, "task_options": sp.task_options,
-           "eval": sp.eval.model_copy(update={"k": 1}).model_dump(mode="json"), "split": split,
-           "policies": [list(p) for p in policies], "outcomes": record is not None}
-    if merge is not None:
-        req["merge"] = merge
+    req = ScoreRequest(task=sp.task, task_options=sp.task_options, eval=sp.eval.model_copy(update={"k": 1}),
+                       split=split, policies=policies, outcomes=record is not None, merge=merge)
     out = _timed_score(ctx)(req)
-    if not out["ok"]:
-        ctx.store.log_event(ctx.campaign_id, "scoring_error", {"split": split, "error": out["error"]})
-        ctx.log(f"scoring on the {split} split failed: {out['error']}")
+    if not out.ok:
+        ctx.store.log_event(ctx.campaign_id, "scoring_error", {"split": split, "error": out.error})
+        ctx.log(f"scoring on the {split} split failed: {out.error}")
         return None
-    for (run_dir, step), outcomes in zip(record or [], out.get("outcomes") or []):
+    for (run_dir, step), outcomes in zip(record or [], out.outcomes or []):
         write_outcomes(run_dir, step, outcomes, split)
-    return [float(a) for a in out["accuracies"]]
+    return out.accuracies
 
 
 def _waiting(ctx: CampaignContext, kind: str):
@@ -252,7 +250,7 @@ def _waiting(ctx: CampaignContext, kind: str):
 
 def _timed_score(ctx: CampaignContext):
     """The launcher's ``score``, its wait timed as scoring."""
-    def score(request: dict[str, Any]) -> dict[str, Any]:
+    def score(request: ScoreRequest) -> ScoreAnswer:
         with _waiting(ctx, "scoring"):
             return ctx.pool.score(request)
     return score

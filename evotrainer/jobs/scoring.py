@@ -58,6 +58,24 @@ class ScoreRequest(BaseModel):
     merge: MergeRequest | None = Field(None, description="Average these runs into a new job first and score it last.")
 
 
+class ScoreAnswer(BaseModel):
+    """What scoring answers: the accuracies in the request's order (the merged checkpoint's last), or why it failed."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    ok: bool
+    error: str | None = Field(None, description="Why it failed (a worker's own error, or a part's, named).")
+    accuracies: list[float] = Field(default_factory=list, description="Greedy accuracy of each policy, in order.")
+    n: int | None = Field(None, description="Problems each policy was scored on.")
+    merged: str | None = Field(None, description="The merged checkpoint's path, when the request asked for one.")
+    outcomes: list[list[bool]] | None = Field(None, description="Per-problem outcomes of each policy, when asked.")
+
+
+def score_here(request: ScoreRequest) -> ScoreAnswer:
+    """Score in this process (which then imports torch): a confirmation run from the command line."""
+    return ScoreAnswer.model_validate(score_policies(request.model_dump(mode="json")))
+
+
 def split_request(request: dict[str, Any], parts: int) -> list[tuple[dict[str, Any], list[int]]]:
     """``request`` divided into at most ``parts`` requests, with the indices their answers' policies have in the
     whole answer (``len(policies)`` is the merged checkpoint's: it comes last).

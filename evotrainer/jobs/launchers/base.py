@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evotrainer.config.job import JobSpec
 from evotrainer.jobs.result import JobResult
+from evotrainer.jobs.scoring import ScoreAnswer, ScoreRequest
 
 
 class JobRequest(BaseModel):
@@ -74,7 +75,7 @@ class Launcher(Protocol):
         """Submit every request at once and wait for all; outcomes in request order. Raises ``PoolStopped``
         when the owner asked to stop while they ran (the jobs are resumable)."""
 
-    def score(self, request: dict[str, Any]) -> dict[str, Any]:
+    def score(self, request: ScoreRequest) -> ScoreAnswer:
         """Greedy accuracies of saved policies on a held-out split (``evotrainer.jobs.scoring``); a local launcher
         splits the policies among its workers."""
 

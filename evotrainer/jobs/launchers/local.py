@@ -15,7 +15,7 @@ from typing import Any
 from evotrainer.core.errors import ConfigError
 from evotrainer.jobs.launchers.base import JobOutcome, JobRequest, _Closing
 from evotrainer.jobs.pool import _UNSET, BranchPool, PoolStopped, job_timeout_from_env
-from evotrainer.jobs.scoring import join_answers, split_request
+from evotrainer.jobs.scoring import ScoreAnswer, ScoreRequest, join_answers, split_request
 
 
 class LocalLauncher(_Closing):
@@ -145,10 +145,9 @@ class LocalLauncher(_Closing):
             raise PoolStopped("the jobs in flight were abandoned: their owner was asked to stop")
         return outcomes
 
-    def score(self, request: dict[str, Any]) -> dict[str, Any]:
+    def score(self, request: ScoreRequest) -> ScoreAnswer:
         # a campaign scores with no job running: the policies are split among the workers, which share the cores
-
-        parts = split_request(request, self.workers)
+        parts = split_request(request.model_dump(mode="json"), self.workers)
         threads = self._cores_for(len(parts))
 
         def one(part: dict[str, Any]) -> dict[str, Any]:
@@ -160,9 +159,9 @@ class LocalLauncher(_Closing):
                 self._give(slot, cores)
 
         if len(parts) == 1:
-            return one(parts[0][0])
+            return ScoreAnswer.model_validate(one(parts[0][0]))
         with ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="evotrainer-score") as ex:
-            return join_answers(parts, list(ex.map(one, [p for p, _ in parts])))
+            return ScoreAnswer.model_validate(join_answers(parts, list(ex.map(one, [p for p, _ in parts]))))
 
     def release(self) -> None:
         self._holder.clear()

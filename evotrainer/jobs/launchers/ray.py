@@ -14,7 +14,7 @@ from evotrainer.core.errors import ConfigError
 from evotrainer.core.procs import end_group, group_members, this_process
 from evotrainer.jobs.launchers.base import JobOutcome, JobRequest, _Closing
 from evotrainer.jobs.pool import _UNSET, PoolStopped, job_timeout_from_env, run_branch
-from evotrainer.jobs.scoring import score_policies
+from evotrainer.jobs.scoring import ScoreAnswer, ScoreRequest, score_policies
 
 _ENV_PREFIXES = ("EVOTRAINER_", "HF_", "TRANSFORMERS_", "MLFLOW_")
 _ENV_NAMES = ("TOKENIZERS_PARALLELISM", "DO_NOT_TRACK")
@@ -227,15 +227,15 @@ class RayLauncher(_Closing):
     def release(self) -> None:
         """Nothing to let go of: a Ray task holds nothing between calls (each look resumes from its checkpoint)."""
 
-    def score(self, request: dict[str, Any]) -> dict[str, Any]:
+    def score(self, request: ScoreRequest) -> ScoreAnswer:
         # one task, not one per policy as a local launcher splits it: a task that finds no idle worker starts a new
         # one, whose torch/TRL imports (~7 s) cost more than a few evaluations side by side save
 
         ray = self._connect()
         try:
-            return ray.get(self._submit(score_policies, request))
+            return ScoreAnswer.model_validate(ray.get(self._submit(score_policies, request.model_dump(mode="json"))))
         except Exception as err:  # noqa: BLE001 - reported like a worker's own error
-            return {"ok": False, "error": f"Ray {type(err).__name__}: {str(err)[:500]}"}
+            return ScoreAnswer(ok=False, error=f"Ray {type(err).__name__}: {str(err)[:500]}")
 
     def stop(self) -> None:
         self._stopping = True  # run_many cancels what is in flight at its next poll (no Ray call in a signal handler)
