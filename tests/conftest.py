@@ -102,7 +102,7 @@ def postgres():
         server.__exit__(None, None, None)
 
 
-def small_context(store, spec=None, home: Path | None = None, campaign_id: str = "c", **over):
+def small_context(store, spec=None, *, home: Path, campaign_id: str = "c", **over):
     """A real ``CampaignContext`` for a node or helper that reads the store and the spec: the heuristic brain, no
     launcher and no tracker (a test that runs jobs starts a real campaign instead). ``over`` sets any other field."""
     from evotrainer.agent.brains.heuristic import HeuristicBrain
@@ -112,6 +112,6 @@ def small_context(store, spec=None, home: Path | None = None, campaign_id: str =
     if spec is None:
         spec = CampaignSpec(name=campaign_id, budget={"total_steps": 1000})
     return CampaignContext(campaign_id=campaign_id, spec=spec,
-                           home=home if home is not None else Path("."), store=store,
+                           home=home, store=store,
                            brain=over.pop("brain", HeuristicBrain()), pool=over.pop("pool", None),
                            tracker=over.pop("tracker", None), **over)

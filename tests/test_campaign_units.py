@@ -185,7 +185,7 @@ def test_a_blocked_trap_is_not_proposed_again_while_the_findings_of_its_round_pe
             created=datetime.now(timezone.utc)))
         store.add_decision(Decision(proposal_id="c:r00:p0", outcome="blocked", reasons=["gate"],
                                     gate_reasons=["answer_leak"], at=datetime.now(timezone.utc)))
-        (ref,) = _refuted(small_context(store))
+        (ref,) = _refuted(small_context(store, home=tmp_path))
     # every serious symptom of its round, the cited one first; the info-level plateau is not evidence
     assert ref.symptoms == ["too_hard", "dead_groups", "truncation"] and ref.outcome == "blocked"
     cands = [c for c in resolve(h, round0) if c.knob == "data.drop_all_wrong"]
@@ -312,7 +312,7 @@ def test_a_mainline_that_falls_below_its_best_version_goes_back_to_it_once(tmp_p
     with Store(f"sqlite:///{tmp_path / 'state.db'}") as store:
         store.create_campaign("c", "c", spec.model_dump(mode="json"), "t")
         store.add_harness_version(h.version, None, h.model_dump(mode="json"), [])
-        ctx = small_context(store, spec)
+        ctx = small_context(store, spec, home=tmp_path)
         versions = {}
 
         def add(i, acc, parent):
@@ -375,7 +375,7 @@ def test_a_first_segment_that_wrecks_the_policy_goes_back_to_the_base_policy(tmp
         for cid in ("c", "d"):
             store.create_campaign(cid, cid, {**spec.model_dump(mode="json"), "initial_harness_version": h.version}, cid)
             store.log_event(cid, "explore_start", {"policy": "/policies/base", "accuracy": 0.25})
-            ctxs[cid] = small_context(store, spec, tmp_path, campaign_id=cid)
+            ctxs[cid] = small_context(store, spec, home=tmp_path, campaign_id=cid)
 
         def add(cid, i, acc, parent, step, harness=h):
             return store.add_policy_version(PolicyVersion(
@@ -868,7 +868,7 @@ def test_exploration_waits_while_the_mainline_still_improves_and_not_when_it_sta
     with Store(f"sqlite:///{tmp_path / 'state.db'}") as store:
         store.create_campaign("c", "c", spec.model_dump(mode="json"), "t")
         store.add_harness_version(h.version, None, h.model_dump(mode="json"), [])
-        ctx = small_context(store, spec, Path(tmp_path))
+        ctx = small_context(store, spec, home=Path(tmp_path))
 
         def add(i, sel, parent, step):
             pv = store.add_policy_version(PolicyVersion(
@@ -935,7 +935,7 @@ def test_a_healthy_round_explores_within_the_healthy_share_and_a_troubled_one_wi
     with Store(f"sqlite:///{tmp_path / 'state.db'}") as store:
         store.create_campaign("c", "c", spec.model_dump(mode="json"), "t")
         store.add_harness_version(h.version, None, h.model_dump(mode="json"), [])
-        ctx = small_context(store, spec, Path(tmp_path))
+        ctx = small_context(store, spec, home=Path(tmp_path))
         store.log_event("c", "explore_start", {"policy": "/base", "accuracy": 0.262})  # the base policy, scored once
 
         def mainline(i, sel, step):
@@ -1010,7 +1010,7 @@ def test_a_moving_mainline_is_healthy_unless_it_is_below_the_start_and_a_stuck_o
     with Store(f"sqlite:///{tmp_path / 'state.db'}") as store:
         store.create_campaign("c", "c", spec.model_dump(mode="json"), "t")
         store.add_harness_version(h.version, None, h.model_dump(mode="json"), [])
-        ctx = small_context(store, spec, Path(tmp_path))
+        ctx = small_context(store, spec, home=Path(tmp_path))
         store.log_event("c", "explore_start", {"policy": "/base", "accuracy": 0.300})
 
         def segment(rnd, sel, changed):

@@ -78,7 +78,7 @@ def _spec(draft_code: bool = True) -> CampaignSpec:
 
 def _ctx(tmp_path: Path, llm: ScriptedLLM, draft_code: bool = True) -> CampaignContext:
     settings = LLMSettings(base_url=llm.base_url, model="scripted", max_retries=1, timeout_s=20)
-    return small_context(None, _spec(draft_code), tmp_path / "home", campaign_id="c1",
+    return small_context(None, _spec(draft_code), home=tmp_path / "home", campaign_id="c1",
                          brain=LLMBrain(settings, fallback=HeuristicBrain()))
 
 

@@ -227,6 +227,12 @@ def test_train_names_the_option_and_bound_instead_of_a_validation_error(tmp_path
     (b'{"name": "x"}', "lacks run_id"),
     (json.dumps({"name": "x", "run_id": "r", "spec": {"steps": "many"}, "harness": {}, "target_step": 3,
                  "start_step": 0, "base_policy": "p"}).encode(), "damaged job record (steps"),
+    (json.dumps({"name": "x", "run_id": "r", "spec": {}, "harness": {}, "target_step": "8",
+                 "start_step": 0, "base_policy": "p"}).encode(), "damaged job record (target_step"),
+    (json.dumps({"name": "x", "run_id": "r", "spec": {}, "harness": {}, "target_step": True,
+                 "start_step": 0, "base_policy": "p"}).encode(), "damaged job record (target_step"),
+    (json.dumps({"name": "x", "run_id": None, "spec": {}, "harness": {}, "target_step": 3,
+                 "start_step": 0, "base_policy": "p"}).encode(), "lacks run_id"),
 ])
 def test_train_resume_on_a_damaged_meta_json_names_the_file(tmp_path, meta, expected):
     run = tmp_path / "run"

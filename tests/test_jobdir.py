@@ -131,3 +131,4 @@ def test_run_meta_reads_a_job_record_one_way_and_knows_where_the_job_stands(tmp_
         meta = read_run_meta(d)
         assert meta is not None and meta.reached == reached, update
         assert meta.raw["extra"] == {"kept": True} and run_meta_dict(d)["run_id"] == "r"
+        assert set(meta.raw) == {k for k, v in {**base, **update}.items() if v is not None}  # no key the file lacks

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from evotrainer.core.files import read_text
 
@@ -58,8 +58,9 @@ class RunMeta(BaseModel):
     spec: dict[str, Any] = Field(default_factory=dict, description="The job spec (``JobSpec``), as it was planned.")
     harness: dict[str, Any] = Field(default_factory=dict, description="The harness it trains under (``HarnessSpec``).")
     harness_version: str | None = Field(None, description="That harness's content hash.")
-    target_step: int = Field(0, description="Global step the job trains to.")
-    start_step: int = Field(0, description="Global step it started (or was forked) at.")
+    target_step: StrictInt = Field(0, description="Global step the job trains to (an integer: '8', 8.0 or true is a "
+                                                  "damaged record, not a step).")
+    start_step: StrictInt = Field(0, description="Global step it started (or was forked) at (an integer, as above).")
     parent_run: str | None = Field(None, description="The run it was forked from (None: a new run).")
     parent_run_id: str | None = Field(None, description="That run's MLflow run id.")
     parent_step: int | None = Field(None, description="The parent's checkpoint step it was forked at.")
@@ -92,8 +93,9 @@ class RunMeta(BaseModel):
 
     @property
     def raw(self) -> dict[str, Any]:
-        """The whole record as a dict, every key (for readers that show it: the dashboard, the evidence)."""
-        return self.model_dump(mode="json", exclude_none=True)
+        """The whole record as a dict: every key it was read or written with, and none it was not (for readers that
+        show it, the dashboard and the evidence, and for the file itself)."""
+        return self.model_dump(mode="json", exclude_unset=True, exclude_none=True)
 
     def dump(self) -> str:
         """The record as ``meta.json`` holds it."""

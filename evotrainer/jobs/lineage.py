@@ -46,14 +46,14 @@ META_KEYS = ("name", "run_id", "spec", "harness", "target_step", "start_step", "
 
 def read_meta(run_dir: Path) -> RunMeta:
     """A job's record, read strictly: ConfigError naming the file when it is garbage, empty, not an object, lacks one
-    of ``META_KEYS`` or has a field of the wrong type (a run whose record is damaged cannot be resumed or forked)."""
+    of ``META_KEYS`` (or has it null) or has a field of the wrong type (a run whose record is damaged cannot be resumed or forked)."""
     f = run_dir / "meta.json"
     try:
         doc = json.loads(f.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as err:  # ValueError: JSONDecodeError, UnicodeDecodeError
         raise ConfigError(f"{f}: not a readable job record ({type(err).__name__}: {err}); this run cannot be resumed "
                           "or forked: restore the file, or start a new run") from None
-    missing = [k for k in META_KEYS if k not in doc] if isinstance(doc, dict) else list(META_KEYS)
+    missing = [k for k in META_KEYS if doc.get(k) is None] if isinstance(doc, dict) else list(META_KEYS)
     if missing:
         got = f"lacks {', '.join(missing)}" if isinstance(doc, dict) else f"is a JSON {type(doc).__name__}"
         raise ConfigError(f"{f}: not a job record: it {got} (a job's meta.json is an object with "
