@@ -160,7 +160,10 @@ def run_pbt(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, home: Path, 
     if bench not in sys.path:
         sys.path.insert(0, bench)
     random.seed(f"pbt:{seed}")  # PBT draws its exploit partners and perturbations from Python's random module
-    ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    # a Ray instance of its own: with no address, ray.init() joins whatever cluster /tmp/ray/ray_current_cluster names
+    # (a Ray launcher's head, or a dead one's stale file) and then refuses num_cpus
+    ray.init(address="local", num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False,
+             ignore_reinit_error=True)
     try:
         pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=1,
                                       hyperparam_mutations=_tune_space(space, mutation=True), quantile_fraction=0.25,
