@@ -141,7 +141,8 @@ class Suite(_M):
         from evotrainer.config.harness import load_harness
 
         doc = self.tuned_doc(task)
-        name = f"flaws-{task}-{flaw_id or 'tuned'}"
+        # a job's name is built from the file's stem and must be a valid run name: a double flaw's '+' is spelt out
+        name = f"flaws-{task}-{(flaw_id or 'tuned').replace('+', '-and-')}"
         if flaw_id is not None:
             for knob, v in self.flaw(flaw_id).values(task).items():
                 _set(doc, knob, v)

@@ -50,6 +50,20 @@ def test_a_flaw_is_subtle_exactly_when_its_value_lies_in_the_knobs_normal_range(
     assert all(r.contains(baseline[k]) for k, r in NORMAL.items() if k in baseline), "the tuned recipe is normal"
 
 
+def test_every_flawed_recipe_is_a_valid_harness_whose_jobs_have_valid_names(tmp_path):
+    """Each (flaw, task) writes a harness the project accepts, and the arms' job names built from its file's stem
+    (a double flaw's '+' included) are valid run names: a bench never fails at a cell it reaches hours later."""
+    from evotrainer.core.names import check_name
+
+    suite = load_suite()
+    for f in [*suite.flaws, suite.demo]:
+        for task in f.tasks:
+            path = suite.harness(task, f.id, tmp_path)
+            check_name(f"static-{path.stem}-s101-b{suite.budget}", "run name")
+    for task in suite.tasks:
+        check_name(f"static-{suite.harness(task, None, tmp_path).stem}-s0-b{suite.budget}", "run name")
+
+
 def test_the_search_space_is_the_campaigns_knobs_over_their_normal_ranges():
     suite = load_suite()
     start = HarnessSpec.model_validate(suite.tuned_doc("arith"))
