@@ -375,10 +375,11 @@ def finish(state: CampaignState, runtime: Runtime[CampaignContext]) -> dict:
                                                                                    score=_timed_score(ctx)), None)
         if c is not None:
             ctx.log(f"confirmed on {c.describe()}")
-    ctx.store.set_campaign(ctx.campaign_id, status="failed" if state.get("failed") else "finished")
+    status = "failed" if state.get("failed") else "finished"
+    ctx.store.set_campaign(ctx.campaign_id, status=status)
     ctx.store.log_event(ctx.campaign_id, "finish", {"reason": state.get("stop_reason")})
     if ctx.mlflow_run_id:
         ctx.tracker.set_tags(ctx.mlflow_run_id, {"evotrainer.stop_reason": str(state.get("stop_reason"))[:4000]})
-        ctx.tracker.end_run(ctx.mlflow_run_id, "FAILED" if state.get("failed") else "FINISHED")
-    ctx.log(f"campaign {'failed' if state.get('failed') else 'finished'}: {state.get('stop_reason')}")
+        ctx.tracker.end_run(ctx.mlflow_run_id, status.upper())
+    ctx.log(f"campaign {status}: {state.get('stop_reason')}")
     return {}

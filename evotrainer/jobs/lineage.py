@@ -46,7 +46,8 @@ META_KEYS = ("name", "run_id", "spec", "harness", "target_step", "start_step", "
 
 def read_meta(run_dir: Path) -> RunMeta:
     """A job's record, read strictly: ConfigError naming the file when it is garbage, empty, not an object, lacks one
-    of ``META_KEYS`` (or has it null) or has a field of the wrong type (a run whose record is damaged cannot be resumed or forked)."""
+    of ``META_KEYS`` (or has it null) or has a field of the wrong type (a run whose record is damaged cannot be
+    resumed or forked)."""
     f = run_dir / "meta.json"
     try:
         doc = json.loads(f.read_text(encoding="utf-8"))
@@ -61,9 +62,14 @@ def read_meta(run_dir: Path) -> RunMeta:
     try:
         return RunMeta.model_validate(doc)
     except ValidationError as err:
-        why = err.errors()[0]
-        raise ConfigError(f"{f}: damaged job record ({'.'.join(str(x) for x in why['loc'])}: {why['msg']}); this "
-                          "run cannot be resumed or forked") from None
+        raise _damaged(f, err, "resumed or forked") from None
+
+
+def _damaged(f: Path, err: ValidationError, what: str) -> ConfigError:
+    """The record's first invalid field, named with its path, in one line."""
+    why = err.errors()[0]
+    return ConfigError(f"{f}: damaged job record ({'.'.join(str(x) for x in why['loc'])}: {why['msg']}); this run "
+                       f"cannot be {what}")
 
 
 def resume_record(run_dir: Path) -> tuple[RunMeta, JobSpec, HarnessSpec, int]:
@@ -73,9 +79,7 @@ def resume_record(run_dir: Path) -> tuple[RunMeta, JobSpec, HarnessSpec, int]:
         spec = JobSpec.model_validate(meta.spec)
         harness = HarnessSpec.model_validate(meta.harness)
     except ValidationError as err:
-        why = err.errors()[0]
-        where = f"{'.'.join(str(x) for x in why['loc'])}: {why['msg']}"
-        raise ConfigError(f"{run_dir / 'meta.json'}: damaged job record ({where}); this run cannot be resumed") from None
+        raise _damaged(run_dir / "meta.json", err, "resumed") from None
     return meta, spec, harness, meta.target_step
 
 
