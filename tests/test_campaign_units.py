@@ -636,6 +636,33 @@ def test_a_look_the_budget_makes_the_last_spends_the_error_later_looks_would_hav
     assert d.outcome == "inconclusive"
 
 
+
+def test_a_look_the_budget_makes_the_last_is_decided_on_the_estimate_when_the_spec_says_so():
+    """``backtest.spent_estimate``: where the budget ended the backtest, nothing later can re-test what it left open,
+    so a positive estimate is adopted (rule ``estimate``) and anything else is judged as before; a planned last look,
+    where a later round may re-test, is unchanged."""
+    n, seeds = 500, 3
+    control = [0] * n
+
+    def branches(flips: list[int]):
+        outcomes = {("control", s): control for s in range(seeds)}
+        outcomes |= {("p", s): [1] * f + [0] * (n - f) for s, f in enumerate(flips)}
+        return (_look_branches([0.0] * seeds, "control"), _look_branches([f / n for f in flips], "treatment", "p"),
+                outcomes)
+
+    c, t, outcomes = branches([1, 0, 2])  # +0.002: inconclusive by the interval
+    kw = dict(look=1, looks=3, outcomes=outcomes, futility_effect=0.001, last=True)
+    assert decide("p", c, t, 0.0, 0.8, **kw).outcome == "inconclusive"
+    d = decide("p", c, t, 0.0, 0.8, **kw, by_estimate=True)
+    assert d.outcome == "promote" and d.stats.rule == "estimate" and "spent_estimate" in d.reasons[-1]
+    assert decide("p", c, t, 0.005, 0.8, **kw, by_estimate=True).outcome != "promote"  # not above min_effect
+    planned = decide("p", c, t, 0.0, 0.8, look=3, looks=3, outcomes=outcomes, by_estimate=True)
+    assert planned.outcome == "inconclusive"
+    gated = _look_branches([f / n for f in (1, 0, 2)], "treatment", "p")
+    gated[0] = gated[0].model_copy(update={"gate_passed": False, "gate_reasons": ["hardcoding"]})
+    assert decide("p", c, gated, 0.0, 0.8, **kw, by_estimate=True).outcome != "promote"
+
+
 def test_futility_projects_a_slow_acting_change_to_the_last_look_instead_of_refuting_it_early():
     """An effect that builds up with the steps trained (a raised learning rate: +0.005 after 10 of 30 steps, +0.01
     after 20) reads 'not worth having' on the first look's own interval; projected to the last look it goes on,

@@ -53,7 +53,8 @@ def _decide_look(ctx: CampaignContext, pid: str, branches: list[BranchResult], l
     margin, moves = noninferiority(ctx, pid, parent, arms)
     return decide(pid, control, treat, b.min_effect, b.confidence, look=look, looks=b.looks, step=rel,
                   outcomes=outcomes or None, undecided=undecided, futility_effect=b.futility_effect,
-                  project_futility=b.project_futility, last=last, noninferior=margin, moves=moves)
+                  project_futility=b.project_futility, last=last, noninferior=margin, moves=moves,
+                  by_estimate=b.spent_estimate)
 
 
 def _larger_step(ctx: CampaignContext, best: Decision, decisions: list[Decision],

@@ -165,6 +165,14 @@ class BacktestSpec(_S):
                     "control gains nothing however long it trains "
                     "(evotrainer/stats/backtest.py). 0.02 is 10 of 500 decision problems, far below what a working learning "
                     "rate gains over a campaign. null = superiority only.")
+    spent_estimate: bool = Field(
+        True,
+        description="When the budget (or budget.explore_share) ends a backtest before its planned last look, decide "
+                    "what it left open on the estimate: promote a change whose effect over the control is above "
+                    "min_effect and 0, with every gate passed and every branch finished (decision rule `estimate`, "
+                    "evotrainer/stats/rules/estimate.py). Why: the share is spent for every later round too, so such a "
+                    "change is never re-tested, and keeping the control is then a decision against the data. It "
+                    "gives up superiority's false-promotion bound at that stop. false = leave it inconclusive.")
     stuck_interim: bool = Field(
         True,
         description="In a stuck round with a bracket, the first arm moves to the geometric middle of the draft's value "

@@ -123,12 +123,13 @@ class BacktestStats(_Model):
     step: int | None = Field(None, description="Branch steps trained at that look.")
     se: float | None = Field(None, description="Standard error of the effect.")
     df: float | None = Field(None, description="Degrees of freedom of the t interval.")
-    rule: Literal["superiority", "non_inferiority", "larger_step"] = Field(
+    rule: Literal["superiority", "non_inferiority", "larger_step", "estimate"] = Field(
         "superiority", description="What a promotion needed: the interval above min_effect (superiority); in a "
                                    "stuck round, above −backtest.stuck_margin with the treatment moving the policy "
                                    "(non_inferiority; evotrainer/stats/backtest.py); or, in a stuck round, a larger raise "
                                    "not shown worse than a promoted smaller one (larger_step; "
-                                   "backtest.stuck_prefer_larger).")
+                                   "backtest.stuck_prefer_larger); or, where the budget ended the backtest, an "
+                                   "effect above the control's (estimate; backtest.spent_estimate).")
 
 
 class Decision(_Model):

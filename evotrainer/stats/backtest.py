@@ -29,7 +29,8 @@ the rule is the fixed-horizon one.
 data: the campaign's budget (or its exploration share) has no room for the next look. That look is then the final
 analysis, as in Lan–DeMets alpha spending when a trial ends early for administrative reasons: it may spend all the
 error the earlier looks left, α·(1 − ((j−1)/K)^ρ), and a proposal whose interval still straddles the minimum effect
-there is inconclusive. The union bound is unchanged (the levels used along any path still sum to at most α), so
+there is inconclusive, unless ``backtest.spent_estimate`` decides it on its estimate
+(``evotrainer/stats/rules/estimate.py``: no later round can re-test it either). The union bound is unchanged (the levels used along any path still sum to at most α), so
 the false-promotion rate stays at or below α/2 (simulated with forced stops in ``tests/test_campaign_units.py``).
 One caveat: whether the budget has room depends on how many arms are still open, so on the other proposals'
 decisions, which share this proposal's control branches; the simulation covers a stop independent of the data.
@@ -142,7 +143,7 @@ def decide(proposal_id: str, control: list[BranchResult], treatment: list[Branch
            confidence: float, *, look: int = 1, looks: int = 1, step: int | None = None,
            outcomes: dict[tuple[str, int], list[int]] | None = None, undecided: str | None = None,
            futility_effect: float | None = None, project_futility: bool = True, last: bool = False,
-           noninferior: float | None = None, moves: bool = False) -> Decision | None:
+           noninferior: float | None = None, moves: bool = False, by_estimate: bool = False) -> Decision | None:
     """Apply the decision rule to one proposal's branches (matched by seed) at look ``look`` of ``looks``.
 
     ``outcomes`` maps (``"control"`` or the proposal id, seed) to each branch's per-problem correctness at this
@@ -156,6 +157,7 @@ def decide(proposal_id: str, control: list[BranchResult], treatment: list[Branch
 
     ``noninferior``: the margin of a stuck round's non-inferiority rule for this proposal (None: superiority only);
     ``moves``: whether its treatment branches moved the policy (see "Stuck rounds" in the module docstring).
+    ``by_estimate``: an unplanned last look (``last``) promotes on the estimate (``evotrainer/stats/rules/estimate.py``).
     """
     now = datetime.now(timezone.utc)
     planned_final = look >= looks
@@ -201,7 +203,8 @@ def decide(proposal_id: str, control: list[BranchResult], treatment: list[Branch
              if ctrl[s].train_reward is not None and treat[s].train_reward is not None]
     at = Look(proposal_id=proposal_id, look=look, looks=looks, planned_final=planned_final, final=final, last=last,
               min_effect=min_effect, futile=futile, confidence=confidence, project_futility=project_futility,
-              undecided=undecided, noninferior=noninferior, moves=moves, treatment=treatment, treat=treat,
+              undecided=undecided, noninferior=noninferior, moves=moves, by_estimate=by_estimate, treatment=treatment,
+              treat=treat,
               seeds=seeds, stats=st, effect=effect, half_futility=half_futility, gate_reasons=gate_reasons,
               train_gain=statistics.fmean(t - c for c, t in train) if train else None,
               reasons=[summary, *([f"{len(failed)} branch(es) failed: " + "; ".join(failed)] if failed else [])],

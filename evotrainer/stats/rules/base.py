@@ -36,6 +36,7 @@ class Look:
     project_futility: bool
     undecided: str | None  # the outcome to give instead of waiting when the backtest ends here for another reason
     noninferior: float | None  # a stuck round's non-inferiority margin (None: superiority only)
+    by_estimate: bool  # a look the budget made last is decided on the estimate (backtest.spent_estimate)
     moves: bool  # the treatment's branches moved the policy and the control's did not
     treatment: list[BranchResult]  # every treatment branch, finished or not
     treat: dict[int, BranchResult]  # finished treatment branches by seed
