@@ -145,14 +145,27 @@ RULES: dict[str, tuple[str, str, Any]] = {
     "brackets": ("backtest", "bracket", False),
     "healthy_share": ("budget", "healthy_explore_share", None),
     "improving_z": ("budget", "improving_z", None),
+    # not one of issue 59's list: the statistics' answer to a backtest the budget ends (stats/rules/estimate.py)
+    "estimate": ("backtest", "spent_estimate", False),
 }
+
+
+PLAIN = ("brackets", "healthy_share", "improving_z", "interim", "noninferiority", "prefer_larger", "stuck")
+"""The rules issue 59 lists for the plain campaign."""
+
+
+def off_tag(off: tuple[str, ...]) -> str:
+    """A short name for a set of rules switched off, within a campaign name's 100 characters: ``plain`` for issue 59's
+    list (``plain-estimate`` with the estimate rule too), else the rules themselves."""
+    rest = sorted(set(off) - set(PLAIN)) if set(PLAIN) <= set(off) else sorted(off)
+    return "-".join((["plain"] if set(PLAIN) <= set(off) else []) + rest).replace("_", "")
 
 
 def campaign_spec(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, off: tuple[str, ...] = ()) -> dict:
     """The suite's campaign: the same settings for every flaw and task (the demo's, at the suite's budget), with the
     rules in ``off`` switched off."""
     spec: dict[str, Any] = {
-        "name": f"flaws-{harness.stem}-s{seed}" + (f"-off-{'-'.join(sorted(off))}" if off else ""),
+        "name": f"flaws-{harness.stem}-s{seed}" + (f"-off-{off_tag(off)}" if off else ""),
         **ref.fields(), "harness": str(harness), "seed": seed, "policy": {**cfg.policy, "seed": seed},
         "segment_steps": cfg.segment, "budget": {"total_steps": cfg.budget},
         "backtest": {"branch_steps": cfg.branch, "seeds": 3, "max_proposals": 2, "min_effect": 0.0,
@@ -170,6 +183,7 @@ def campaign_spec(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, off: t
 
 def run_campaign(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, home: Path,
                  off: tuple[str, ...] = ()) -> dict[str, Any]:
+    from evotrainer.agent.campaign import run_campaign as run_campaign_of
     from evotrainer.agent.campaign import start_campaign
     from evotrainer.reports.summaries import campaign_summary
     from evotrainer.store import Store
@@ -178,10 +192,16 @@ def run_campaign(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, home: P
     spec_file = home / f"{spec['name']}.yaml"
     spec_file.write_text(yaml.safe_dump(spec, sort_keys=False))
     t = time.perf_counter()
-    cid = start_campaign(spec_file, home, log=lambda m: print(f"  [{spec['name']}] {m}", flush=True))
+    log = lambda m: print(f"  [{spec['name']}] {m}", flush=True)  # noqa: E731
+    store = Store.for_home(home)
+    earlier = [c.id for c in store.list_campaigns() if c.name == spec["name"]]
+    if earlier:  # a killed bench: the campaign of this cell resumes (or is read, if it finished)
+        cid = earlier[-1]
+        run_campaign_of(cid, home, log=log)
+    else:
+        cid = start_campaign(spec_file, home, log=log)
     wall = time.perf_counter() - t
     summary = campaign_summary(home, cid)
-    store = Store.for_home(home)
     conf = next(e.message for e in reversed(store.events(cid, kind="confirmation")))
     (ver,) = [v for v in store.policy_lineage(cid) if v.id == conf["mainline"]]
     runs = sorted({e.run_name for e in store.ledger(cid)})

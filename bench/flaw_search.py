@@ -212,6 +212,28 @@ def _distributions(space: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _replay(study: Any, home: Path, tag: str) -> list[dict[str, Any]]:
+    """The trials an earlier run of this arm already spent (the study lives in SQLite beside the jobs): each as it
+    ended, and one a kill left running told FAIL. Their trained steps count against the search budget, so that a
+    resumed arm spends no more steps than one that ran through."""
+    import optuna
+
+    S = optuna.trial.TrialState
+    out = []
+    for t in study.trials:
+        if t.state == S.WAITING:  # enqueued, never asked
+            continue
+        run_dir = home / "jobs" / f"optuna-{tag}-t{t.number}"
+        failed = {S.RUNNING: "interrupted", S.FAIL: "failed"}.get(t.state)
+        if t.state == S.RUNNING:
+            study.tell(t.number, state=S.FAIL)
+        last = t.value if t.state == S.COMPLETE else (
+            t.intermediate_values[max(t.intermediate_values)] if t.intermediate_values else None)
+        out.append({"trial": t.number, "steps": trained_steps(run_dir) if run_dir.exists() else 0, "accuracy": last,
+                    "pruned": t.state == S.PRUNED, "failed": failed, "params": t.params})
+    return out
+
+
 def run_optuna(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, home: Path, search_share: float = 0.5,
                trial_steps: int = 30, rung: int = 10, startup: int = 3) -> dict[str, Any]:
     """Search, then continue (see the module docstring): the user's recipe is the first trial, as an expert
@@ -220,6 +242,7 @@ def run_optuna(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, home: Pat
 
     from evotrainer.agent.values import _quiet
     from evotrainer.core.errors import ConfigError, EvoError
+    from evotrainer.core.runmeta import read_run_meta
     from evotrainer.jobs.lineage import complete_checkpoints
     from evotrainer.jobs.runner import run_job
 
@@ -238,7 +261,8 @@ def run_optuna(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, home: Pat
         study.enqueue_trial({k: (json.dumps(current[k]) if space[k][0] == "cat" else current[k]) for k in space},
                             skip_if_exists=True)
     search = int(cfg.budget * search_share) // rung * rung
-    spent, trials = 0, []
+    trials = _replay(study, home, tag)
+    spent = sum(t["steps"] for t in trials)
     while search - spent >= rung:
         trial = study.ask(dists)
         h = apply_point(start, trial.params, space)
@@ -279,10 +303,13 @@ def run_optuna(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, home: Pat
     final_dir, final_step = best_dir, at
     if rest > 0:  # continue: the best trial's checkpoint trains on under its values for the rest of the budget
         name = f"optuna-{tag}-continue"
-        res = run_job(_job(ref, best_h, rest, seed, name, cfg, rest), home,
-                      fork=None if (home / "jobs" / name).exists() else f"{best_dir.name}@{at}",
-                      resume=name if (home / "jobs" / name).exists() else None)
-        final_dir, final_step = Path(res.run_dir), max(complete_checkpoints(Path(res.run_dir)))
+        final_dir = home / "jobs" / name
+        meta = read_run_meta(final_dir)
+        if meta is None or meta.status != "finished":  # a finished one (a re-run of the arm) is only read
+            run_job(_job(ref, best_h, rest, seed, name, cfg, rest), home,
+                    fork=None if final_dir.exists() else f"{best_dir.name}@{at}",
+                    resume=name if final_dir.exists() else None)
+        final_step = max(complete_checkpoints(final_dir))
         spent += trained_steps(final_dir)
     runs = sorted(p for p in (home / "jobs").glob(f"optuna-{tag}-*") if (p / "meta.json").exists())
     return {**scored(ref, str(complete_checkpoints(final_dir)[final_step]), best_h.grpo.max_completion_length, cfg),

@@ -322,7 +322,29 @@ def markdown(suite: Suite, rows: list[dict[str, Any]]) -> str:
         mean = "—" if g["mean"] is None else f"{g['mean']:+.3f}"
         live = "" if g["mean"] is None else ("**live**" if g["mean"] >= suite.live_gap else "no")
         out.append(f"| {flaw} | {task} | {'yes' if getattr(f, 'subtle', False) else 'no'} | {cells} | {mean} | {live} |")
+    for label, cells in summary(suite, rows).items():
+        if label in ("dev", "eval") and cells:
+            out += ["", arms_markdown(label, cells)]
     return "\n".join(out)
+
+
+def arms_markdown(label: str, cells: dict[str, Any]) -> str:
+    """Per cell, every arm's wide accuracy (mean over the seeds it ran, their count) and recovered share."""
+    arms = sorted({a for c in cells.values() for a, v in c.items() if isinstance(v, dict) and "mean" in v
+                   and not a.startswith("campaign_minus")}, key=lambda a: (ARM_ORDER.get(a.split("-off-")[0], 9), a))
+    out = [f"**{label} seeds**: wide accuracy, mean over seeds (n), recovered share in brackets",
+           "| cell | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
+    for name, c in cells.items():
+        row = []
+        for a in arms:
+            v = c.get(a)
+            share = f" [{v['recovered_share']:+.2f}]" if v and "recovered_share" in v and a not in ("static", "tuned") else ""
+            row.append("—" if v is None else f"{v['mean']:.3f} ({len(v['seeds'])}){share}")
+        out.append(f"| {name} | " + " | ".join(row) + " |")
+    return "\n".join(out)
+
+
+ARM_ORDER = {"static": 0, "tuned": 1, "campaign": 2, "pbt": 3, "optuna": 4}
 
 
 def _save(suite: Suite, rows: list[dict[str, Any]]) -> None:

@@ -111,6 +111,10 @@ def test_optuna_searches_then_continues_the_best_trial_at_equal_steps(tiny, tmp_
     row = run_optuna(TaskRef("arith"), path, 0, cfg, tmp_path, trial_steps=6, rung=2)
     assert row["steps"] == 16 and row["search_steps"] == 8 and row["trials"] >= 2
     assert (tmp_path / "jobs" / f"optuna-{path.stem}-s0-b16-continue").is_dir()
+    # run again (as after a kill): the study's trials and the jobs are found, nothing more is trained
+    again = run_optuna(TaskRef("arith"), path, 0, cfg, tmp_path, trial_steps=6, rung=2)
+    assert {k: again[k] for k in ("steps", "trials", "best_params", "accuracy")} == {
+        k: row[k] for k in ("steps", "trials", "best_params", "accuracy")}
 
 
 @pytest.mark.slow
@@ -140,9 +144,14 @@ def test_the_campaign_arm_is_one_spec_for_every_flaw_and_its_rules_switch_off_on
     default = CampaignSpec.model_validate(campaign_spec(TaskRef("arith"), h, 0, cfg))
     assert default.backtest.stuck_share and default.backtest.bracket and default.budget.healthy_explore_share
     plain = CampaignSpec.model_validate(campaign_spec(TaskRef("countdown"), h, 0, cfg, tuple(RULES)))
+    assert plain.name == "flaws-h-s0-off-plain-estimate"
+    long = tmp_path / "flaws-countdown-lr-low-3x-and-temp-low.yaml"  # the suite's longest harness name
+    long.write_text("name: h\n")
+    assert len(campaign_spec(TaskRef("countdown"), long, 105, cfg, tuple(RULES))["name"]) <= 100
     b = plain.backtest
     assert (b.stuck_share, b.stuck_margin, b.stuck_interim, b.stuck_prefer_larger, b.bracket) == (None, None, False,
                                                                                                  False, False)
+    assert default.backtest.spent_estimate and not b.spent_estimate
     assert plain.budget.healthy_explore_share is None and plain.budget.improving_z is None
     for rule in RULES:  # one at a time
         doc = campaign_spec(TaskRef("arith"), h, 0, cfg, (rule,))
