@@ -194,9 +194,13 @@ def run_campaign(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, home: P
     t = time.perf_counter()
     log = lambda m: print(f"  [{spec['name']}] {m}", flush=True)  # noqa: E731
     store = Store.for_home(home)
-    earlier = [c.id for c in store.list_campaigns() if c.name == spec["name"]]
-    if earlier:  # a killed bench: the campaign of this cell resumes (or is read, if it finished)
-        cid = earlier[-1]
+    earlier = [c for c in store.list_campaigns() if c.name == spec["name"]]
+    if earlier and earlier[-1].status in ("finished", "failed"):
+        # its row is not in the results (else this arm would not run): it ran from other code, or its row was lost
+        raise SystemExit(f"{home}: campaign {earlier[-1].id} of this cell is {earlier[-1].status} but has no row; "
+                         "a row records the commit it ran from, so run the arm in another --home")
+    if earlier:  # a killed bench: the campaign of this cell resumes
+        cid = earlier[-1].id
         run_campaign_of(cid, home, log=log)
     else:
         cid = start_campaign(spec_file, home, log=log)
