@@ -157,8 +157,8 @@ PLAIN = ("brackets", "healthy_share", "improving_z", "interim", "noninferiority"
 def off_tag(off: tuple[str, ...]) -> str:
     """A short name for a set of rules switched off, within a campaign name's 100 characters: ``plain`` for issue 59's
     list (``plain-estimate`` with the estimate rule too), else the rules themselves."""
-    rest = sorted(set(off) - set(PLAIN)) if set(PLAIN) <= set(off) else sorted(off)
-    return "-".join((["plain"] if set(PLAIN) <= set(off) else []) + rest).replace("_", "")
+    plain = set(PLAIN) <= set(off)
+    return "-".join((["plain"] if plain else []) + sorted(set(off) - set(PLAIN) if plain else off)).replace("_", "")
 
 
 def campaign_spec(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, off: tuple[str, ...] = ()) -> dict:

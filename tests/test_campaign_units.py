@@ -605,20 +605,20 @@ def test_a_sequential_backtest_stops_early_on_a_large_effect_and_on_a_null_one()
     assert at > 1 or d.outcome == "promote"
 
 
+def _flip_branches(flips: list[int], n: int = 500):
+    """A control that solves none of ``n`` problems and a treatment whose seed ``s`` solves the first ``flips[s]``:
+    (control branches, treatment branches, per-problem outcomes)."""
+    seeds = len(flips)
+    outcomes = {("control", s): [0] * n for s in range(seeds)}
+    outcomes |= {("p", s): [1] * f + [0] * (n - f) for s, f in enumerate(flips)}
+    return _look_branches([0.0] * seeds, "control"), _look_branches([f / n for f in flips], "treatment", "p"), outcomes
+
+
 def test_a_look_the_budget_makes_the_last_spends_the_error_later_looks_would_have():
     """Countdown, seed 0: the ×81 bracket measured +0.025 at look 2 of 3 and the budget had no room for look 3.
     Judged as an interim look (94.8 %) its interval straddled 0; as the final analysis it spends the error look 3
     would have had (80.7 %). A null change there is still not promoted, and a harmful one is not refuted by it."""
-    n, seeds = 500, 3
-    control = [0] * n
-
-    def branches(flips: list[int]):
-        outcomes = {("control", s): control for s in range(seeds)}
-        outcomes |= {("p", s): [1] * f + [0] * (n - f) for s, f in enumerate(flips)}
-        return (_look_branches([0.0] * seeds, "control"), _look_branches([f / n for f in flips], "treatment", "p"),
-                outcomes)
-
-    c, t, outcomes = branches([4, 13, 20])  # +0.025, spread over seeds
+    c, t, outcomes = _flip_branches([4, 13, 20])  # +0.025, spread over seeds
     interim = decide("p", c, t, 0.0, 0.8, look=2, looks=3, outcomes=outcomes, undecided="inconclusive")
     assert interim.outcome == "inconclusive" and interim.stats.confidence == pytest.approx(1 - 0.2 * 7 / 27, abs=1e-6)
     d = decide("p", c, t, 0.0, 0.8, look=2, looks=3, outcomes=outcomes, undecided="inconclusive", last=True)
@@ -628,29 +628,19 @@ def test_a_look_the_budget_makes_the_last_spends_the_error_later_looks_would_hav
     # the planned last look is unchanged: it spends its own share, which is all that is left
     planned = decide("p", c, t, 0.0, 0.8, look=3, looks=3, outcomes=outcomes)
     assert planned.stats.confidence == pytest.approx(1 - 0.2 * 19 / 27, abs=1e-6)
-    c, t, outcomes = branches([0, 0, 0])
+    c, t, outcomes = _flip_branches([0, 0, 0])
     d = decide("p", c, t, 0.0, 0.8, look=2, looks=3, outcomes=outcomes, futility_effect=0.01, last=True)
     assert d.outcome == "reject"  # nothing at all: futility, as at an interim look
-    c, t, outcomes = branches([1, 0, 2])  # small and undecided: inconclusive, not refuted, without ``undecided``
+    c, t, outcomes = _flip_branches([1, 0, 2])  # small and undecided: inconclusive, not refuted, without ``undecided``
     d = decide("p", c, t, 0.0, 0.8, look=1, looks=3, outcomes=outcomes, futility_effect=0.001, last=True)
     assert d.outcome == "inconclusive"
-
 
 
 def test_a_look_the_budget_makes_the_last_is_decided_on_the_estimate_when_the_spec_says_so():
     """``backtest.spent_estimate``: where the budget ended the backtest, nothing later can re-test what it left open,
     so a positive estimate is adopted (rule ``estimate``) and anything else is judged as before; a planned last look,
     where a later round may re-test, is unchanged."""
-    n, seeds = 500, 3
-    control = [0] * n
-
-    def branches(flips: list[int]):
-        outcomes = {("control", s): control for s in range(seeds)}
-        outcomes |= {("p", s): [1] * f + [0] * (n - f) for s, f in enumerate(flips)}
-        return (_look_branches([0.0] * seeds, "control"), _look_branches([f / n for f in flips], "treatment", "p"),
-                outcomes)
-
-    c, t, outcomes = branches([1, 0, 2])  # +0.002: inconclusive by the interval
+    c, t, outcomes = _flip_branches([1, 0, 2])  # +0.002: inconclusive by the interval
     kw = dict(look=1, looks=3, outcomes=outcomes, futility_effect=0.001, last=True)
     assert decide("p", c, t, 0.0, 0.8, **kw).outcome == "inconclusive"
     d = decide("p", c, t, 0.0, 0.8, **kw, by_estimate=True)
@@ -658,8 +648,7 @@ def test_a_look_the_budget_makes_the_last_is_decided_on_the_estimate_when_the_sp
     assert decide("p", c, t, 0.005, 0.8, **kw, by_estimate=True).outcome != "promote"  # not above min_effect
     planned = decide("p", c, t, 0.0, 0.8, look=3, looks=3, outcomes=outcomes, by_estimate=True)
     assert planned.outcome == "inconclusive"
-    gated = _look_branches([f / n for f in (1, 0, 2)], "treatment", "p")
-    gated[0] = gated[0].model_copy(update={"gate_passed": False, "gate_reasons": ["hardcoding"]})
+    gated = [t[0].model_copy(update={"gate_passed": False, "gate_reasons": ["hardcoding"]}), *t[1:]]
     assert decide("p", c, gated, 0.0, 0.8, **kw, by_estimate=True).outcome != "promote"
 
 

@@ -30,8 +30,9 @@ data: the campaign's budget (or its exploration share) has no room for the next 
 analysis, as in Lan–DeMets alpha spending when a trial ends early for administrative reasons: it may spend all the
 error the earlier looks left, α·(1 − ((j−1)/K)^ρ), and a proposal whose interval still straddles the minimum effect
 there is inconclusive, unless ``backtest.spent_estimate`` decides it on its estimate
-(``evotrainer/stats/rules/estimate.py``: no later round can re-test it either). The union bound is unchanged (the levels used along any path still sum to at most α), so
-the false-promotion rate stays at or below α/2 (simulated with forced stops in ``tests/test_campaign_units.py``).
+(``evotrainer/stats/rules/estimate.py``: no later round can re-test it either). The union bound is unchanged (the
+levels used along any path still sum to at most α), so the false-promotion rate stays at or below α/2 (simulated with
+forced stops in ``tests/test_campaign_units.py``).
 One caveat: whether the budget has room depends on how many arms are still open, so on the other proposals'
 decisions, which share this proposal's control branches; the simulation covers a stop independent of the data.
 Without it a change budget-stopped at look 2 of 3 was judged at the 94.8 % level of a look that expected another

@@ -49,6 +49,12 @@ class Look:
     reasons: list[str] = field(default_factory=list)
     at: datetime | None = None
 
+    @property
+    def all_passed(self) -> bool:
+        """Every treatment branch finished, and every one passed its gate: a weaker rule than superiority stands on
+        no fewer pairs than were trained, and never on an exploit."""
+        return len(self.treat) == len(self.treatment) and all(self.treat[s].gate_passed for s in self.seeds)
+
     def decision(self, outcome: str, why: str, stats: BacktestStats | None = None) -> Decision:
         return Decision(proposal_id=self.proposal_id, outcome=outcome, reasons=[*self.reasons, why],
                         stats=stats or self.stats, gate_reasons=self.gate_reasons, at=self.at)

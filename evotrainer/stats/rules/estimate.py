@@ -29,8 +29,7 @@ class Estimate(LookRule):
         if not (look.last and not look.planned_final and look.by_estimate):
             return None
         st = look.stats
-        if not (st.effect > max(look.min_effect, 0.0) and all(look.treat[s].gate_passed for s in look.seeds)
-                and len(look.treat) == len(look.treatment)):
+        if not (st.effect > max(look.min_effect, 0.0) and look.all_passed):
             return None
         return look.decision("promote", f"the budget ended the backtest at look {look.look} of {look.looks} and "
                                         "no later round can re-test it: adopted on its estimate, above the control's "

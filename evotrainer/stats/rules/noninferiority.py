@@ -15,7 +15,7 @@ class NonInferiority(LookRule):
     def at_look(self, look: Look) -> Decision | None:
         st, margin = look.stats, look.noninferior
         if not (look.final and margin is not None and look.moves and st.effect > 0 and st.ci_low > -margin
-                and all(look.treat[s].gate_passed for s in look.seeds) and len(look.treat) == len(look.treatment)):
+                and look.all_passed):
             return None
         return look.decision("promote", f"non-inferior in a stuck round: the control's answers do not move, the "
                                         f"treatment's do, and the interval rules out a loss beyond {margin:.3f} "
