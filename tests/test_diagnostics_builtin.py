@@ -299,6 +299,7 @@ def sick() -> dict[str, Evidence]:
 def test_registry_covers_every_builtin_symptom():
     assert set(BUILTIN_DIAGNOSTICS) == set(VARIANTS)
     revised = {"entropy_collapse": "2", "entropy_blowup": "2", "grad_spike": "3", "too_easy": "2", "reward_hacking": "3", "plateau": "3",
+               "dead_groups": "2", "too_hard": "2",
                "echo": "2", "hardcoding": "3", "nan": "2"}  # see test_entropy_collapse_inside_the_early_window
     for name, cls in BUILTIN_DIAGNOSTICS.items():
         assert cls.name == name and cls.version == revised.get(name, "1")
@@ -482,6 +483,24 @@ def test_group_share_thresholds():
     assert severity_of("dead_groups", shifted(15, 14)) is None  # 0.58
     assert severity_of("dead_groups", shifted(16, 15)) == "warning"  # 0.62
     assert severity_of("dead_groups", shifted(30, 14)) == "critical"  # 0.88
+
+
+def test_group_shares_leave_truncation_its_part():
+    """All-wrong, reward-flat groups whose completions were cut off are truncation's: too_hard and dead_groups grade
+    the rest and report the part beside it; an unrecorded truncation changes nothing."""
+    ev = _groups(100, 0, 0)
+    r = ev.rollouts
+    late_g = [f"g{g}" for g in range(50, 100)]
+    r.loc[r["group_id"].isin(late_g[:46]), ["correct", "reward"]] = [False, 0.0]
+    assert severity_of("too_hard", ev) == "critical" and severity_of("dead_groups", ev) == "critical"
+    r["truncated"] = r["group_id"].isin(late_g[:40])  # 40 of the 46 all-wrong groups were cut off
+    assert severity_of("too_hard", ev) is None  # 6/50 = 0.12 left
+    [flat] = fire("dead_groups", ev, {"warning": 0.1})
+    assert flat.metrics["truncated_part"] == pytest.approx(0.8) and flat.metrics["with_truncated"] == pytest.approx(0.92)
+    assert flat.metrics["dead_group_share"] == pytest.approx(0.12) and "truncation's" in flat.explanation
+    r["truncated"] = r["group_id"].isin(late_g[:46]) & r["completion"].str[-1].isin(["0", "1"])  # half of each
+    [half] = fire("too_hard", ev, {"warning": 0.1})
+    assert half.metrics["truncated_part"] == pytest.approx(0.46) and half.metrics["all_wrong_share"] == pytest.approx(0.46)
 
 
 def test_reward_hacking_gap_threshold():

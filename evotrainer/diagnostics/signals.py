@@ -251,7 +251,7 @@ def group_keys(rollouts: pd.DataFrame) -> list[str] | None:
 
 
 def group_stats(rows: pd.DataFrame, values: dict[str, pd.Series]) -> pd.DataFrame:
-    """Per group of ``rows``: ``n`` (completions with a value) and ``<name>_min`` / ``<name>_max``.
+    """Per group of ``rows``: ``n`` (completions with a value) and ``<name>_min`` / ``<name>_max`` / ``<name>_mean``.
 
     ``values`` maps a name to a float series aligned with ``rows`` (e.g. reward, strict success). Groups
     with fewer than 2 valued completions are dropped: a group of one has no variance to lose.
@@ -264,7 +264,7 @@ def group_stats(rows: pd.DataFrame, values: dict[str, pd.Series]) -> pd.DataFram
         frame[name] = v.to_numpy()
     first = next(iter(values))
     g = frame.groupby(keys, sort=False, observed=True)
-    agg = g[list(values)].agg(["min", "max"])
+    agg = g[list(values)].agg(["min", "max", "mean"])
     agg.columns = [f"{a}_{b}" for a, b in agg.columns]
     agg["n"] = g[first].count()
     agg = agg.reset_index()

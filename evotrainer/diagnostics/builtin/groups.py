@@ -4,6 +4,14 @@ A group whose completions all got the same reward has zero advantage and contrib
 that is because every completion failed (``too_hard``), every one succeeded (``too_easy``) or the reward
 cannot tell them apart (``dead_groups``) calls for different fixes, so each has its own diagnostic. All
 three are shares of the recent window's groups, graded by ``ShareDiagnostic``.
+
+A group can also be all wrong, or reward-flat, because its completions were cut off at ``max_completion_length``
+and scored as failures: that part is ``truncation``'s (the symptom registry's ``explains``), and its remedy is the
+completion budget, not the data or the group size. So ``too_hard`` and ``dead_groups`` grade only the share truncation
+does not explain (each hit group counts by the share of its completions that were *not* truncated) and report the
+rest beside it. Without it, 3-token completions on arith read as critical truncation *and* warning-level dead and
+too-hard groups, and the brain drafted the two dead-group remedies (one change answering two findings outranks one
+answering one) instead of the completion budget (bench/log/19-flaw-suite.md, development seed 0).
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import pandas as pd
 from pydantic import BaseModel, Field
 
 from evotrainer.core.domain import Finding
+from evotrainer.core.symptoms import SYMPTOMS
 from evotrainer.diagnostics.base import need
 from evotrainer.diagnostics.builtin.common import (
     NEED_SUCCESS_GROUPS,
@@ -47,12 +56,36 @@ def recent_group_rows(rollouts: pd.DataFrame, p: BaseModel, columns: tuple[str, 
     keys = group_keys(rollouts)
     if w is None or keys is None or not any(has_column(rollouts, c) for c in columns):
         return None
-    return w, rows_in(rollouts, w.recent, [*keys, *columns, *EXAMPLE_COLUMNS])
+    return w, rows_in(rollouts, w.recent, [*keys, *columns, *[c for c in TRUNCATED if has_column(rollouts, c)],
+                                           *EXAMPLE_COLUMNS])
+
+
+TRUNCATED = ("truncated",)  # the rollout column that says a completion hit max_completion_length
+
+
+def with_truncated(rows: pd.DataFrame, values: dict[str, pd.Series]) -> dict[str, pd.Series]:
+    """``values`` plus the rows' truncation flags (as 0/1) when the rollouts record them."""
+    return {**values, "truncated": as_float(rows["truncated"])} if has_column(rows, "truncated") else values
+
+
+def truncated_part(symptom: str, groups: pd.DataFrame, hit: pd.Series) -> float:
+    """The share of all ``groups`` that are ``hit`` because their completions were truncated: each hit group counts
+    by its share of truncated completions. 0 when the rollouts do not record truncation, or when the registry does
+    not say that truncation explains ``symptom``."""
+    if symptom not in SYMPTOMS["truncation"].explains or "truncated_mean" not in groups or not len(groups):
+        return 0.0
+    return float(groups["truncated_mean"].fillna(0.0).where(hit, 0.0).sum() / len(groups))
+
+
+def truncation_note(part: float) -> str:
+    return (f" Besides these, {part:.0%} of the groups were hit because their completions were cut off at "
+            "max_completion_length: that part is truncation's (see that finding), not counted here."
+            if part >= 0.005 else "")
 
 
 class DeadGroups(ShareDiagnostic):
     name = "dead_groups"
-    version = "1"
+    version = "2"  # v2: the share truncation explains is reported beside it, not graded (module docstring)
     symptom = "dead_groups"
     share_metric = "dead_group_share"
     signal = ("Share of GRPO groups whose rewards are all equal over the recent window: TRL's "
@@ -70,29 +103,29 @@ class DeadGroups(ShareDiagnostic):
 
     def analyze(self, ev: Evidence) -> list[Finding]:
         s = metric_series(ev.metrics, "frac_reward_zero_std")
-        got = None
+        got = self._rollout_groups(ev)
         if s is not None:
             w, share = recent_mean(s, self.params)
             source = "metric 'frac_reward_zero_std'"
         else:
-            got = self._rollout_groups(ev)
             if got is None:
                 return self.not_enough("metric 'frac_reward_zero_std' or rollouts with 'reward' and 'group_id'")
             groups, _, w = got
             share, source = float(groups["dead"].mean()), "rollouts (reward spread per group)"
+        part = 0.0 if got is None else truncated_part(self.symptom, got[0], got[0]["dead"])
 
         def examples():
-            found = got or self._rollout_groups(ev)
-            if found is None:
+            if got is None:
                 return []
-            groups, rows, _ = found
+            groups, rows, _ = got
             return group_examples(rows, groups[groups["dead"]])
 
         return self.share_finding(
-            share, w.recent, "GRPO groups",
+            max(0.0, share - part), w.recent, "GRPO groups",
             f"have all-equal rewards ({source}), so they contribute no gradient. Filter or resample such groups "
-            "(DAPO dynamic sampling), or move the task difficulty toward the policy's current level.",
-            examples=examples, extra={"steps": w.recent.n})
+            "(DAPO dynamic sampling), or move the task difficulty toward the policy's current level."
+            + truncation_note(part),
+            examples=examples, extra={"steps": w.recent.n, "with_truncated": share, "truncated_part": part})
 
     def _rollout_groups(self, ev: Evidence):
         """(per-group table with a 'dead' column, the recent rows, windows) from the rollouts, or None."""
@@ -100,7 +133,7 @@ class DeadGroups(ShareDiagnostic):
         if got is None:
             return None
         w, rows = got
-        groups = group_stats(rows, {"reward": as_float(rows["reward"])})
+        groups = group_stats(rows, with_truncated(rows, {"reward": as_float(rows["reward"])}))
         if not len(groups):
             return None
         groups["dead"] = (groups["reward_max"] - groups["reward_min"]) <= self.params.tolerance
@@ -120,20 +153,22 @@ class _GroupOutcome(ShareDiagnostic):
             return self.not_enough("rollouts with 'correct' (or 'reward') and 'group_id'")
         w, rows = got
         ok_series, source = success(rows)
-        groups = group_stats(rows, {"ok": ok_series})
+        groups = group_stats(rows, with_truncated(rows, {"ok": ok_series}))
         if not len(groups):
             return self.not_enough("GRPO groups of at least 2 completions in the recent window")
         hit = groups["ok_min"] == 1 if self.all_ok else groups["ok_max"] == 0
+        share, part = float(hit.mean()), truncated_part(self.symptom, groups, hit)
         return self.share_finding(
-            float(hit.mean()), w.recent, "GRPO groups",
+            max(0.0, share - part), w.recent, "GRPO groups",
             f"are {'all correct' if self.all_ok else 'all wrong'} (by {source}), so they carry no learning signal. "
-            f"{self.advice}",
-            examples=lambda: group_examples(rows, groups[hit]), counts={"groups": len(groups)})
+            f"{self.advice}" + truncation_note(part),
+            examples=lambda: group_examples(rows, groups[hit]), counts={"groups": len(groups)},
+            extra={"with_truncated": share, "truncated_part": part})
 
 
 class TooHard(_GroupOutcome):
     name = "too_hard"
-    version = "1"
+    version = "2"  # v2: as dead_groups v2
     symptom = "too_hard"
     share_metric = "all_wrong_share"
     all_ok = False
