@@ -147,6 +147,8 @@ RULES: dict[str, tuple[str, str, Any]] = {
     "improving_z": ("budget", "improving_z", None),
     # not one of issue 59's list: the statistics' answer to a backtest the budget ends (stats/rules/estimate.py)
     "estimate": ("backtest", "spent_estimate", False),
+    # nor this: the last segment's checked versions (config/campaign.py BudgetSpec.final_checks)
+    "final_checks": ("budget", "final_checks", 1),
 }
 
 

@@ -523,9 +523,22 @@ def test_no_backtest_starts_in_the_final_share_and_the_last_segment_trains_the_r
                for m in logs), logs
     meta = json.loads((home / "jobs" / f"{cid}__r01__segment" / "meta.json").read_text())
     assert meta["spec"]["steps"] == 10
-    camp = store.get_campaign(cid)
-    assert store.get_policy_version(camp.mainline_version).step == 12
     assert any("the last segment trained the remaining 10 steps" in m for m in logs), logs
+    # budget.final_checks 4: it saved and scored versions every 3 of its steps on the way (5, 8, 11) before its end,
+    # in one chain from round 0's segment, and the mainline is its end or the best of them (mainline._keep_best)
+    assert meta["spec"]["eval"]["every"] == 3
+    by_id = {v.id: v for v in store.policy_lineage(cid)}
+    end = by_id[f"{cid}:r01:segment"]
+    chain, v = [], end
+    while v.parent_id in by_id and v.parent_id.startswith(end.id):
+        v = by_id[v.parent_id]
+        chain.append(v)
+    assert [c.step for c in chain] == [11, 8, 5] and v.parent_id == f"{cid}:r00:segment"
+    assert all(c.selection_accuracy is not None and c.checkpoint.endswith(f"checkpoint-{c.step}") for c in [end, *chain])
+    camp = store.get_campaign(cid)
+    kept = store.get_policy_version(camp.mainline_version)
+    assert kept.id in {end.id, *(c.id for c in chain), *(e.message["to"] for e in store.events(cid, kind="regression_rollback"))}
+    assert kept.id == end.id or kept.selection_accuracy > end.selection_accuracy
 
 
 def test_the_same_campaign_spec_and_seed_make_the_same_decisions(tmp_path):

@@ -144,7 +144,7 @@ def test_the_campaign_arm_is_one_spec_for_every_flaw_and_its_rules_switch_off_on
     default = CampaignSpec.model_validate(campaign_spec(TaskRef("arith"), h, 0, cfg))
     assert default.backtest.stuck_share and default.backtest.bracket and default.budget.healthy_explore_share
     plain = CampaignSpec.model_validate(campaign_spec(TaskRef("countdown"), h, 0, cfg, tuple(RULES)))
-    assert plain.name == "flaws-h-s0-off-plain-estimate"
+    assert plain.name == "flaws-h-s0-off-plain-estimate-finalchecks"
     long = tmp_path / "flaws-countdown-lr-low-3x-and-temp-low.yaml"  # the suite's longest harness name
     long.write_text("name: h\n")
     assert len(campaign_spec(TaskRef("countdown"), long, 105, cfg, tuple(RULES))["name"]) <= 100
@@ -152,6 +152,7 @@ def test_the_campaign_arm_is_one_spec_for_every_flaw_and_its_rules_switch_off_on
     assert (b.stuck_share, b.stuck_margin, b.stuck_interim, b.stuck_prefer_larger, b.bracket) == (None, None, False,
                                                                                                  False, False)
     assert default.backtest.spent_estimate and not b.spent_estimate
+    assert default.budget.final_checks == 4 and plain.budget.final_checks == 1
     assert plain.budget.healthy_explore_share is None and plain.budget.improving_z is None
     for rule in RULES:  # one at a time
         doc = campaign_spec(TaskRef("arith"), h, 0, cfg, (rule,))

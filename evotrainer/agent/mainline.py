@@ -1,10 +1,11 @@
 """The mainline: which policy version the campaign continues from. Keeping the best version of a round (a rollback
-when the newest is worse), the base policy's version, a kept branch (and the merged average of its seeds), and the
-start's recorded selection accuracy.
+when the newest is worse), the versions a last segment saved on its way, the base policy's version, a kept branch (and
+the merged average of its seeds), and the start's recorded selection accuracy.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from evotrainer.agent.runs import _harness, _now, _score
@@ -72,6 +73,32 @@ def _keep_best(ctx: CampaignContext, rnd: int, current: PolicyVersion) -> Policy
     ctx.log(f"round {rnd}: selection-split accuracy {_judged(current):.3f} is below the best version {best.id} "
             f"({_judged(best):.3f}) by more than {margin:.3f}; the mainline goes back to it")
     return best
+
+
+def _on_the_way(ctx: CampaignContext, end: PolicyVersion, run_dir: Path) -> list[PolicyVersion]:
+    """The versions segment ``end`` saved before its end (``budget.final_checks``), stored in order, each the parent
+    of the next, the first a child of ``end``'s parent; [] for a segment that saved only its end (every segment but
+    the last). ``end`` is then stored as the child of the last of them, so :func:`_keep_best` may go back to any:
+    without them a last segment that overfit or collapsed could go back only to where it started. Idempotent by id,
+    so a re-run after ``kill -9`` stores nothing twice."""
+    from evotrainer.evidence.model import read_metrics
+
+    meta = read_run_meta(run_dir)
+    lo = meta.start_step if meta is not None else end.step
+    ckpts = {s: c for s, c in complete_checkpoints(run_dir).items() if lo < s < end.step}
+    if not ckpts:
+        return []
+    m = read_metrics(run_dir)
+    acc = m.set_index("step")["eval/greedy_accuracy"].dropna() if "eval/greedy_accuracy" in m else {}
+    out, parent = [], end.parent_id
+    for step in sorted(ckpts):
+        pv = PolicyVersion(id=f"{end.id}@{step}", campaign_id=end.campaign_id, parent_id=parent,
+                           harness_version=end.harness_version, checkpoint=str(ckpts[step]), run_name=end.run_name,
+                           mlflow_run_id=end.mlflow_run_id, step=step, created=_now(),
+                           eval_accuracy=float(acc[step]) if step in acc else None)
+        out.append(ctx.store.add_policy_version(pv))
+        parent = pv.id
+    return out
 
 
 BASE = "base"  # id suffix of the version that stands for the campaign's base policy

@@ -29,6 +29,7 @@ from evotrainer.agent.mainline import (
     _freed,
     _keep_best,
     _keep_branch,
+    _on_the_way,
     _record_start,
     _unscored_start,
 )
@@ -77,15 +78,17 @@ def train_segment(state: CampaignState, runtime: Runtime[CampaignContext]) -> Co
     last = _explore_spent(ctx, parent, steps) and _remaining(ctx) >= ctx.spec.segment_steps
     if last:
         steps = _remaining(ctx)
+    # the last segment saves and evaluates budget.final_checks evenly spaced versions (mainline._on_the_way)
+    every = -(-steps // ctx.spec.budget.final_checks) if last else steps
     if meta is not None:
-        steps = int(meta.spec["steps"])
+        steps, every = int(meta.spec["steps"]), int(meta.spec["eval"]["every"])
     elif _remaining(ctx) < ctx.spec.segment_steps:
         return _finish(f"budget: {_remaining(ctx)} steps left, a segment needs {ctx.spec.segment_steps}")
     elif _out_of_time(ctx):
         return _finish("wall-clock cap reached")
     fork = _fork_of(parent)
     harness = _harness(ctx, state["harness_version"])
-    res = _run(ctx, JobAsk(name, harness, steps, ctx.spec.seed, fork, steps,
+    res = _run(ctx, JobAsk(name, harness, steps, ctx.spec.seed, fork, every,
                            {"evotrainer.role": "segment", "evotrainer.round": str(rnd)}))
     if res.status != "finished":
         # with no mainline yet nothing was trained (a refused warm start, a bad dataset): the campaign failed
@@ -95,15 +98,19 @@ def train_segment(state: CampaignState, runtime: Runtime[CampaignContext]) -> Co
                        parent_id=state.get("mainline"), harness_version=harness.version, checkpoint=res.checkpoint,
                        run_name=name, mlflow_run_id=res.run_id, eval_accuracy=res.eval_accuracy, step=res.step,
                        created=_now())
-    pv = ctx.store.add_policy_version(pv)
-    if pv.selection_accuracy is None:  # what a rollback compares: the selection split (see _keep_best)
+    way = _on_the_way(ctx, pv, res.run_dir)
+    pv = ctx.store.add_policy_version(pv.model_copy(update={"parent_id": way[-1].id}) if way else pv)
+    todo = [v for v in [*way, pv] if v.selection_accuracy is None]
+    if todo:  # what a rollback compares: the selection split (see _keep_best)
         # the first segment's start (the base policy) is judged on the same split: scored in the same call, beside it
-        base = _unscored_start(ctx, pv)
-        sel = _score(ctx, [(pv.checkpoint, harness.grpo.max_completion_length)] + ([base] if base else []))
+        base = _unscored_start(ctx, [*way, pv][0])
+        sel = _score(ctx, [(v.checkpoint, harness.grpo.max_completion_length) for v in todo] + ([base] if base else []))
         if sel:
-            pv = ctx.store.set_version_accuracy(pv.id, sel[0])
+            for v, acc in zip(todo, sel):
+                stored = ctx.store.set_version_accuracy(v.id, acc)
+                pv = stored if v.id == pv.id else pv
             if base:
-                _record_start(ctx, base[0], sel[1])
+                _record_start(ctx, base[0], sel[len(todo)])
     ctx.log(f"round {rnd}: segment of {steps} steps done, held-out accuracy {res.eval_accuracy} "
             f"(selection split {pv.selection_accuracy})")
     keep = _keep_best(ctx, rnd, pv)  # the backtest forks from here; the segment's evidence is still diagnosed

@@ -41,6 +41,16 @@ class BudgetSpec(_S):
                     "than a backtest's first look plus this share trains the rest of the budget instead: a change "
                     "adopted in the last steps has too few left to pay back the steps its branches took from the "
                     "mainline (as a tuned recipe showed: bench/log/07-campaign-vs-static-baseline.md). 0 lets backtests run to the last step.")
+    final_checks: int = Field(
+        4, ge=1, le=100,
+        description="Versions the mainline's last segment (the rest of the budget, once nothing is left to "
+                    "backtest) saves and scores on the selection split on its way, evenly spaced, its end included: "
+                    "the rollback may go back to any of them, as it does between rounds, so a last stretch that "
+                    "overfits or collapses keeps its best checked version instead of only its start. 1: only its "
+                    "end. Why: at 400 steps the last segment is 200-290 steps, and with a pool of 64 prompts and with "
+                    "too-easy levels it fell in that stretch and the campaign kept only 20-30 % of its steps "
+                    "(bench/log/19-flaw-suite.md, development seed 0). 4 is a check every quarter of that stretch, "
+                    "chosen before any run; each check costs a checkpoint and two evaluations of eval.n problems.")
     improving_z: float | None = Field(
         None, gt=0.0, le=10.0,
         description="Hold exploration while the mainline is still learning: a round backtests nothing, and the next "
