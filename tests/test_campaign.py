@@ -594,42 +594,26 @@ def test_an_llm_endpoint_that_accepts_and_never_answers_falls_back_within_its_ti
     assert p.brain == "llm→heuristic" and store.get_decision(p.id) is not None
 
 
-def test_round_0_scores_the_base_policy_once_and_holds_its_backtest_only_if_the_segment_beat_it(tmp_path):
-    """budget.improving_z, for real: with no finding at warning (the group diagnostics quietened), round 0 scores the
-    base policy on the selection split (one event, with the policy's path), and the round is held (nothing proposed,
-    the next segment 2 + 2 steps) exactly when its segment beat that score by more than z standard errors; otherwise
-    it explores. (On this machine the nano policy's 2-step segment reads 0.19 against the base's 0.25: explored.)"""
-    import math
-
+def test_round_0_scores_the_base_policy_once_on_the_selection_split(tmp_path):
+    """For real: with no finding at warning (the group diagnostics quietened), round 0 scores the base policy on the
+    selection split once (one event, with the policy's path), which the rollback and the health verdict read; when the
+    segment fell below it beyond noise, the round's one serious finding is the campaign's own `regression`, and only
+    a smaller step is proposed."""
     from evotrainer.agent.regression import DIAGNOSTIC as REGRESSION_DIAGNOSTIC
 
     home = tmp_path / "home"
-    logs: list[str] = []
-    # healthy_explore_share off: a round judged healthy (learned, or moving) with its 0.1 share spent would train the
-    # rest of the budget instead of holding for 2 + 2 steps; this test is about the hold alone
-    spec = _spec(tmp_path, budget={"improving_z": 0.01, "healthy_explore_share": None}, eval={"difficulty": [1, 1]})
+    spec = _spec(tmp_path, eval={"difficulty": [1, 1]})
     quiet = ("diagnostics: {params: {too_hard: {warning: 1.0, critical: 1.0}, dead_groups: {warning: 1.0, critical: 1.0}, "
              "unusual_recipe: {warning: 1000.0}}}")  # a test's tiny pool of 64 prompts is no user's flaw
     (tmp_path / "h.yaml").write_text(HARNESS.replace("max_completion_length: 2", "max_completion_length: 4") + quiet)
-    cid = start_campaign(spec, home, log=logs.append)
+    cid = start_campaign(spec, home, log=lambda m: None)
     store = Store.for_home(home)
-    # no diagnostic warns; the campaign's own `regression` finding (agent/regression.py) is there when the segment fell
-    # below the base beyond noise, and then the round explores (only a smaller step) as the else branch expects
     serious = [f for f in store.list_findings(cid, round=0) if f.severity in ("warning", "critical")]
     assert all(f.diagnostic == REGRESSION_DIAGNOSTIC for f in serious), serious
     (start,) = store.events(cid, kind="explore_start")
     assert (home / "policies") in Path(start.message["policy"]).parents and 0 <= start.message["accuracy"] <= 1
-    before, after = start.message["accuracy"], store.get_policy_version(f"{cid}:r00:segment").selection_accuracy
-    se = math.sqrt((before * (1 - before) + after * (1 - after)) / 16)
-    held = [e.message for e in store.events(cid, kind="explore_held") if e.message["round"] == 0]
-    segment1 = json.loads((home / "jobs" / f"{cid}__r01__segment" / "meta.json").read_text())["spec"]["steps"]
-    if after - before > 0.01 * se:
-        assert held and (held[0]["before"], held[0]["after"], held[0]["steps"]) == (before, after, 2)
-        assert not store.list_proposals(cid, round=0) and segment1 == 4
-        assert any("the mainline is still improving" in m for m in logs)
-    else:
-        assert not held and store.list_proposals(cid, round=0)
+    (mode,) = [e.message for e in store.events(cid, kind="explore_mode") if e.message["round"] == 0]
+    assert mode["before"] == start.message["accuracy"]
     if serious:  # a regressed round: the segment fell below the base, and only a smaller step was proposed
-        assert not held and all(p.knob == "optim.learning_rate" and p.new < p.old
-                                for p in store.list_proposals(cid, round=0))
+        assert all(p.knob == "optim.learning_rate" and p.new < p.old for p in store.list_proposals(cid, round=0))
     assert store.ledger_total(cid) <= 12 and store.get_campaign(cid).status == "finished"

@@ -153,7 +153,7 @@ def test_the_campaign_arm_is_one_spec_for_every_flaw_and_its_rules_switch_off_on
                                                                                                  False, False)
     assert default.backtest.spent_estimate and not b.spent_estimate
     assert default.budget.final_checks == 4 and plain.budget.final_checks == 1
-    assert plain.budget.healthy_explore_share is None and plain.budget.improving_z is None
+    assert plain.budget.healthy_explore_share is None
     for rule in RULES:  # one at a time
         doc = campaign_spec(TaskRef("arith"), h, 0, cfg, (rule,))
         CampaignSpec.model_validate(yaml.safe_load(yaml.safe_dump(doc)))

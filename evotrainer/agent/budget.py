@@ -1,5 +1,5 @@
-"""How a campaign spends its steps: whether the mainline is still improving (no backtest this round), the
-exploration mode and its allowance, the look budget of a backtest, and whether this is the last round.
+"""How a campaign spends its steps: the exploration mode and its allowance, the look budget of a backtest, and
+whether this is the last round.
 """
 
 from __future__ import annotations
@@ -18,36 +18,6 @@ from evotrainer.config.harness import (
     HarnessSpec,
 )
 from evotrainer.core.domain import PolicyVersion
-
-
-def _still_improving(ctx: CampaignContext, state: CampaignState, findings: list,
-                     harness: HarnessSpec) -> dict[str, Any] | None:
-    """The last segment's gain when exploration should wait for it (spec ``budget.improving_z``), else None.
-
-    The segment must be the mainline (not rolled back from), no finding may be at warning or critical, and its
-    selection-split accuracy must exceed its parent's by more than ``improving_z`` standard errors (two independent
-    binomial samples of ``eval.n``: conservative, the split's problems are the same). Round 0's parent is the base
-    policy, scored on the selection split once (an ``explore_start`` event keeps it, so a resume does not rescore).
-    """
-    z = ctx.spec.budget.improving_z
-    if z is None or any(f.severity in ("warning", "critical") and f.symptom != "diagnostic_error" for f in findings):
-        return None
-    pv = ctx.store.get_policy_version(state["mainline"]) if state.get("mainline") else None
-    if pv is None or pv.run_name != state.get("segment_run") or pv.selection_accuracy is None:
-        return None
-    if pv.parent_id is not None:
-        parent = ctx.store.get_policy_version(pv.parent_id)
-        before, steps = (parent.selection_accuracy, pv.step - parent.step) if parent else (None, 0)
-    else:
-        before, steps = _start_selection(ctx, pv, harness), pv.step
-    if before is None or steps <= 0:
-        return None
-    after = pv.selection_accuracy
-    se = _gain_se(before, after, ctx.spec.eval.n)
-    if after - before <= z * se:
-        return None
-    return {"before": before, "after": after, "gain": round(after - before, 6), "se": round(se, 6), "steps": steps,
-            "z": z}
 
 
 def _gain_se(before: float, after: float, n: int) -> float:
@@ -187,7 +157,7 @@ def _last_round(ctx: CampaignContext, mainline: PolicyVersion, bonus: int, reset
 
     Why: a round after the next segment reads it (its movement, :mod:`evotrainer.agent.movement`; the check of a
     promotion that fell, :mod:`evotrainer.agent.revise`), as do ``stop.target_accuracy`` and, unless the round
-    promoted or held (``reset``), ``stop.plateau_rounds``. Without those an evaluation of 500 greedy episodes (~3 s of
+    promoted (``reset``), ``stop.plateau_rounds``. Without those an evaluation of 500 greedy episodes (~3 s of
     agentic's 400-step campaign) is thrown away. The same test as :func:`train_segment`'s for its last segment.
     """
     stop, steps = ctx.spec.stop, ctx.spec.segment_steps

@@ -164,11 +164,11 @@ def _record_start(ctx: CampaignContext, policy: str, accuracy: float) -> float:
 
 def _unscored_start(ctx: CampaignContext, first: PolicyVersion) -> tuple[str, int] | None:
     """(base policy, the start harness's budget) when ``first`` is the campaign's first segment and the base has no
-    selection-split score yet, but a rollback, ``budget.improving_z`` or ``budget.healthy_explore_share`` will read
-    one (:func:`_start_selection`); else None."""
+    selection-split score yet, but a rollback or ``budget.healthy_explore_share`` will read one
+    (:func:`_start_selection`); else None."""
     sp = ctx.spec
     if first.parent_id is not None or not first.run_name or not (
-            sp.rollback.enabled or sp.budget.improving_z is not None or sp.budget.healthy_explore_share is not None) \
+            sp.rollback.enabled or sp.budget.healthy_explore_share is not None) \
             or ctx.store.events(ctx.campaign_id, kind="explore_start"):
         return None
     meta = read_run_meta(ctx.home / "jobs" / first.run_name)

@@ -145,9 +145,7 @@ def propose(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
     ctx, rnd = runtime.context, state["round"]
     existing = ctx.store.list_proposals(ctx.campaign_id, round=rnd)
     if not existing:
-        hold = draft_round(ctx, state, rnd)
-        if hold is not None:
-            return Command(goto="distill", update={"proposal_ids": [], "approved_ids": [], "hold_steps": hold})
+        draft_round(ctx, state, rnd)
         existing = ctx.store.list_proposals(ctx.campaign_id, round=rnd)
     for p in existing:
         ctx.log(f"proposal {p.id}: {p.knob} {p.old!r} → {p.new!r} ({p.hypothesis.symptom})"
@@ -334,18 +332,17 @@ def distill(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
         if pv is not None:
             mainline = _keep_best(ctx, rnd, pv).id
             ctx.store.set_campaign(ctx.campaign_id, mainline_version=mainline)
-    held = int(state.get("hold_steps") or 0)  # a round that held exploration: its next segment trains as long again
-    freed = _freed(ctx, bt_id) + held
+    freed = _freed(ctx, bt_id)
     pv = ctx.store.get_policy_version(mainline)
-    if not _last_round(ctx, pv, freed, bool(best or held), state.get("rounds_without_promotion", 0)):
+    if not _last_round(ctx, pv, freed, bool(best), state.get("rounds_without_promotion", 0)):
         pv = _decision_scored(ctx, pv)
     acc = pv.eval_accuracy
     prev_best = state.get("best_accuracy")
     improved = acc is not None and (prev_best is None or acc > prev_best + ctx.spec.backtest.min_effect)
-    streak = 0 if best or improved or held else state.get("rounds_without_promotion", 0) + 1
+    streak = 0 if best or improved else state.get("rounds_without_promotion", 0) + 1
     seen = [a for a in (acc, prev_best) if a is not None]
     update = {"round": rnd + 1, "mainline": mainline, "harness_version": version, "rounds_without_promotion": streak,
-              "best_accuracy": max(seen) if seen else None, "bonus_steps": freed, "hold_steps": None,
+              "best_accuracy": max(seen) if seen else None, "bonus_steps": freed,
               "proposal_ids": [], "approved_ids": [], "backtest_id": None, "promoted": None, "segment_run": None}
     if ctx.mlflow_run_id:  # a kept average not scored on the decision split (a last round) has no point to plot
         ctx.tracker.log_metrics(ctx.mlflow_run_id, rnd, {**({} if acc is None else {"campaign/mainline_accuracy": acc}),

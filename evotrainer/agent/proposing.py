@@ -4,17 +4,15 @@ last checks, screening, and the proposals recorded.
 Why apart from the propose node: the node routes (to review, or on to distill when nothing is proposed); this is what
 a proposal goes through before it exists, in the order it goes through it:
 
-1. **Hold.** While the mainline still improves and no finding is at warning (``budget.improving_z``), the round
-   proposes nothing and the next segment trains as long again.
-2. **Candidates.** The library's skills resolved against the harness (their evidence is the prior), re-tests of
+1. **Candidates.** The library's skills resolved against the harness (their evidence is the prior), re-tests of
    inconclusive changes first; the library's mistakes count as refuted changes.
-3. **What can act.** Only what enlarges the update can act on a policy that does not move (``agent/movement.py``),
+2. **What can act.** Only what enlarges the update can act on a policy that does not move (``agent/movement.py``),
    only what shrinks it on a recipe that undid the policy (``agent/regression.py``); a brain that drafts outside its
    candidates (an LLM) is held to the same rule, and when the library has no such change the campaign's own
    step-size draft is used (``agent/fallback.py``).
-4. **Arms.** A scale knob's draft gets its bracket (``agent/arms.py``).
-5. **Values.** A numeric knob's value is asked of Optuna over this campaign's backtests of it (``agent/values.py``).
-6. **Checks and screening.** A draft that may not be proposed is recorded as invalid; a reward or data change that
+3. **Arms.** A scale knob's draft gets its bracket (``agent/arms.py``).
+4. **Values.** A numeric knob's value is asked of Optuna over this campaign's backtests of it (``agent/values.py``).
+5. **Checks and screening.** A draft that may not be proposed is recorded as invalid; a reward or data change that
    screens as nil on the segment's rollouts is recorded ``screened`` and is neither reviewed nor backtested.
 """
 
@@ -33,7 +31,7 @@ from evotrainer.agent.arms import (
     _task_inert,
 )
 from evotrainer.agent.brains.base import BrainContext, BrainResult
-from evotrainer.agent.budget import _explore_mode, _still_improving
+from evotrainer.agent.budget import _explore_mode
 from evotrainer.agent.fallback import BRAIN as BUILTIN
 from evotrainer.agent.fallback import step_draft
 from evotrainer.agent.lessons import brain_inputs
@@ -47,25 +45,15 @@ from evotrainer.core.domain import Decision, Finding, Proposal
 from evotrainer.core.errors import ConfigError
 
 
-def draft_round(ctx: CampaignContext, state: CampaignState, rnd: int) -> int | None:
-    """Draft and record round ``rnd``'s proposals; the steps of the next segment when the round holds exploration
-    instead (None otherwise)."""
+def draft_round(ctx: CampaignContext, state: CampaignState, rnd: int) -> None:
+    """Draft and record round ``rnd``'s proposals."""
     harness = _harness(ctx, state["harness_version"])
     findings = ctx.store.list_findings(ctx.campaign_id, round=rnd)
     _explore_mode(ctx, state, rnd, findings, harness)
-    hold = _still_improving(ctx, state, findings, harness)
-    if hold is not None:
-        if not any(e.message.get("round") == rnd for e in ctx.store.events(ctx.campaign_id, kind="explore_held")):
-            ctx.store.log_event(ctx.campaign_id, "explore_held", {"round": rnd, **hold})
-        ctx.log(f"round {rnd}: the mainline is still improving ({hold['before']:.3f} → {hold['after']:.3f} on the "
-                f"selection split over {hold['steps']} steps, {hold['gain'] / hold['se']:.1f} s.e.) and no finding "
-                f"is at warning: no backtest this round, the next segment trains {hold['steps']} steps more")
-        return hold["steps"]
     result, stuck, builtin = _ask_brain(ctx, rnd, harness, findings)
     ctx.store.log_event(ctx.campaign_id, "brain", {"round": rnd, "brain": result.brain, "notes": result.notes,
                                                    "tokens": result.tokens})
     _record(ctx, state, rnd, harness, result, stuck, builtin)
-    return None
 
 
 def _ask_brain(ctx: CampaignContext, rnd: int, harness: HarnessSpec,

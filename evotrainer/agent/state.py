@@ -39,7 +39,6 @@ class CampaignState(TypedDict, total=False):
     rounds_without_promotion: int  # rounds in a row with neither a promotion nor a new best mainline accuracy
     best_accuracy: float | None  # best mainline held-out accuracy so far
     bonus_steps: int  # steps the last backtest freed by stopping early: the next segment trains them
-    hold_steps: int | None  # set when a round held exploration (the mainline still improving): its segment's steps
     stop_reason: str | None
     failed: bool  # the campaign could not train at all (its first segment failed): it ends 'failed', not 'finished'
 

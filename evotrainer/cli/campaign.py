@@ -197,10 +197,6 @@ def _print_lineage(doc: dict[str, Any]) -> None:
         out_console.print(f"  [bold]kept[/] round {k['round']}: {k['chosen']} ({k['arm']} arm, step {chosen.get('step')}, "
                           f"selection split {chosen.get('selection_accuracy')}; the others {others or 'none'}{avg})",
                           highlight=False)
-    for h in doc["held"]:
-        out_console.print(f"  [bold]held[/] round {h['round']}: no backtest, the mainline still improving "
-                          f"({h['before']:.3f} → {h['after']:.3f} on the selection split over {h['steps']} steps, "
-                          f"{h['gain'] / h['se']:.1f} s.e. > budget.improving_z {h['z']:g})", highlight=False)
     for m in doc["explore_modes"]:
         out_console.print(f"  [bold]{'healthy' if m['healthy'] else 'troubled'}[/] round {m['round']}: {m['reason']}; "
                           f"branches not kept may take {m['allowance']:g} steps in all (share {m['share']:g})",

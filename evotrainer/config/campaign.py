@@ -51,18 +51,6 @@ class BudgetSpec(_S):
                     "too-easy levels it fell in that stretch and the campaign kept only 20-30 % of its steps "
                     "(bench/log/19-flaw-suite.md, development seed 0). 4 is a check every quarter of that stretch, "
                     "chosen before any run; each check costs a checkpoint and two evaluations of eval.n problems.")
-    improving_z: float | None = Field(
-        None, gt=0.0, le=10.0,
-        description="Hold exploration while the mainline is still learning: a round backtests nothing, and the next "
-                    "segment trains as long again, when no finding is at warning or critical and the last segment "
-                    "raised selection-split accuracy by more than this many standard errors (two independent "
-                    "binomial samples of eval.n problems). Why: from a tuned recipe the first round came 20 steps "
-                    "in, at +0.11 a segment, and its backtests threw away 90-130 of 400 steps to reject changes "
-                    "(bench/log/07-campaign-vs-static-baseline.md); an engineer leaves a run alone while it improves. A recipe that learns "
-                    "nothing (the demo's) or a warning finding is explored at once. null (the default) backtests "
-                    "every round: at 2 it measured neutral (tuned arith / 400, 5 seeds: campaign − static −1.9 "
-                    "points with it, −2.0 without; the demo: one seed of three held, +1.1 there; "
-                    "bench/log/07-campaign-vs-static-baseline.md, 2026-11-26), so the behaviour the published numbers measured stays the default.")
     healthy_explore_share: float | None = Field(
         0.1, ge=0.0, le=1.0,
         description="The exploration share (in place of explore_share) for a round whose run looks healthy: no "
@@ -81,6 +69,15 @@ class BudgetSpec(_S):
     job_timeout_minutes: float | None = Field(
         None, gt=0, description="Minutes one job (segment, branch leg or scoring) may run before it is ended and "
                                 "recorded failed with that reason (null: $EVOTRAINER_JOB_TIMEOUT_S, else no limit).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "improving_z" in data:
+            raise ValueError("budget.improving_z was removed: holding exploration while the mainline improved measured "
+                             "neutral and was off by default (bench/log/07-campaign-vs-static-baseline.md); delete it. "
+                             "budget.healthy_explore_share is what limits exploration of a healthy run")
+        return data
 
     @model_validator(mode="after")
     def _shares(self) -> BudgetSpec:

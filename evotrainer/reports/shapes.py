@@ -276,19 +276,6 @@ class KeptBranch(_Doc):
                                                             "eval_accuracy, scored when a later round reads it.")
 
 
-class HeldRound(_Doc):
-    """A round that backtested nothing because the mainline was still improving (event ``explore_held``,
-    spec ``budget.improving_z``)."""
-
-    round: int
-    before: float = Field(..., description="Selection-split accuracy of the segment's parent (round 0: the base policy).")
-    after: float = Field(..., description="The segment's selection-split accuracy.")
-    gain: float = Field(..., description="after − before.")
-    se: float = Field(..., description="Standard error of the gain (two independent binomial samples of eval.n).")
-    steps: int = Field(..., description="The segment's steps; the next segment trains as many more.")
-    z: float = Field(..., description="budget.improving_z, which gain / se exceeded.")
-
-
 class ExploreMode(_Doc):
     """A round's health verdict and exploration allowance (event ``explore_mode``, spec
     ``budget.healthy_explore_share``)."""
@@ -347,7 +334,6 @@ class CampaignSummary(_Doc):
     seconds: JobSeconds
     process_seconds: ProcessSeconds
     kept: list[KeptBranch]
-    held: list[HeldRound] = Field(default_factory=list, description="Rounds that held exploration (budget.improving_z).")
     explore_modes: list[ExploreMode] = Field(default_factory=list, description="Each round's health verdict "
                                                                                "(budget.healthy_explore_share).")
     movements: list[Movement] = Field(default_factory=list, description="Each round's movement verdict "
