@@ -299,7 +299,7 @@ def sick() -> dict[str, Evidence]:
 def test_registry_covers_every_builtin_symptom():
     assert set(BUILTIN_DIAGNOSTICS) == set(VARIANTS)
     revised = {"entropy_collapse": "2", "entropy_blowup": "2", "grad_spike": "3", "too_easy": "2", "reward_hacking": "3", "plateau": "3",
-               "dead_groups": "2", "too_hard": "2",
+               "dead_groups": "2", "too_hard": "2", "unusual_recipe": "2",
                "echo": "2", "hardcoding": "3", "nan": "2"}  # see test_entropy_collapse_inside_the_early_window
     for name, cls in BUILTIN_DIAGNOSTICS.items():
         assert cls.name == name and cls.version == revised.get(name, "1")
@@ -768,3 +768,22 @@ def test_nan_in_skipped_updates_only_is_a_warning_and_a_nan_the_weights_saw_stay
     m.loc[m["step"] == 90, "loss"] = np.nan  # a NaN loss is never excused by a skipped update
     (f,) = fire("nan", Evidence(metrics=m, rollouts=healthy.rollouts))
     assert f.severity == "critical"
+
+
+def test_the_recipe_check_reads_the_training_levels_against_the_scored_ones():
+    """Two or more levels away from the held-out split's levels (a built-in task's default, or the job's eval levels)
+    is unusual; one level around them is curriculum practice; a record that does not say, or names a user's task
+    with its ranges unset, or is malformed, decides nothing (nothing it names is imported)."""
+    def recipe(difficulty, task="arith", scored=None):
+        meta = {"harness": {"data": {"difficulty": difficulty}}, "spec": {"task": task, "eval": {"difficulty": scored}}}
+        return [f for f in fire("unusual_recipe", build(meta=meta)) if f.severity != "info"]
+
+    [hard] = recipe([5, 5])  # arith is scored at level 3
+    assert hard.severity == "warning" and hard.metrics["data.difficulty/above"] == 1.0
+    assert hard.metrics["data.difficulty/below"] == 0.0 and "2 levels above" in hard.explanation
+    [easy] = recipe([1, 1], scored=[4, 4])
+    assert easy.metrics["data.difficulty/below"] == 2.0 and "3 levels below" in easy.explanation
+    assert recipe([2, 4]) == recipe([4, 4]) == recipe([1, 1], task="countdown", scored=[2, 2]) == []
+    assert recipe([9, 9], task="evil.module:Task") == []  # a user's task, its default unknown: not imported
+    assert recipe([5, 5], task="evil.module:Task", scored=[1, 1])  # both ranges in the record: compared
+    assert recipe([5, 5], task=["arith"]) == recipe([5, 5], scored="x") == []  # malformed: nothing decided

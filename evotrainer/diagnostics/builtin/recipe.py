@@ -9,6 +9,12 @@ subtle flaw lies inside the normal range and is left to the diagnostics of the t
 
 The recipe is the run's own record (``meta.json``'s harness, our runs only); evidence from other tools carries no
 recipe, and the diagnostic says it had not enough evidence. The normal ranges, with their sources, are :mod:`evotrainer.config.ranges`.
+
+One range depends on the task, not the field: the training levels (``data.difficulty``). Practitioners train on the
+levels the policy is scored on or one around them (curriculum learning steps one level at a time); a recipe that
+trains two or more levels away from its held-out split's levels learns something else than what it is scored on
+(metrics ``data.difficulty/above`` / ``below``: the levels beyond that band). It is read only for a built-in task,
+whose default level is a class attribute: nothing a run's record names is imported to read it.
 """
 
 from __future__ import annotations
@@ -20,6 +26,30 @@ from evotrainer.config.ranges import NORMAL
 from evotrainer.core.domain import Finding
 from evotrainer.diagnostics.base import Diagnostic, examples_from, need
 from evotrainer.evidence.model import Evidence
+from evotrainer.tasks import BUILTIN_TASKS
+
+LEVEL_BAND = 1  # levels either side of the scored ones that practitioners train on (module docstring)
+
+
+def level_gap(meta: dict, spec: HarnessSpec) -> tuple[str, int] | None:
+    """("above" | "below", levels beyond :data:`LEVEL_BAND`) when the recipe trains that far from the levels its
+    held-out split is scored on; None when it is within the band, or when the record does not say (a user's task
+    with either range unset, or a malformed record: untrusted bytes are read, never trusted)."""
+    try:
+        job = meta.get("spec")
+        job = job if isinstance(job, dict) else {}
+        name, scored = job.get("task"), (job.get("eval") or {}).get("difficulty")
+        cls = BUILTIN_TASKS.get(name) if isinstance(name, str) else None
+        default = (cls.default_difficulty,) * 2 if cls is not None else None
+        (lo, hi), (elo, ehi) = spec.data.difficulty or default, scored or default
+        lo, hi, elo, ehi = (int(x) for x in (lo, hi, elo, ehi))
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if lo - ehi > LEVEL_BAND:
+        return "above", lo - ehi - LEVEL_BAND
+    if elo - hi > LEVEL_BAND:
+        return "below", elo - hi - LEVEL_BAND
+    return None
 
 
 class RecipeParams(BaseModel):
@@ -33,6 +63,7 @@ class RecipeParams(BaseModel):
 
 class UnusualRecipe(Diagnostic):
     name = "unusual_recipe"
+    version = "2"  # v2: the training levels against the scored ones (module docstring)
     symptom = "unusual_recipe"
     signal = ("The run's recipe (its job record's harness) against each knob's normal range (evotrainer harness "
               "knobs): every knob outside it, with how far (metrics '<knob>/above' / '<knob>/below').")
@@ -61,6 +92,13 @@ class UnusualRecipe(Diagnostic):
             metrics[f"{knob}/below"] = min(far, 1e6) if side == "below" else 0.0
             if far > 0:
                 words.append(f"{knob} = {value!r} is {side} its normal range {usual.describe()} ({usual.source})")
+        gap = None if "data.difficulty" in inert else level_gap(ev.meta if isinstance(ev.meta, dict) else {}, spec)
+        for side in ("above", "below"):
+            metrics[f"data.difficulty/{side}"] = float(gap[1]) if gap and gap[0] == side else 0.0
+        if gap:
+            words.append(f"data.difficulty = {list(spec.data.difficulty or [])} trains {gap[1] + LEVEL_BAND} levels "
+                         f"{gap[0]} the levels its held-out split is scored on (practitioners train on those or one "
+                         "around them: curriculum learning steps one level at a time)")
         if not words:
             return []
         worst = max(metrics.values())
