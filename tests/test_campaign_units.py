@@ -217,6 +217,27 @@ def test_truncation_remedies_are_as_urgent_as_the_dead_groups_truncation_may_exp
     assert firsts() == 0  # without the link the critical finding's remedies always come first
 
 
+def test_a_consequence_is_not_counted_as_a_second_finding_for_the_change_that_answers_its_cause(monkeypatch):
+    """Every all-wrong group is a dead group: a change answering too_hard and dead_groups has one finding behind it, so
+    a change answering too_hard and a recipe finding (two) comes first; counting the same groups twice buried it."""
+    from evotrainer.agent.brains import heuristic
+    from evotrainer.core.domain import Candidate
+
+    findings = [_finding("too_hard", "critical"), _finding("dead_groups", "critical"), _finding("unusual_recipe", "warning", 0.6)]
+    dead = Candidate(id="drop", symptoms=["dead_groups", "too_hard"], weights={"too_hard": 0.9}, knob="data.drop_all_wrong",
+                     value=True, description="drop unsolved", effects=[0.02] * 30)
+    levels = Candidate(id="easier", symptoms=["too_hard", "unusual_recipe"], weights={"too_hard": 0.9, "unusual_recipe": 0.9},
+                       knob="data.difficulty", value=[2, 2], description="one level down", effects=[0.02] * 30)
+
+    def firsts() -> int:
+        return sum(HeuristicBrain().propose(_ctx(findings, candidates=[dead, levels], max_proposals=1, round=r))
+                   .drafts[0].knob == "data.difficulty" for r in range(40))
+
+    assert firsts() == 40
+    monkeypatch.setattr(heuristic, "EXPLAINS", {})
+    assert firsts() == 0
+
+
 def test_heuristic_brain_stops_exploring_when_the_record_says_changes_do_not_help():
     h = HarnessSpec()
     plateau = [_finding("plateau", "info")]

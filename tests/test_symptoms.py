@@ -26,7 +26,8 @@ def test_every_builtin_diagnostic_names_a_registered_symptom_and_every_exploit_h
 
 
 def test_the_brain_and_the_revision_rule_read_the_registry():
-    assert EXPLAINS == {"truncation": ("too_hard", "dead_groups")}
+    assert EXPLAINS == {"truncation": ("too_hard", "dead_groups"), "too_hard": ("dead_groups",),
+                        "too_easy": ("dead_groups",)}
     assert EXPLOIT_SYMPTOMS == {"reward_hacking", "answer_spraying", "echo", "length_collapse", "hardcoding",
                                 "answer_leak"}
 

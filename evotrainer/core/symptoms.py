@@ -35,10 +35,11 @@ def _s(name: str, description: str, cause: str, *, exploit: bool = False, explai
 _ALL = (
     _s("dead_groups", "Many GRPO groups have zero reward variance, so they carry no gradient.",
        "groups whose completions all get the same reward give GRPO a zero advantage, so no gradient"),
+    # an all-wrong or all-right group is a dead one: the group shares count the same groups twice
     _s("too_hard", "Most groups are all wrong: the policy rarely succeeds on the training prompts.",
-       "the policy rarely succeeds on these prompts, so most groups carry no signal"),
+       "the policy rarely succeeds on these prompts, so most groups carry no signal", explains=("dead_groups",)),
     _s("too_easy", "Most groups are all correct: the prompts no longer teach anything.",
-       "the policy already solves these prompts, so most groups carry no signal"),
+       "the policy already solves these prompts, so most groups carry no signal", explains=("dead_groups",)),
     _s("entropy_collapse", "Policy entropy fell far below its starting level: exploration has stopped.",
        "the policy became nearly deterministic and stopped exploring"),
     _s("entropy_blowup", "Policy entropy rose far above its starting level: outputs are turning into noise.",

@@ -5,7 +5,10 @@ at a time, and both exploiting what worked and trying what has not been tried ma
 held-out effect has a normal prior (mean 0, sd ``prior_sd``) updated by the effects recorded in earlier
 backtests (known noise ``noise_sd``); one draw from each posterior, plus a bonus for how strongly the
 current findings call for it (for each present symptom it answers: severity rank + confidence, times the skill's
-trigger weight for that symptom; summed, times ``relevance_bonus``), ranks the candidates.
+trigger weight for that symptom; summed, times ``relevance_bonus``), ranks the candidates. A symptom that another one
+the change answers can produce (the registry's ``explains``: every all-wrong group is a dead group) is that one's
+consequence, not a second piece of evidence, and is not added again: otherwise a remedy for dead groups that also
+names too-hard groups counted the same groups twice and outranked a remedy for the too-hard levels themselves.
 The bonus is as large as the prior's spread, so a critical finding's remedies outrank an info-level
 plateau's, while draws still explore among them (0.01 let the demo campaign chase the plateau instead of
 its critical truncation). Draws are seeded by (campaign seed, round), so a
@@ -103,7 +106,8 @@ class HeuristicBrain:
             # answers two findings at once (a group of 2 read from the recipe and seen as dead groups) outranks one
             # answering either alone, and a generic remedy a direct one less
             relevance = {s: pressure[s] * c.weights.get(s, 1.0) for s in matched}
-            bonus = self.relevance_bonus * sum(relevance.values())
+            effects = {e for s in matched for e in EXPLAINS.get(s, ()) if e in matched}  # counted with their cause
+            bonus = self.relevance_bonus * sum(v for s, v in relevance.items() if s not in effects)
             symptom = max(matched, key=lambda s: relevance[s]) if matched else "plateau"
             scored.append((draw + bonus, c, symptom, mean))
         scored.sort(key=lambda t: -t[0])
