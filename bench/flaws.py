@@ -226,7 +226,12 @@ def round0(suite: Suite, a) -> None:
                         "draft_is_remedy": any(d.knob in f.knobs or set(d.cited_skills) & remedies(f)
                                                for d in res.drafts)})
             print(json.dumps(out[-1], default=str), flush=True)
-    save("flaws_round0", {"segment": a.segment, "rows": out})
+    # rows of other cells and seeds stay: a run replaces only the (flaw, task, seed) it ran
+    path = ROOT / "bench" / "results" / "flaws_round0.json"
+    ran = {(r["flaw"], r["task"], r["seed"]) for r in out}
+    kept = [r for r in (json.loads(path.read_text())["rows"] if path.exists() else [])
+            if (r["flaw"], r["task"], r["seed"]) not in ran]
+    save("flaws_round0", {"segment": a.segment, "rows": kept + out})
 
 
 def remedies(f: Any) -> set[str]:
