@@ -15,6 +15,7 @@ from evotrainer.config.harness import (
 )
 from evotrainer.core.domain import PolicyVersion
 from evotrainer.core.runmeta import read_run_meta
+from evotrainer.evidence.model import read_metrics
 from evotrainer.jobs.lineage import complete_checkpoints
 from evotrainer.jobs.scoring import MergeRequest
 from evotrainer.stats.backtest import regression_margin
@@ -81,8 +82,6 @@ def _on_the_way(ctx: CampaignContext, end: PolicyVersion, run_dir: Path) -> list
     the last). ``end`` is then stored as the child of the last of them, so :func:`_keep_best` may go back to any:
     without them a last segment that overfit or collapsed could go back only to where it started. Idempotent by id,
     so a re-run after ``kill -9`` stores nothing twice."""
-    from evotrainer.evidence.model import read_metrics
-
     meta = read_run_meta(run_dir)
     lo = meta.start_step if meta is not None else end.step
     ckpts = {s: c for s, c in complete_checkpoints(run_dir).items() if lo < s < end.step}

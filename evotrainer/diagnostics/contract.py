@@ -37,14 +37,17 @@ from evotrainer.evidence.model import (
     VERL_METRICS,
 )
 
-CONTRACT_VERSION = "2"
+CONTRACT_VERSION = "3"  # 3: meta:spec (unusual_recipe v2), rollout:truncated read by the group diagnostics
 """Version of the contract: fields, their meaning and which diagnostics need them."""
 
 CORE_ROLLOUT_FIELDS = ("step", "prompt", "completion")
 """Every rollout record has these (the readers fill ``prompt_id`` and ``group_id`` when a tool has no such ids)."""
 
 RECORD_DOCS = {"harness": "The recipe the run trained under (every harness knob; our jobs' meta.json): what "
-                          "unusual_recipe compares with each knob's normal range. Other tools' runs carry none."}
+                          "unusual_recipe compares with each knob's normal range. Other tools' runs carry none.",
+               "spec": "The job that ran (our jobs' meta.json): its task and the levels its held-out split is scored on "
+                       "(eval.difficulty), which unusual_recipe reads the training levels against. Other tools' runs "
+                       "carry none."}
 """Fields of a run's own record (``Evidence.meta``) that a diagnostic may need (``'meta:KEY'``)."""
 
 _JSON_TYPES = {"string": "string", "int32": "integer", "int64": "integer", "double": "number", "bool": "boolean"}

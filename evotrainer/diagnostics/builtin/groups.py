@@ -94,6 +94,7 @@ class DeadGroups(ShareDiagnostic):
                   "and no gradient); Skywork-OR1, arXiv 2505.22312 (online filtering of zero-advantage groups).")
     needs = (need("a dead-group signal", "metric:frac_reward_zero_std", "rollout:reward + rollout:group_id|prompt_id",
                   supply=f"reward: {SUPPLY_REWARD}; groups: {SUPPLY_GROUPS}"),)
+    reads = ("rollout:truncated",)  # the share truncation explains is set apart (module docstring)
 
     class Params(ShareParams):
         warning: float = Field(0.6, ge=0.0, le=1.0, description="Dead-group share at or above which it is a warning.")
@@ -146,6 +147,7 @@ class _GroupOutcome(ShareDiagnostic):
     all_ok: ClassVar[bool]
     advice: ClassVar[str]
     needs = (NEED_SUCCESS_GROUPS,)
+    reads = ("rollout:truncated",)  # as DeadGroups
 
     def analyze(self, ev: Evidence) -> list[Finding]:
         got = recent_group_rows(ev.rollouts, self.params, SUCCESS_COLUMNS)

@@ -72,6 +72,7 @@ class UnusualRecipe(Diagnostic):
     Params = RecipeParams
     needs = (need("the run's recipe", "meta:harness",
                   supply="our jobs record it in meta.json; a run from another tool carries no recipe to read"),)
+    reads = ("meta:spec",)  # the job's task and scored levels, for the training levels' gap (level_gap)
 
     def analyze(self, ev: Evidence) -> list[Finding]:
         try:
