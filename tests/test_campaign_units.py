@@ -892,6 +892,10 @@ def test_a_removed_knob_is_refused_with_what_to_do_instead():
 
     with pytest.raises(ValueError, match=r"budget.improving_z was removed.*delete it"):
         CampaignSpec(name="c", budget={"total_steps": 400, "improving_z": 2.0})
+    # a spec stored before it went carries its old default (off): still resumable
+    assert CampaignSpec(name="c", budget={"total_steps": 400, "improving_z": None}).budget.total_steps == 400
+    with pytest.raises(ValueError, match=r"budget.final_checks=0 .*1 checks only the last segment's end"):
+        CampaignSpec(name="c", budget={"total_steps": 400, "final_checks": 0})
 
 
 def test_a_healthy_round_explores_within_the_healthy_share_and_a_troubled_one_within_the_full_share(tmp_path):
@@ -1041,3 +1045,34 @@ def test_a_long_skill_description_is_clipped_into_the_hypothesis_and_the_move_ke
     text = _change("halve the learning rate " * 20, move)
     assert 290 < len(text) <= CHANGE_CHARS == 300 and text.endswith("…" + move)
     assert _change("halve it", move) == "halve it" + move
+
+
+def test_a_segment_starts_from_the_version_before_the_ones_it_saved_on_its_way(tmp_path):
+    """Movement and the revision's "a promotion that fell" read where a segment started: with budget.final_checks
+    its stored parent is the last version it saved on its way (same run), so the chain is walked up past them."""
+    from datetime import datetime, timezone
+
+    from evotrainer.agent.state import segment_start
+    from evotrainer.config.campaign import CampaignSpec
+    from evotrainer.core.domain import PolicyVersion
+    from evotrainer.store import Store
+
+    h = HarnessSpec()
+    spec = CampaignSpec(name="c", budget={"total_steps": 400})
+    with Store(f"sqlite:///{tmp_path / 'state.db'}") as store:
+        store.create_campaign("c", "c", spec.model_dump(mode="json"), "t")
+        store.add_harness_version(h.version, None, h.model_dump(mode="json"), [])
+
+        def add(vid, parent, run, step):
+            return store.add_policy_version(PolicyVersion(
+                id=vid, campaign_id="c", parent_id=parent, harness_version=h.version, checkpoint=f"/ck/{vid}",
+                run_name=run, mlflow_run_id=None, eval_accuracy=None, step=step, created=datetime.now(timezone.utc)))
+
+        first = add("c:r00:segment", None, "seg0", 20)
+        promoted = add("c:r00:promoted", first.id, "branch", 50)
+        add("c:r01:segment@100", promoted.id, "seg1", 100)
+        add("c:r01:segment@150", "c:r01:segment@100", "seg1", 150)
+        last = add("c:r01:segment", "c:r01:segment@150", "seg1", 200)
+        assert segment_start(store, last).id == promoted.id
+        assert segment_start(store, promoted).id == first.id  # another run's parent is its start
+        assert segment_start(store, first) is None

@@ -44,7 +44,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evotrainer.agent.state import segment_id
+from evotrainer.agent.state import segment_id, segment_start
 from evotrainer.config.harness import enlarges_update
 from evotrainer.core.domain import PolicyVersion
 from evotrainer.evidence.model import read_metrics
@@ -145,7 +145,7 @@ def round_movement(ctx: CampaignContext, rnd: int) -> dict[str, Any] | None:
         seg = ctx.store.get_policy_version(segment_id(ctx.campaign_id, rnd))
     except NotFound:
         return None
-    parent = ctx.store.get_policy_version(seg.parent_id) if seg.parent_id else None
+    parent = segment_start(ctx.store, seg)
     verdict = {"round": rnd, **judge(ctx.home, seg, parent, share)}
     ctx.store.log_event(ctx.campaign_id, "movement", verdict)
     ctx.log(f"round {rnd}: {verdict['reason']}" + ("; only changes that enlarge the update are backtested"

@@ -78,8 +78,9 @@ def train_segment(state: CampaignState, runtime: Runtime[CampaignContext]) -> Co
     last = _explore_spent(ctx, parent, steps) and _remaining(ctx) >= ctx.spec.segment_steps
     if last:
         steps = _remaining(ctx)
-    # the last segment saves and evaluates budget.final_checks evenly spaced versions (mainline._on_the_way)
-    every = -(-steps // ctx.spec.budget.final_checks) if last else steps
+    # the last segment (the rest of the budget, with or without freed steps) saves and evaluates budget.final_checks
+    # evenly spaced versions (mainline._on_the_way)
+    every = -(-steps // ctx.spec.budget.final_checks) if last or steps >= _remaining(ctx) else steps
     if meta is not None:
         steps, every = int(meta.spec["steps"]), int(meta.spec["eval"]["every"])
     elif _remaining(ctx) < ctx.spec.segment_steps:

@@ -45,7 +45,7 @@ from pydantic import BaseModel
 
 from evotrainer.agent.drafts import draft_diagnostic, with_draft
 from evotrainer.agent.regression import DIAGNOSTIC as REGRESSION_DIAGNOSTIC
-from evotrainer.agent.state import segment_id
+from evotrainer.agent.state import segment_id, segment_start
 from evotrainer.config.harness import HarnessSpec, diff
 from evotrainer.core import atomic
 from evotrainer.core.domain import SEVERITY_RANK, Finding
@@ -308,7 +308,7 @@ def label_round(ctx: Any, rnd: int, bt_id: str | None, harness: HarnessSpec, reg
         run = str(ctx.home / "jobs" / seg.run_name)
         warned = flags(store.list_findings(cid, round=rnd))
         archive = upsert(archive, LabelledRun(path=run, labels=[], unknown=warned, note=f"round {rnd} segment: unconfirmed"))
-        parent = store.get_policy_version(seg.parent_id) if seg.parent_id else None
+        parent = segment_start(store, seg)
         tol = ctx.spec.revision.regression_tolerance
         if (parent is not None and parent.id.endswith(":promoted") and not warned and parent.eval_accuracy is not None
                 and seg.eval_accuracy is not None and seg.eval_accuracy < parent.eval_accuracy - tol):

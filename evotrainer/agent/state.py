@@ -16,6 +16,7 @@ from evotrainer.config.campaign import CampaignSpec
 if TYPE_CHECKING:  # the services' types, for readers and checkers; none is imported to run a node
     from evotrainer.agent.brains.base import Brain
     from evotrainer.agent.clock import NodeClock
+    from evotrainer.core.domain import PolicyVersion
     from evotrainer.core.tracking import Tracker
     from evotrainer.jobs.launchers.base import Launcher
     from evotrainer.store import Store
@@ -24,6 +25,16 @@ if TYPE_CHECKING:  # the services' types, for readers and checkers; none is impo
 def segment_id(campaign_id: str, rnd: int) -> str:
     """The policy version id of round ``rnd``'s mainline segment (what movement, regression and revision look up)."""
     return f"{campaign_id}:r{rnd:02d}:segment"
+
+
+def segment_start(store: Store, seg: PolicyVersion) -> PolicyVersion | None:
+    """The version segment ``seg`` started from, or None for a first segment. Its parent, unless that is one of the
+    versions the segment saved on its way (``budget.final_checks``: same run, stored as a chain before its end), in
+    which case the chain is walked up to the version before them."""
+    parent = store.get_policy_version(seg.parent_id) if seg.parent_id else None
+    while parent is not None and seg.run_name and parent.run_name == seg.run_name:
+        parent = store.get_policy_version(parent.parent_id) if parent.parent_id else None
+    return parent
 
 
 class CampaignState(TypedDict, total=False):

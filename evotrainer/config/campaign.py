@@ -42,7 +42,7 @@ class BudgetSpec(_S):
                     "adopted in the last steps has too few left to pay back the steps its branches took from the "
                     "mainline (as a tuned recipe showed: bench/log/07-campaign-vs-static-baseline.md). 0 lets backtests run to the last step.")
     final_checks: int = Field(
-        4, ge=1, le=100,
+        4,
         description="Versions the mainline's last segment (the rest of the budget, once nothing is left to "
                     "backtest) saves and scores on the selection split on its way, evenly spaced, its end included: "
                     "the rollback may go back to any of them, as it does between rounds, so a last stretch that "
@@ -51,6 +51,14 @@ class BudgetSpec(_S):
                     "too-easy levels it fell in that stretch and the campaign kept only 20-30 % of its steps "
                     "(bench/log/19-flaw-suite.md, development seed 0). 4 is a check every quarter of that stretch, "
                     "chosen before any run; each check costs a checkpoint and two evaluations of eval.n problems.")
+
+    @field_validator("final_checks")
+    @classmethod
+    def _checks(cls, v: int) -> int:
+        if not 1 <= v <= 100:
+            raise ValueError(f"budget.final_checks={v} is out of range: 1 checks only the last segment's end, up to "
+                             "100 spread along it (each costs a checkpoint and two evaluations)")
+        return v
     healthy_explore_share: float | None = Field(
         0.1, ge=0.0, le=1.0,
         description="The exploration share (in place of explore_share) for a round whose run looks healthy: no "
@@ -74,6 +82,8 @@ class BudgetSpec(_S):
     @classmethod
     def _removed(cls, data: Any) -> Any:
         if isinstance(data, dict) and "improving_z" in data:
+            if data["improving_z"] is None:  # its old default (off), in specs stored before it went: still resumable
+                return {k: v for k, v in data.items() if k != "improving_z"}
             raise ValueError("budget.improving_z was removed: holding exploration while the mainline improved measured "
                              "neutral and was off by default (bench/log/07-campaign-vs-static-baseline.md); delete it. "
                              "budget.healthy_explore_share is what limits exploration of a healthy run")

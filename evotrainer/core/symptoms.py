@@ -25,7 +25,10 @@ class Symptom(BaseModel):
     exploit: bool = Field(False, description="It claims a high score came from gaming the reward or the environment: "
                                              "a confirmed held-out gain refutes a gate that fired on it.")
     explains: tuple[str, ...] = Field((), description="Symptoms it can produce: while both are present its remedies "
-                                                      "are as urgent as theirs (truncation makes groups look too hard).")
+                                                      "are as urgent as theirs, and the heuristic brain does not count "
+                                                      "the effect again in a change's relevance (truncation makes "
+                                                      "groups look too hard; too_hard and dead_groups grade only the "
+                                                      "share truncation does not explain).")
 
 
 def _s(name: str, description: str, cause: str, *, exploit: bool = False, explains: tuple[str, ...] = ()) -> Symptom:

@@ -79,7 +79,7 @@ def truncated_part(symptom: str, groups: pd.DataFrame, hit: pd.Series) -> float:
 
 def truncation_note(part: float) -> str:
     return (f" Besides these, {part:.0%} of the groups were hit because their completions were cut off at "
-            "max_completion_length: that part is truncation's (see that finding), not counted here."
+            "max_completion_length: that part is truncation's (its remedy is the completion budget), not counted here."
             if part >= 0.005 else "")
 
 
@@ -89,7 +89,8 @@ class DeadGroups(ShareDiagnostic):
     symptom = "dead_groups"
     share_metric = "dead_group_share"
     signal = ("Share of GRPO groups whose rewards are all equal over the recent window: TRL's "
-              "frac_reward_zero_std, or the reward spread per group in the rollouts.")
+              "frac_reward_zero_std, or the reward spread per group in the rollouts; less the share truncation "
+              "explains (each such group by its truncated completions) where the rollouts record it.")
     literature = ("DAPO, arXiv 2503.14476 (dynamic sampling: groups with all-equal rewards have zero advantage "
                   "and no gradient); Skywork-OR1, arXiv 2505.22312 (online filtering of zero-advantage groups).")
     needs = (need("a dead-group signal", "metric:frac_reward_zero_std", "rollout:reward + rollout:group_id|prompt_id",
@@ -147,7 +148,6 @@ class _GroupOutcome(ShareDiagnostic):
     all_ok: ClassVar[bool]
     advice: ClassVar[str]
     needs = (NEED_SUCCESS_GROUPS,)
-    reads = ("rollout:truncated",)  # as DeadGroups
 
     def analyze(self, ev: Evidence) -> list[Finding]:
         got = recent_group_rows(ev.rollouts, self.params, SUCCESS_COLUMNS)
@@ -175,10 +175,12 @@ class TooHard(_GroupOutcome):
     share_metric = "all_wrong_share"
     all_ok = False
     signal = ("Share of GRPO groups in the recent window where every completion is wrong (strict 'correct', "
-              "else correctness reward or reward <= 0).")
+              "else correctness reward or reward <= 0), less the share truncation explains (each such group by its "
+              "truncated completions) where the rollouts record it.")
     literature = ("DAPO, arXiv 2503.14476 (dynamic sampling of groups with accuracy 0); Skywork-OR1, arXiv "
                   "2505.22312 (offline and online filtering of prompts with pass rate 0).")
     advice = "Lower the task difficulty or add easier prompts until the policy succeeds sometimes."
+    reads = ("rollout:truncated",)  # as DeadGroups (truncation explains all-wrong groups, not all-correct ones)
 
     class Params(ShareParams):
         warning: float = Field(0.7, ge=0.0, le=1.0, description="All-wrong group share at or above which it is a warning.")

@@ -43,7 +43,7 @@ def level_gap(meta: dict, spec: HarnessSpec) -> tuple[str, int] | None:
         default = (cls.default_difficulty,) * 2 if cls is not None else None
         (lo, hi), (elo, ehi) = spec.data.difficulty or default, scored or default
         lo, hi, elo, ehi = (int(x) for x in (lo, hi, elo, ehi))
-    except (AttributeError, TypeError, ValueError):
+    except (AttributeError, TypeError, ValueError, OverflowError):
         return None
     if lo - ehi > LEVEL_BAND:
         return "above", lo - ehi - LEVEL_BAND
@@ -66,7 +66,9 @@ class UnusualRecipe(Diagnostic):
     version = "2"  # v2: the training levels against the scored ones (module docstring)
     symptom = "unusual_recipe"
     signal = ("The run's recipe (its job record's harness) against each knob's normal range (evotrainer harness "
-              "knobs): every knob outside it, with how far (metrics '<knob>/above' / '<knob>/below').")
+              "knobs): every knob outside it, with how far (metrics '<knob>/above' / '<knob>/below'); and the "
+              "training levels against the levels the held-out split is scored on, in levels beyond one either side "
+              "('data.difficulty/above' / 'data.difficulty/below').")
     literature = ("The ranges' sources are listed with each knob (TRL's GRPOConfig defaults, DeepSeekMath, DAPO, "
                   "Dr. GRPO, Skywork-OR1, open-r1).")
     Params = RecipeParams
@@ -97,7 +99,8 @@ class UnusualRecipe(Diagnostic):
         for side in ("above", "below"):
             metrics[f"data.difficulty/{side}"] = float(gap[1]) if gap and gap[0] == side else 0.0
         if gap:
-            words.append(f"data.difficulty = {list(spec.data.difficulty or [])} trains {gap[1] + LEVEL_BAND} levels "
+            trained = list(spec.data.difficulty) if spec.data.difficulty else "unset (the task's default)"
+            words.append(f"data.difficulty = {trained} trains {gap[1] + LEVEL_BAND} levels "
                          f"{gap[0]} the levels its held-out split is scored on (practitioners train on those or one "
                          "around them: curriculum learning steps one level at a time)")
         if not words:
