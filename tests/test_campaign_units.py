@@ -19,9 +19,9 @@ from evotrainer.stats.backtest import decide
 from tests.conftest import REPO, small_context
 
 
-def _finding(symptom: str, severity: str = "warning", confidence: float = 0.8) -> Finding:
+def _finding(symptom: str, severity: str = "warning", confidence: float = 0.8, metrics=None) -> Finding:
     return Finding(symptom=symptom, diagnostic=symptom, version="1", severity=severity, confidence=confidence,
-                   explanation="test")
+                   explanation="test", metrics=metrics or {})
 
 
 def resolve(h: HarnessSpec, findings=()):
@@ -123,6 +123,26 @@ def test_a_scale_knob_proposal_gets_a_bracket_arm_further_out_and_others_move_do
     assert _bracketed(slow, [lr_s, *others], 2, stuck=True)[0][0].value == pytest.approx(1.73e-4)  # √(3e-5 · 1e-3)
     assert _bracketed(h, [lr, *others], 1, stuck=True) == ([lr, *others], {})  # no bracket, no interim
     assert _bracketed(tuned, [lr_t, *others], 2, stuck=True) == ([lr_t, *others], {})
+
+
+def test_a_shift_of_the_training_levels_gets_a_bracket_twice_as_far_inside_the_levels():
+    from evotrainer.agent.arms import _bracketed
+    from evotrainer.agent.values import bracket_value
+
+    from evotrainer.core.domain import Hypothesis, ProposalDraft
+
+    h = HarnessSpec().with_knob("data.difficulty", [5, 5])
+    hyp = Hypothesis(symptom="unusual_recipe", cause="levels above the scored ones", change="one level down",
+                     expected_effect="accuracy up")
+    drafts = [ProposalDraft(knob="data.difficulty", value=[4, 4], hypothesis=hyp, rationale="r",
+                            cited_skills=["easier-curriculum"]),
+              ProposalDraft(knob="grpo.num_generations", value=16, hypothesis=hyp, rationale="r", cited_skills=[])]
+    out, fixed = _bracketed(h, drafts, 2, stuck=True)  # a range has no geometric middle: no interim arm
+    assert fixed == {1: "bracket"} and [d.value for d in out[:2]] == [[4, 4], [3, 3]] and out[2:] == drafts[1:]
+    assert "a bracket of [4, 4] (2× the step)" in out[1].hypothesis.change
+    assert bracket_value(h, "data.difficulty", [2, 3], [1, 2]) is None  # below level 1: no bracket
+    assert bracket_value(h, "data.difficulty", [2, 3], [2, 4]) is None  # not a shift of both ends
+    assert bracket_value(h, "data.difficulty", [1, 2], [2, 3]) == [3, 4]  # the task's last level is checked per draft
     spec = load_campaign_spec(REPO / "campaigns" / "arith-demo.yaml")
     assert spec.backtest.bracket and spec.backtest.project_futility
     assert spec.backtest.bracket_range["optim.learning_rate"] == (1e-7, 1e-3)

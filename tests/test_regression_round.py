@@ -24,10 +24,13 @@ from evotrainer.core.domain import Hypothesis, PolicyVersion, ProposalDraft
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
-def _campaign(home: Path, cid: str, selection: float, brain=None, without: tuple[str, ...] = ()):
+def _campaign(home: Path, cid: str, selection: float, brain=None, without: tuple[str, ...] = (),
+              levels: list[int] | None = None, task: str = "countdown"):
     """Round 0 of campaign ``cid`` after a first segment that ended at ``selection`` on the selection split (the base
     policy scored 0.25), its rollouts all wrong; returns a function that diagnoses and proposes as the graph does.
-    ``without``: skills removed from the campaign's copy of the seed library (a user's library that lacks them)."""
+    ``without``: skills removed from the campaign's copy of the seed library (a user's library that lacks them);
+    ``levels``: the recipe's training levels (both tasks are scored on level 3), recorded in the segment's job
+    record."""
     from evotrainer.agent.brains.heuristic import HeuristicBrain
     from evotrainer.agent.mainline import _keep_best
     from evotrainer.agent.nodes import diagnose, propose
@@ -35,8 +38,8 @@ def _campaign(home: Path, cid: str, selection: float, brain=None, without: tuple
     from evotrainer.config.campaign import CampaignSpec
     from evotrainer.store import Store
 
-    h = HarnessSpec().with_knob("optim.learning_rate", 3e-4)
-    spec = CampaignSpec(name=cid, task="countdown", seed=2, screen=False, eval={"every": 0, "n": 500, "k": 1},
+    h = HarnessSpec().with_knob("optim.learning_rate", 3e-4).with_knob("data.difficulty", levels)
+    spec = CampaignSpec(name=cid, task=task, seed=2, screen=False, eval={"every": 0, "n": 500, "k": 1},
                         budget={"total_steps": 400},
                         backtest={"branch_steps": 10, "seeds": 3, "max_proposals": 2, "min_effect": 0.01})
     store = Store.for_home(home)
@@ -53,6 +56,8 @@ def _campaign(home: Path, cid: str, selection: float, brain=None, without: tuple
     run.mkdir(parents=True)
     (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "reward": 0.0, "frac_reward_zero_std": 1.0})
                                                + "\n" for s in range(1, 21)))
+    (run / "meta.json").write_text(json.dumps({"harness": h.model_dump(mode="json"),
+                                               "spec": {"task": task, "eval": {"difficulty": None}}}))
     seg = store.add_policy_version(PolicyVersion(
         id=f"{cid}:r00:segment", campaign_id=cid, parent_id=None, harness_version=h.version, checkpoint="/ck/seg",
         run_name=run.name, mlflow_run_id=None, eval_accuracy=selection, step=20, created=NOW,
@@ -67,7 +72,7 @@ def _campaign(home: Path, cid: str, selection: float, brain=None, without: tuple
         propose(state, runtime)
         return store.list_findings(cid, round=0), [(p.knob, p.new) for p in store.list_proposals(cid, round=0)]
 
-    diagnose_and_propose.store, diagnose_and_propose.mainline = store, keep.id
+    diagnose_and_propose.store, diagnose_and_propose.mainline, diagnose_and_propose.ctx = store, keep.id, ctx
     return diagnose_and_propose
 
 
@@ -85,6 +90,32 @@ def test_a_rolled_back_segment_is_diagnosed_as_a_regression_and_only_a_smaller_s
     # a re-run after kill -9 adds neither a second finding nor a second round of proposals
     again, proposals_again = run()
     assert [f.symptom for f in again].count("regression") == 1 and proposals_again == proposals
+
+
+def test_a_regressed_round_backtests_the_recipes_outlier_ahead_of_a_smaller_step(tmp_path):
+    """Training on level 1 when scored on level 3 is a remedy the rollback does not make moot (the recipe stays):
+    the harder curriculum and its two-level bracket take the round's slots, ahead of the halving."""
+    run = _campaign(tmp_path, "r", selection=0.002, levels=[1, 1], task="arith")
+    findings, proposals = run()
+    assert {"regression", "unusual_recipe"} <= {f.symptom for f in findings if f.severity != "info"}
+    assert proposals == [("data.difficulty", [2, 2]), ("data.difficulty", [3, 3])]
+    (p0, p1) = run.store.list_proposals("r", round=0)
+    assert p0.cited_skills == ["harder-curriculum"] and "twice" not in p0.rationale
+    assert "a bracket of [2, 2] (2× the step)" in p1.hypothesis.change
+
+
+def test_a_draft_beyond_the_tasks_levels_is_refused_before_it_is_backtested(tmp_path):
+    import pytest
+
+    from evotrainer.agent.arms import _check_draft
+    from evotrainer.core.errors import ConfigError
+    from evotrainer.tasks import get_task
+
+    run = _campaign(tmp_path, "t", selection=0.25, levels=[4, 4])
+    h, top = HarnessSpec(), get_task("countdown").max_difficulty
+    _check_draft(run.ctx, h, "data.difficulty", [top, top], "too_easy", None)
+    with pytest.raises(ConfigError, match=f"outside task 'countdown' levels 2..{top}"):
+        _check_draft(run.ctx, h, "data.difficulty", [top + 1, top + 1], "too_easy", None)
 
 
 def test_a_decline_within_noise_is_no_regression(tmp_path):

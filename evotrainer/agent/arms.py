@@ -11,7 +11,7 @@ from evotrainer.agent.brains.base import RefutedChange
 from evotrainer.agent.lessons import overflows_context, repeated_mistake
 from evotrainer.agent.revise import accepted_false_positives
 from evotrainer.agent.state import CampaignContext, CampaignState
-from evotrainer.agent.values import BRACKET_FACTOR, bracket_value, move_of
+from evotrainer.agent.values import BRACKET_FACTOR, RANGE_BRACKET_STEPS, bracket_value, move_of
 from evotrainer.config.campaign import BRACKET_RANGE
 from evotrainer.config.harness import (
     HarnessSpec,
@@ -21,6 +21,7 @@ from evotrainer.core.domain import Candidate
 from evotrainer.core.errors import ConfigError
 from evotrainer.stats.screening import SCREENABLE, screen_run
 from evotrainer.tasks import get_task
+from evotrainer.training.data import check_range
 
 
 def _refuted(ctx: CampaignContext) -> list[RefutedChange]:
@@ -54,12 +55,16 @@ def _knob_history(ctx: CampaignContext, knob: str) -> list[tuple[str, Any, Any, 
             for pid, d in sorted(decided.items(), key=lambda kv: (props[kv[0]].round, kv[0]))]  # decision order
 
 
-def _task_inert(ctx: CampaignContext) -> dict[str, str]:
-    """The campaign task's inert knobs (``Task.inert_knobs``), built once per campaign process."""
-    if ctx.task_inert is None:
+def _task(ctx: CampaignContext) -> Any:
+    """The campaign's task, built once per campaign process."""
+    if ctx.task is None:
+        ctx.task = get_task(ctx.spec.task, ctx.spec.task_options)
+    return ctx.task
 
-        ctx.task_inert = get_task(ctx.spec.task, ctx.spec.task_options).inert_knobs()
-    return ctx.task_inert
+
+def _task_inert(ctx: CampaignContext) -> dict[str, str]:
+    """The campaign task's inert knobs (``Task.inert_knobs``)."""
+    return _task(ctx).inert_knobs()
 
 
 def _check_draft(ctx: CampaignContext, harness: HarnessSpec, knob: str, value: Any, symptom: str,
@@ -79,6 +84,8 @@ def _check_draft(ctx: CampaignContext, harness: HarnessSpec, knob: str, value: A
         raise ConfigError(f"{knob} changes nothing here: {inert[knob]}")
     if (why := overflows_context(knob, value, context)) is not None:
         raise ConfigError(why)
+    if knob == "data.difficulty" and value is not None:  # the harness knows level 1, only the task its last level
+        check_range(_task(ctx), value, knob)
     mistake = None if retest else repeated_mistake(ctx.library, harness, knob, value, symptom)
     if mistake:
         raise ConfigError(f"{knob}={value!r} repeats the known mistake {mistake} with no new symptom")
@@ -144,7 +151,9 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None 
     If both are promoted the larger effect wins (``decide_node``); both arms are trials of the knob's Optuna
     study. ``k`` < 2 (or 0: bracketing off) leaves the drafts as they are. ``bands`` (``backtest.bracket_range``,
     the spec's default when None) keeps the bracket inside each knob's usual band: from a value already there
-    (a tuned learning rate) there is no bracket, and the round's next draft takes the slot.
+    (a tuned learning rate) there is no bracket, and the round's next draft takes the slot. A range knob's shift
+    (the training levels, ``data.difficulty``) is bracketed the same way, by twice the shift
+    (:func:`~evotrainer.agent.values.range_bracket`): [5, 5] → [4, 4] beside [3, 3].
 
     **In a stuck round** (``stuck``: agent/movement.py) the first arm moves to the *interim* value, the geometric
     middle of the draft's value and the bracket's (×27 beside ×243 for a learning rate). Why: the round is stuck
@@ -168,7 +177,10 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None 
     current = knobs.get(first.knob)
     if any(d.knob == first.knob and d.value == value for d in drafts):
         return list(drafts), {}
-    factor = move_of(first.knob, current, value) / move_of(first.knob, current, first.value)  # < factor if clipped
+    ranged = isinstance(value, list)  # a range knob's shift (values.range_bracket), not a scale knob's log move
+    factor = (RANGE_BRACKET_STEPS if ranged  # else < factor if clipped
+              else move_of(first.knob, current, value) / move_of(first.knob, current, first.value))
+    scale = "the step" if ranged else "the move in log scale"
 
     def arm(v: float, change: str, why: str):  # the draft moved to ``v``, saying how and why
         return first.model_copy(update={
@@ -176,11 +188,11 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None 
                                                                                    f"{v!r}, {change}"[:300]}),
             "rationale": f"{why}; {first.rationale}"[:2000]})
 
-    bracket = arm(value, f"a bracket of {first.value!r} ({factor:.3g}× the move in log scale)",
+    bracket = arm(value, f"a bracket of {first.value!r} ({factor:.3g}× {scale})",
                   f"bracket of the brain's draft ({first.knob} → {first.value!r}): the same knob moved {factor:.3g} "
-                  "times as far in log scale, backtested beside the round's first arm against the same control")
+                  f"times as far ({scale}), backtested beside the round's first arm against the same control")
     rest = [d for d in drafts if d is not first]
-    middle = float(f"{math.sqrt(first.value * value):.3g}") if stuck else None
+    middle = float(f"{math.sqrt(first.value * value):.3g}") if stuck and not ranged else None
     if middle is None or middle in (current, value) or any(d.knob == first.knob and d.value == middle for d in rest):
         return [first, bracket, *rest], {1: "bracket"}
     interim = arm(middle, f"the geometric middle of {first.value!r} and the bracket {value!r} (the mainline is stuck)",
@@ -197,7 +209,7 @@ def _screen(ctx: CampaignContext, state: CampaignState, harness: HarnessSpec, kn
         return None
     try:
         return screen_run(ctx.home / "jobs" / state["segment_run"], harness, knob, value,
-                          get_task(ctx.spec.task, ctx.spec.task_options))
+                          _task(ctx))
     except Exception as err:  # noqa: BLE001 - screening is an optimisation: a failure means "backtest it"
         ctx.store.log_event(ctx.campaign_id, "screening_error", {"round": state["round"], "knob": knob,
                                                                  "error": f"{type(err).__name__}: {err}"})

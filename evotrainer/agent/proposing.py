@@ -7,10 +7,11 @@ a proposal goes through before it exists, in the order it goes through it:
 1. **Candidates.** The library's skills resolved against the harness (their evidence is the prior), re-tests of
    inconclusive changes first; the library's mistakes count as refuted changes.
 2. **What can act.** Only what enlarges the update can act on a policy that does not move (``agent/movement.py``),
-   only what shrinks it on a recipe that undid the policy (``agent/regression.py``); a brain that drafts outside its
+   only what shrinks it, or moves an outlier of the recipe back, on a recipe that undid the policy
+   (``agent/regression.py``: the recipe's remedies first); a brain that drafts outside its
    candidates (an LLM) is held to the same rule, and when the library has no such change the campaign's own
    step-size draft is used (``agent/fallback.py``).
-3. **Arms.** A scale knob's draft gets its bracket (``agent/arms.py``).
+3. **Arms.** A scale knob's draft, or a range knob's shift, gets its bracket (``agent/arms.py``).
 4. **Values.** A numeric knob's value is asked of Optuna over this campaign's backtests of it (``agent/values.py``).
 5. **Checks and screening.** A draft that may not be proposed is recorded as invalid; a reward or data change that
    screens as nil on the segment's rollouts is recorded ``screened`` and is neither reviewed nor backtested.
@@ -36,13 +37,14 @@ from evotrainer.agent.fallback import BRAIN as BUILTIN
 from evotrainer.agent.fallback import step_draft
 from evotrainer.agent.lessons import brain_inputs
 from evotrainer.agent.movement import STUCK_WHY, round_stuck
-from evotrainer.agent.regression import REGRESSED_WHY, regressed
+from evotrainer.agent.regression import REGRESSED_WHY, recipe_remedies, regressed
 from evotrainer.agent.runs import _harness, _now
 from evotrainer.agent.state import CampaignContext, CampaignState
 from evotrainer.agent.values import ValueOptimizer
 from evotrainer.config.harness import STEP_SIZE_KNOBS, HarnessSpec, enlarges_update, shrinks_update
 from evotrainer.core.domain import Decision, Finding, Proposal
 from evotrainer.core.errors import ConfigError
+from evotrainer.library.changes import direction
 
 
 def draft_round(ctx: CampaignContext, state: CampaignState, rnd: int) -> None:
@@ -69,22 +71,29 @@ def _ask_brain(ctx: CampaignContext, rnd: int, harness: HarnessSpec,
     fell = regressed(findings)
     stuck = not fell and round_stuck(ctx, rnd)
     step = "larger" if stuck else "smaller" if fell else None
-    acts = enlarges_update if stuck else shrinks_update
+    # a regressed round's restriction spares the remedies of the recipe's outliers (agent/regression.py)
+    recipe = recipe_remedies(candidates, findings, knobs) if fell else {}
+
+    def acts(knob: str, value: Any) -> bool:
+        return ((enlarges_update if stuck else shrinks_update)(knob, knobs.get(knob), value)
+                or recipe.get(knob) == direction(knobs.get(knob), value))
+
     if step:
-        candidates = [c for c in candidates if acts(c.knob, knobs.get(c.knob), c.value)]
+        candidates = [c for c in candidates if acts(c.knob, c.value)]
     k = ctx.spec.backtest.max_proposals
     bctx = BrainContext(harness=harness, findings=findings, candidates=candidates, mistakes=mistakes,
                         refuted=_refuted(ctx) + known, max_proposals=k + (2 if ctx.spec.screen else 0),
                         min_effect=ctx.spec.backtest.min_effect,
                         task=ctx.spec.task, task_inert=_task_inert(ctx), seed=ctx.spec.seed, round=rnd,
-                        only_knobs=list(STEP_SIZE_KNOBS) if step else None, only_step=step,
+                        only_knobs=[*STEP_SIZE_KNOBS, *sorted(recipe)] if step else None,
+                        only_step=step,
                         only_why=STUCK_WHY if stuck else REGRESSED_WHY if fell else "")
     result = ctx.brain.propose(bctx)
     builtin = False
     if step:  # a brain may draft outside its candidates (an LLM does): the same rule, re-tests first
-        movers = [d for d in result.drafts if acts(d.knob, knobs.get(d.knob), d.value)]
+        movers = [d for d in result.drafts if acts(d.knob, d.value)]
         dropped = [f"{d.knob}={d.value!r}" for d in result.drafts if d not in movers]
-        movers.sort(key=lambda d: not _is_retest(d))
+        movers.sort(key=lambda d: (not _is_retest(d), d.knob not in recipe))
         why = "the mainline is stuck" if stuck else "the mainline regressed"
         notes = [*result.notes, *([f"{why}: dropped {', '.join(dropped)} (only changes that make the update "
                                    f"{step} can act on it)"] if dropped else [])]

@@ -19,6 +19,14 @@ state the next branch will not start in; the one fact that holds for it is that 
 propose node's bracket then tries the same move further out beside it (×0.5 and ×1/32 for a learning rate), so one
 backtest sees whether a halving suffices or the rate is decades off.
 
+**The recipe's outliers are spared.** The restriction stands on the other findings describing the discarded policy;
+the recipe check's (``unusual_recipe``, ``diagnostics/builtin/recipe.py``) describes the recipe, which the mainline
+keeps after the rollback, so a remedy that answers it (a knob other than the step size moved back toward its normal
+range, the training levels moved toward the scored ones) is as much a suspect of the fall as the step size, and is
+backtested too, ahead of the smaller step: a recipe that trains one level (arith [1, 1], scored on level 3) lost 12
+points in its first 20 steps, and a smaller learning rate kept training the wrong levels
+(bench/log/19-flaw-suite.md, 2026-12-03). A step-size knob still moves only smaller, whatever the recipe check says.
+
 Only a segment's own rollback counts: a kept branch that is rolled back at a round's end is the control or the
 promoted arm of a backtest, and its fall is already that backtest's evidence; if the recipe undoes the policy
 again, the next round's segment shows it.
@@ -26,8 +34,13 @@ again, the next round's segment shows it.
 
 from __future__ import annotations
 
+from typing import Any
+
 from evotrainer.agent.state import CampaignContext, segment_id
-from evotrainer.core.domain import Finding
+from evotrainer.config.harness import STEP_SIZE_KNOBS
+from evotrainer.core.domain import Candidate, Finding
+from evotrainer.diagnostics.builtin.recipe import UnusualRecipe
+from evotrainer.library.changes import direction
 
 DIAGNOSTIC = "rollback"  # the finding's diagnostic: the campaign's own comparison of versions, not a registry entry
 VERSION = "1"
@@ -57,6 +70,15 @@ def regression_finding(ctx: CampaignContext, rnd: int) -> Finding | None:
                     "smaller steps (lower the learning rate) rather than larger ones.")
 
 
+def recipe_remedies(candidates: list[Candidate], findings: list[Finding], knobs: dict[str, Any]) -> dict[str, str]:
+    """{knob: direction} of the candidates that answer a recipe-check finding at warning or worse, step-size knobs
+    excepted (see the module docstring): a draft moving such a knob that way may act in a regressed round."""
+    if not any(f.symptom == UnusualRecipe.symptom and f.severity != "info" for f in findings):
+        return {}
+    return {c.knob: direction(knobs.get(c.knob), c.value) for c in candidates
+            if UnusualRecipe.symptom in c.symptoms and c.knob not in STEP_SIZE_KNOBS}
+
+
 def regressed(findings: list[Finding]) -> bool:
     """Whether a round's findings say its segment made the policy worse (see the module docstring)."""
     return any(f.symptom == SYMPTOM and f.diagnostic == DIAGNOSTIC for f in findings)
@@ -65,5 +87,6 @@ def regressed(findings: list[Finding]) -> bool:
 # what a brain is told in a regressed round (the LLM prompt's line above its knob list)
 REGRESSED_WHY = ("the mainline regressed (its last segment's held-out accuracy fell below an earlier version's beyond "
                  "noise, and it went back to that version; that segment's other findings describe the discarded "
-                 "policy): only a change that makes the update smaller keeps the same recipe from undoing it again; "
-                 "lower optim.learning_rate")
+                 "policy): only a change that makes the update smaller keeps the same recipe from undoing it again "
+                 "(lower optim.learning_rate), or one that moves a knob the recipe check found outside its normal "
+                 "range back toward it")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, TypedDict
+from typing import TYPE_CHECKING, Any, Callable, TypedDict
 
 from evotrainer.config.campaign import CampaignSpec
 
@@ -70,4 +70,4 @@ class CampaignContext:
     started_at: float = 0.0  # time.time() when this process took the campaign (the wall-clock cap counts from it)
     library: Path | None = None  # the skill library folder this campaign reads and curates
     clock: NodeClock | None = None  # times the nodes' waits on the worker (None: not timed)
-    task_inert: dict[str, str] | None = None  # the task's inert knobs (agent/arms.py::_task_inert), once built
+    task: Any = None  # the campaign's Task (agent/arms.py::_task), built once per process

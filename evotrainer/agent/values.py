@@ -49,6 +49,7 @@ from pydantic import BaseModel, Field
 
 from evotrainer.config.campaign import BacktestSpec
 from evotrainer.config.harness import SCALE_KNOBS, HarnessSpec, locked_knob
+from evotrainer.core.errors import ConfigError
 
 # Knobs searched on a log scale (their useful values span decades).
 LOG_KNOBS = SCALE_KNOBS
@@ -185,12 +186,15 @@ BRACKET_FACTOR: float = BacktestSpec.model_fields["bracket_factor"].default
 
 
 def bracket_value(harness: HarnessSpec, knob: str, current: Any, value: Any, factor: float = BRACKET_FACTOR,
-                  band: tuple[float, float] | None = None) -> float | None:
+                  band: tuple[float, float] | None = None) -> float | list[int] | None:
     """The bolder value a bracket arm tries beside the draft ``current → value`` of a scale knob: the move
     ``factor`` times as far in log scale, clipped into ``band`` (``backtest.bracket_range``) and the knob's
     bounds. None: no bracket, for a knob that is not a scale knob, or when the clipped value is not at least twice
     as far from ``current`` as ``value`` is (a current value already inside the band, or a move the bounds leave
-    no room to extend)."""
+    no room to extend). A range knob's step (``data.difficulty`` [5, 5] → [4, 4]) is bracketed by
+    :func:`range_bracket`."""
+    if _shift(current, value):
+        return range_bracket(harness, knob, current, value)
     move = move_of(knob, current, value)
     if knob not in LOG_KNOBS or not move or locked_knob(knob):
         return None
@@ -201,6 +205,40 @@ def bracket_value(harness: HarnessSpec, knob: str, current: Any, value: Any, fac
     if out <= 0 or out in (current, value) or (out - value) * move <= 0:
         return None
     return out if math.log(out / current) / move >= 2.0 else None
+
+
+RANGE_BRACKET_STEPS = 2  # a range knob's bracket shifts it this many times the draft's step (range_bracket)
+
+
+def _int_pair(x: Any) -> bool:
+    return isinstance(x, (list, tuple)) and len(x) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in x)
+
+
+def _shift(current: Any, value: Any) -> int | None:
+    """The whole-level shift ``current → value`` of a [lo, hi] range knob that moves both ends alike, else None."""
+    if not (_int_pair(current) and _int_pair(value)):
+        return None
+    d = value[0] - current[0]
+    return d if d and value[1] - current[1] == d else None
+
+
+def range_bracket(harness: HarnessSpec, knob: str, current: Any, value: Any) -> list[int] | None:
+    """The bracket of a range knob's shift (the training levels one level down, ``easier-curriculum``): the range
+    shifted :data:`RANGE_BRACKET_STEPS` times as far, when the harness takes it (None when the knob is locked, the
+    move is not a shift of both ends, or the farther range leaves the knob's bounds). Why twice and no further: a
+    level is a coarse step (curriculum learning moves one at a time), and two levels is as far as the recipe check
+    calls normal from the scored levels (``diagnostics/builtin/recipe.py``: the levels scored, or one around
+    them); a range two levels off its scored ones then has its scored levels in the round's backtest, beside the
+    one-level move. The task's own bounds are checked with every draft (``agent/arms.py::_check_draft``)."""
+    d = _shift(current, value)
+    if d is None or locked_knob(knob):
+        return None
+    out = [current[0] + RANGE_BRACKET_STEPS * d, current[1] + RANGE_BRACKET_STEPS * d]
+    try:
+        harness.with_knob(knob, out)
+    except ConfigError:
+        return None
+    return out
 
 
 def _apply(knob: str, current: float, move: float, w: Window) -> Any:

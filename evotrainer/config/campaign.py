@@ -123,8 +123,9 @@ class BacktestSpec(_S):
                           "coefficient, weight decay), it takes the first slot and the same knob moved "
                           "`bracket_factor` times as far in log scale (×3 -> ×243) the second, against the same "
                           "control, as an engineer's sweep would: from a value decades off, the first step alone "
-                          "shows effects too small to decide in a short branch. Needs max_proposals >= 2; the other "
-                          "proposals move down.")
+                          "shows effects too small to decide in a short branch. A range knob's shift (the training levels) is "
+                          "bracketed by twice the shift ([5, 5] -> [4, 4] beside [3, 3]). Needs max_proposals >= 2; the "
+                          "other proposals move down.")
     bracket_factor: float = Field(
         5.0, ge=1.5, le=8.0,
         description="How many times as far (in log scale) the bracket arm moves the knob as the first arm does: 5 "
