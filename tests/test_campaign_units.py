@@ -143,6 +143,15 @@ def test_a_shift_of_the_training_levels_gets_a_bracket_twice_as_far_inside_the_l
     assert bracket_value(h, "data.difficulty", [2, 3], [1, 2]) is None  # below level 1: no bracket
     assert bracket_value(h, "data.difficulty", [2, 3], [2, 4]) is None  # not a shift of both ends
     assert bracket_value(h, "data.difficulty", [1, 2], [2, 3]) == [3, 4]  # the task's last level is checked per draft
+
+
+def test_the_prompt_pool_is_a_scale_knob_bracketed_within_what_rl_prompt_sets_hold():
+    from evotrainer.agent.values import bracket_value
+    from evotrainer.config.campaign import BRACKET_RANGE
+
+    h, band = HarnessSpec().with_knob("data.pool_size", 64), BRACKET_RANGE["data.pool_size"]
+    assert bracket_value(h, "data.pool_size", 64, 256, 5.0, band) == 65_536  # ×4 beside the band's top, an int
+    assert bracket_value(h.with_knob("data.pool_size", 8192), "data.pool_size", 8192, 32_768, 5.0, band) is None
     spec = load_campaign_spec(REPO / "campaigns" / "arith-demo.yaml")
     assert spec.backtest.bracket and spec.backtest.project_futility
     assert spec.backtest.bracket_range["optim.learning_rate"] == (1e-7, 1e-3)

@@ -193,6 +193,7 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None 
                   f"times as far ({scale}), backtested beside the round's first arm against the same control")
     rest = [d for d in drafts if d is not first]
     middle = float(f"{math.sqrt(first.value * value):.3g}") if stuck and not ranged else None
+    middle = int(round(middle)) if middle is not None and isinstance(value, int) else middle
     if middle is None or middle in (current, value) or any(d.knob == first.knob and d.value == middle for d in rest):
         return [first, bracket, *rest], {1: "bracket"}
     interim = arm(middle, f"the geometric middle of {first.value!r} and the bracket {value!r} (the mainline is stuck)",

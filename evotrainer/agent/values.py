@@ -198,10 +198,11 @@ def bracket_value(harness: HarnessSpec, knob: str, current: Any, value: Any, fac
     move = move_of(knob, current, value)
     if knob not in LOG_KNOBS or not move or locked_knob(knob):
         return None
-    lo, hi, _ = _bounds(harness, knob)
+    lo, hi, integer = _bounds(harness, knob)
     if band is not None:
         lo, hi = max(lo, band[0]), min(hi, band[1])
-    out = float(f"{min(max(current * math.exp(factor * move), lo), hi):.3g}")
+    out = min(max(current * math.exp(factor * move), lo), hi)
+    out = int(round(out)) if integer else float(f"{out:.3g}")
     if out <= 0 or out in (current, value) or (out - value) * move <= 0:
         return None
     return out if math.log(out / current) / move >= 2.0 else None

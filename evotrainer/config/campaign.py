@@ -104,7 +104,7 @@ class BudgetSpec(_S):
 # The band a bracket arm stays inside, per scale knob (`BacktestSpec.bracket_range` says why these).
 BRACKET_RANGE: dict[str, tuple[float, float]] = {
     "optim.learning_rate": (1e-7, 1e-3), "grpo.beta": (1e-3, 0.5), "grpo.entropy_coef": (1e-4, 0.02),
-    "optim.weight_decay": (1e-3, 0.2)}
+    "optim.weight_decay": (1e-3, 0.2), "data.pool_size": (512, 65_536)}
 
 
 class BacktestSpec(_S):
@@ -120,7 +120,7 @@ class BacktestSpec(_S):
     confidence: float = Field(0.8, gt=0.5, lt=1.0, description="Confidence level of the paired interval.")
     bracket: bool = Field(
         True, description="When a proposal the round would backtest moves a scale knob (learning rate, KL or entropy "
-                          "coefficient, weight decay), it takes the first slot and the same knob moved "
+                          "coefficient, weight decay, prompt pool), it takes the first slot and the same knob moved "
                           "`bracket_factor` times as far in log scale (×3 -> ×243) the second, against the same "
                           "control, as an engineer's sweep would: from a value decades off, the first step alone "
                           "shows effects too small to decide in a short branch. A range knob's shift (the training levels) is "
@@ -145,7 +145,8 @@ class BacktestSpec(_S):
                     "seed, like 9e-4, ~60 of 400 steps spent to reject both (bench/log/07-campaign-vs-static-baseline.md). Defaults: "
                     "learning rate 1e-7..1e-3 (full fine-tunes of LMs use 1e-7..1e-5, LoRA up to ~5e-4, the tiny "
                     "policy 1e-4..1e-3), KL coefficient 1e-3..0.5, entropy coefficient 1e-4..0.02, weight decay "
-                    "1e-3..0.2 (the ranges GRPO recipes report). A knob left out is bracketed within its bounds.")
+                    "1e-3..0.2 (the ranges GRPO recipes report), prompt pool 512..65536 distinct prompts (RL prompt sets: "
+                    "DAPO-Math 17k, DeepScaleR 40k). A knob left out is bracketed within its bounds.")
     project_futility: bool = Field(
         True, description="At an interim look, judge futility on the interval's upper end scaled by looks / look (an "
                           "effect that builds up with steps trained, as a learning rate's does, may reach that much by "

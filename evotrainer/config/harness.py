@@ -266,7 +266,8 @@ def locked_knob(path: str) -> bool:
 
 # Knobs whose useful values span decades: searched and moved on a log scale (agent/values.py), bracketed
 # (config/campaign.py `backtest.bracket`).
-SCALE_KNOBS = frozenset({"optim.learning_rate", "grpo.beta", "grpo.entropy_coef", "optim.weight_decay"})
+SCALE_KNOBS = frozenset({"optim.learning_rate", "grpo.beta", "grpo.entropy_coef", "optim.weight_decay",
+                         "data.pool_size"})
 # Knob → the direction in which it enlarges the update a training step makes (+1: a larger value): what can act on a
 # policy too stuck to move (evotrainer/agent/movement.py). Not optim.warmup_steps: a fork does not repeat its
 # lineage's warm-up, so a shorter one changes nothing in a branch. Not grpo.num_iterations: the budget counts optimiser
