@@ -255,8 +255,10 @@ def search_space(harness, task: str) -> dict[str, Any]:
         numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
         if numeric and cur is not None:
             lo_b, hi_b, integer = _bounds(harness, knob)
-            if knob in LOG_KNOBS and cur > 0:  # two decades down, three up: from 1e-6 Optuna can reach 1e-3,
-                lo, hi = max(cur / 100, lo_b, 1e-8), min(cur * 1000, hi_b)  # as the campaign's moves can
+            # two decades down, three up: from 1e-6 Optuna can reach 1e-3, as the campaign's moves can (an integer
+            # scale knob, the prompt pool, keeps the linear space its rows in bench/RESULTS.md were measured with)
+            if knob in LOG_KNOBS and cur > 0 and not integer:
+                lo, hi = max(cur / 100, lo_b, 1e-8), min(cur * 1000, hi_b)
                 space[knob] = FloatDistribution(lo, hi, log=True)
             else:
                 d = max(abs(v - cur) for v in vals) * 2

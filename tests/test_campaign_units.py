@@ -19,9 +19,9 @@ from evotrainer.stats.backtest import decide
 from tests.conftest import REPO, small_context
 
 
-def _finding(symptom: str, severity: str = "warning", confidence: float = 0.8, metrics=None) -> Finding:
+def _finding(symptom: str, severity: str = "warning", confidence: float = 0.8) -> Finding:
     return Finding(symptom=symptom, diagnostic=symptom, version="1", severity=severity, confidence=confidence,
-                   explanation="test", metrics=metrics or {})
+                   explanation="test")
 
 
 def resolve(h: HarnessSpec, findings=()):
@@ -123,12 +123,18 @@ def test_a_scale_knob_proposal_gets_a_bracket_arm_further_out_and_others_move_do
     assert _bracketed(slow, [lr_s, *others], 2, stuck=True)[0][0].value == pytest.approx(1.73e-4)  # √(3e-5 · 1e-3)
     assert _bracketed(h, [lr, *others], 1, stuck=True) == ([lr, *others], {})  # no bracket, no interim
     assert _bracketed(tuned, [lr_t, *others], 2, stuck=True) == ([lr_t, *others], {})
+    spec = load_campaign_spec(REPO / "campaigns" / "arith-demo.yaml")
+    assert spec.backtest.bracket and spec.backtest.project_futility
+    assert spec.backtest.bracket_range["optim.learning_rate"] == (1e-7, 1e-3)
+    for bad, says in (({"grpo.temperature": (0.5, 2.0)}, "not a scale knob"),
+                      ({"optim.learning_rate": (1e-3, 1e-4)}, "0 < low < high")):
+        with pytest.raises(ValueError, match=says):
+            BacktestSpec(bracket_range=bad)
 
 
 def test_a_shift_of_the_training_levels_gets_a_bracket_twice_as_far_inside_the_levels():
     from evotrainer.agent.arms import _bracketed
     from evotrainer.agent.values import bracket_value
-
     from evotrainer.core.domain import Hypothesis, ProposalDraft
 
     h = HarnessSpec().with_knob("data.difficulty", [5, 5])
@@ -152,13 +158,6 @@ def test_the_prompt_pool_is_a_scale_knob_bracketed_within_what_rl_prompt_sets_ho
     h, band = HarnessSpec().with_knob("data.pool_size", 64), BRACKET_RANGE["data.pool_size"]
     assert bracket_value(h, "data.pool_size", 64, 256, 5.0, band) == 65_536  # ×4 beside the band's top, an int
     assert bracket_value(h.with_knob("data.pool_size", 8192), "data.pool_size", 8192, 32_768, 5.0, band) is None
-    spec = load_campaign_spec(REPO / "campaigns" / "arith-demo.yaml")
-    assert spec.backtest.bracket and spec.backtest.project_futility
-    assert spec.backtest.bracket_range["optim.learning_rate"] == (1e-7, 1e-3)
-    for bad, says in (({"grpo.temperature": (0.5, 2.0)}, "not a scale knob"),
-                      ({"optim.learning_rate": (1e-3, 1e-4)}, "0 < low < high")):
-        with pytest.raises(ValueError, match=says):
-            BacktestSpec(bracket_range=bad)
 
 
 def test_heuristic_brain_maps_findings_to_relevant_single_knob_changes():

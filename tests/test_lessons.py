@@ -76,6 +76,16 @@ def test_known_mistake_is_refuted_only_as_far_as_it_failed(tmp_path):
     assert repeats_mistake(note, "up", 1e-3) and not repeats_mistake(note, "up", 5e-4)
 
 
+def test_a_refuted_range_refutes_only_as_far_as_it_went(tmp_path):
+    """A round brackets levels [5, 5] -> [4, 4] with [3, 3]; the bracket refuted leaves the one-level move open."""
+    lib = _seeds(tmp_path)
+    record_outcome(lib, symptom="too_hard", knob="data.difficulty", old=[5, 5], value=[3, 3], outcome="reject",
+                   evidence=_ev("old:r00:p1", "reject", -0.02), actor="campaign:old")
+    h = HarnessSpec().with_knob("data.difficulty", [5, 5])
+    assert repeated_mistake(lib, h, "data.difficulty", [4, 4], "too_hard") is None
+    assert repeated_mistake(lib, h, "data.difficulty", [2, 2], "too_hard") is not None  # further than what failed
+
+
 def test_a_draft_repeating_a_known_mistake_is_caught_for_its_own_symptom(tmp_path):
     lib = _seeds(tmp_path)
     record_outcome(lib, symptom="plateau", knob="optim.learning_rate", old=3e-4, value=9e-4, outcome="reject",

@@ -104,6 +104,23 @@ def test_a_regressed_round_backtests_the_recipes_outlier_ahead_of_a_smaller_step
     assert "a bracket of [2, 2] (2× the step)" in p1.hypothesis.change
 
 
+def test_only_a_knob_the_recipe_check_found_far_off_is_spared_and_never_the_step_size():
+    from evotrainer.agent.lessons import brain_inputs
+    from evotrainer.agent.regression import recipe_remedies
+    from evotrainer.core.domain import Finding
+
+    h = HarnessSpec().with_knob("optim.learning_rate", 1e-7).with_knob("data.difficulty", [1, 1])
+    metrics = {"optim.learning_rate/below": 9.0, "optim.learning_rate/above": 0.0, "data.difficulty/below": 1.0,
+               "data.difficulty/above": 0.0, "grpo.beta/above": 0.2, "grpo.beta/below": 0.0}
+    found = Finding(symptom="unusual_recipe", diagnostic="unusual_recipe", version="2", severity="warning",
+                    confidence=0.6, explanation="the recipe sets ...", metrics=metrics)
+    candidates = brain_inputs(SEED_LIBRARY, h, [found], "arith")[0]
+    assert {"raise-lr", "harder-curriculum"} <= {c.id for c in candidates}
+    # the learning rate is the regression's own knob; beta lies nearer than the warning distance (0.5)
+    assert recipe_remedies(candidates, [found], h) == {"data.difficulty": "up"}
+    assert recipe_remedies(candidates, [found.model_copy(update={"severity": "info"})], h) == {}
+
+
 def test_a_draft_beyond_the_tasks_levels_is_refused_before_it_is_backtested(tmp_path):
     import pytest
 

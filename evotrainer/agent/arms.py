@@ -182,7 +182,7 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None 
               else move_of(first.knob, current, value) / move_of(first.knob, current, first.value))
     scale = "the step" if ranged else "the move in log scale"
 
-    def arm(v: float, change: str, why: str):  # the draft moved to ``v``, saying how and why
+    def arm(v: Any, change: str, why: str):  # the draft moved to ``v``, saying how and why
         return first.model_copy(update={
             "value": v, "hypothesis": first.hypothesis.model_copy(update={"change": f"{first.knob}: {current!r} → "
                                                                                    f"{v!r}, {change}"[:300]}),

@@ -63,17 +63,23 @@ def campaign_library(home: Path, campaign_id: str, spec: Any) -> Path:
     return dst
 
 
-def _numbers(xs: list[Any]) -> list[float]:
-    return [x for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool)]
+def _number(x: Any) -> float | None:
+    """``x`` as a number on its knob's axis: itself, or a [lo, hi] range's midpoint (levels); None otherwise."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return x
+    if isinstance(x, (list, tuple)) and len(x) == 2 and all(_number(v) is not None for v in x):
+        return (x[0] + x[1]) / 2
+    return None
 
 
 def repeats_mistake(note: Any, direction: str, value: Any) -> bool:
-    """Does proposing ``value`` repeat what the note recorded as failing? (see the module docstring)"""
-    failed = [e.value for e in note.evidence if e.outcome in ("reject", "blocked")]
-    nums = _numbers(failed)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and nums and direction in ("up", "down"):
-        return value >= min(nums) if direction == "up" else value <= max(nums)
-    return True  # on/off/to-<name>/ranges: the same move
+    """Does proposing ``value`` repeat what the note recorded as failing? (see the module docstring) A range is
+    placed by its midpoint: levels [3, 3] refuted does not refute the nearer [4, 4] from [5, 5]."""
+    nums = [n for e in note.evidence if e.outcome in ("reject", "blocked") if (n := _number(e.value)) is not None]
+    here = _number(value)
+    if here is not None and nums and direction in ("up", "down"):
+        return here >= min(nums) if direction == "up" else here <= max(nums)
+    return True  # on/off/to-<name>: the same move
 
 
 def overflows_context(knob: str, value: Any, context: int | None) -> str | None:

@@ -72,7 +72,7 @@ def _ask_brain(ctx: CampaignContext, rnd: int, harness: HarnessSpec,
     stuck = not fell and round_stuck(ctx, rnd)
     step = "larger" if stuck else "smaller" if fell else None
     # a regressed round's restriction spares the remedies of the recipe's outliers (agent/regression.py)
-    recipe = recipe_remedies(candidates, findings, knobs) if fell else {}
+    recipe = recipe_remedies(candidates, findings, harness) if fell else {}
 
     def acts(knob: str, value: Any) -> bool:
         return ((enlarges_update if stuck else shrinks_update)(knob, knobs.get(knob), value)
@@ -96,7 +96,8 @@ def _ask_brain(ctx: CampaignContext, rnd: int, harness: HarnessSpec,
         movers.sort(key=lambda d: (not _is_retest(d), d.knob not in recipe))
         why = "the mainline is stuck" if stuck else "the mainline regressed"
         notes = [*result.notes, *([f"{why}: dropped {', '.join(dropped)} (only changes that make the update "
-                                   f"{step} can act on it)"] if dropped else [])]
+                                   f"{step}" + (", or move the recipe's outliers back," if recipe else "")
+                                   + " can act on it)"] if dropped else [])]
         # the library offered no such change (a brain that declined one it offered is not overruled)
         if not movers and not candidates and (fb := step_draft(harness, step, bctx.refuted)) is not None:
             movers, builtin = [fb], True

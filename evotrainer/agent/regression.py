@@ -23,9 +23,11 @@ backtest sees whether a halving suffices or the rate is decades off.
 the recipe check's (``unusual_recipe``, ``diagnostics/builtin/recipe.py``) describes the recipe, which the mainline
 keeps after the rollback, so a remedy that answers it (a knob other than the step size moved back toward its normal
 range, the training levels moved toward the scored ones) is as much a suspect of the fall as the step size, and is
-backtested too, ahead of the smaller step: a recipe that trains one level (arith [1, 1], scored on level 3) lost 12
-points in its first 20 steps, and a smaller learning rate kept training the wrong levels
-(bench/log/19-flaw-suite.md, 2026-12-03). A step-size knob still moves only smaller, whatever the recipe check says.
+backtested too, ahead of the smaller step (with two proposal slots, the remedy and its bracket take the round): a
+recipe that trains on level 1 (arith [1, 1], scored on level 3) fell from 0.266 to 0.204 on the selection split in
+its first 20 steps, and the smaller learning rate the round then promoted kept training the wrong levels
+(bench/log/19-flaw-suite.md, 2026-12-03). Only a knob the check found at its warning distance is spared, and never a
+step-size knob: that one still moves only smaller, whatever the recipe check says.
 
 Only a segment's own rollback counts: a kept branch that is rolled back at a round's end is the control or the
 promoted arm of a backtest, and its fall is already that backtest's evidence; if the recipe undoes the policy
@@ -34,10 +36,10 @@ again, the next round's segment shows it.
 
 from __future__ import annotations
 
-from typing import Any
+from pydantic import ValidationError
 
 from evotrainer.agent.state import CampaignContext, segment_id
-from evotrainer.config.harness import STEP_SIZE_KNOBS
+from evotrainer.config.harness import STEP_SIZE_KNOBS, HarnessSpec
 from evotrainer.core.domain import Candidate, Finding
 from evotrainer.diagnostics.builtin.recipe import UnusualRecipe
 from evotrainer.library.changes import direction
@@ -70,13 +72,20 @@ def regression_finding(ctx: CampaignContext, rnd: int) -> Finding | None:
                     "smaller steps (lower the learning rate) rather than larger ones.")
 
 
-def recipe_remedies(candidates: list[Candidate], findings: list[Finding], knobs: dict[str, Any]) -> dict[str, str]:
-    """{knob: direction} of the candidates that answer a recipe-check finding at warning or worse, step-size knobs
-    excepted (see the module docstring): a draft moving such a knob that way may act in a regressed round."""
-    if not any(f.symptom == UnusualRecipe.symptom and f.severity != "info" for f in findings):
-        return {}
+def recipe_remedies(candidates: list[Candidate], findings: list[Finding], harness: HarnessSpec) -> dict[str, str]:
+    """{knob: direction} of the candidates that move a knob the recipe check found at warning distance or beyond
+    (its own ``<knob>/above`` or ``/below`` metric, not only the finding's worst), step-size knobs excepted (see the
+    module docstring): a draft moving such a knob that way may act in a regressed round."""
+    override = harness.diagnostics.params.get(UnusualRecipe.name) or {}
+    try:
+        warning = UnusualRecipe.Params(**override).warning
+    except ValidationError:  # the harness was validated with it; a revised parameter set is the registry's to refuse
+        warning = UnusualRecipe.Params().warning
+    far = {key.rsplit("/", 1)[0] for f in findings if f.symptom == UnusualRecipe.symptom and f.severity != "info"
+           for key, v in f.metrics.items() if key.endswith(("/above", "/below")) and v >= warning}
+    knobs = harness.knobs()
     return {c.knob: direction(knobs.get(c.knob), c.value) for c in candidates
-            if UnusualRecipe.symptom in c.symptoms and c.knob not in STEP_SIZE_KNOBS}
+            if UnusualRecipe.symptom in c.symptoms and c.knob in far and c.knob not in STEP_SIZE_KNOBS}
 
 
 def regressed(findings: list[Finding]) -> bool:

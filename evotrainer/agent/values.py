@@ -22,15 +22,15 @@ How:
   (5.2e-6) of a learning rate still 30× too small. As moves, the same trial says "×3 helped", and the next
   ask looks around ×3.
 - **The window.** The draft moves the knob from ``current`` towards ``value``; Optuna searches from half
-  that step to twice it, in log space for scale knobs (learning rate, KL and entropy coefficients), linearly
-  otherwise, clipped to the knob's bounds. The direction stays the brain's: a draft that says "raise" is
+  that step to twice it, in log space for scale knobs (learning rate, KL and entropy coefficients, weight decay,
+  prompt pool), linearly otherwise, clipped to the knob's bounds. The direction stays the brain's: a draft that says "raise" is
   never turned into a decrease.
 - **Fallback.** With no decided backtest of the knob yet, the draft's own value is used (the library's fixed
   step): a sampler with no observations knows less than the literature.
 - **Brackets and re-tests.** A bracket arm (``agent/arms.py``: a bolder move of the same scale knob, backtested beside
   the first against the same control), a stuck round's interim first arm (the geometric middle of the draft and
   the bracket) and a re-test of an inconclusive value keep their values; each is
-  recorded as its proposal's trial all the same.
+  recorded as its proposal's trial all the same (a range knob's shift has no study: its values are fixed).
 - **Exactly one trial per proposal.** The asked value is enqueued with the proposal's id (one write: a
   waiting trial carrying its key) and then asked, so a kill -9 at any point leaves at most that one keyed
   trial, which a re-run of the propose node finds and reuses instead of asking again; the sampler is
@@ -53,6 +53,8 @@ from evotrainer.core.errors import ConfigError
 
 # Knobs searched on a log scale (their useful values span decades).
 LOG_KNOBS = SCALE_KNOBS
+# Scale knobs whose studies were once of linear moves (ValueOptimizer.study)
+RELOGGED = frozenset({"data.pool_size"})
 BLOCKED_SCORE = -1.0  # what a gate-blocked value is worth to the optimizer: never again
 KEY = "proposal"
 
@@ -227,10 +229,10 @@ def range_bracket(harness: HarnessSpec, knob: str, current: Any, value: Any) -> 
     """The bracket of a range knob's shift (the training levels one level down, ``easier-curriculum``): the range
     shifted :data:`RANGE_BRACKET_STEPS` times as far, when the harness takes it (None when the knob is locked, the
     move is not a shift of both ends, or the farther range leaves the knob's bounds). Why twice and no further: a
-    level is a coarse step (curriculum learning moves one at a time), and two levels is as far as the recipe check
-    calls normal from the scored levels (``diagnostics/builtin/recipe.py``: the levels scored, or one around
-    them); a range two levels off its scored ones then has its scored levels in the round's backtest, beside the
-    one-level move. The task's own bounds are checked with every draft (``agent/arms.py::_check_draft``)."""
+    level is a coarse step (curriculum learning moves one at a time), and the recipe check calls the levels scored
+    or one around them normal (``diagnostics/builtin/recipe.py``), so the ranges it flags begin two levels off; the
+    one-level move then reaches the edge of the normal band and the bracket the scored levels themselves, both in
+    one backtest. The task's own bounds are checked with every draft (``agent/arms.py::_check_draft``)."""
     d = _shift(current, value)
     if d is None or locked_knob(knob):
         return None
@@ -303,8 +305,11 @@ class ValueOptimizer:
         digest = hashlib.sha256(f"{self.seed}:{round_}:{knob}".encode()).hexdigest()
         sampler = optuna.samplers.TPESampler(seed=int(digest[:8], 16), n_startup_trials=1)
         # "@move": the study of moves (see the module docstring); a campaign started before moves keeps its old
-        # study of values untouched, and its decided backtests are synced into this one on the next ask
-        return optuna.create_study(study_name=f"{knob}@move", storage=self.storage(), sampler=sampler,
+        # study of values untouched, and its decided backtests are synced into this one on the next ask. A knob
+        # that became a scale knob after its study existed gets a study of log moves of its own (Optuna refuses a
+        # second distribution kind for a parameter, and an old linear move would read as a log one).
+        name = f"{knob}@{'log' if knob in RELOGGED else ''}move"
+        return optuna.create_study(study_name=name, storage=self.storage(), sampler=sampler,
                                    direction="maximize", load_if_exists=True)
 
     # ------------------------------------------------------------------ history

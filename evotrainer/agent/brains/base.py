@@ -55,7 +55,8 @@ class BrainContext(BaseModel):
     only_knobs: list[str] | None = Field(
         None, description="When set, the only knobs a proposal may change, and why (``only_why``): a stuck round offers "
                           "those that enlarge the update (evotrainer/agent/movement.py), a regressed one those that "
-                          "shrink it (evotrainer/agent/regression.py).")
+                          "shrink it and those the recipe check found far outside their normal range "
+                          "(evotrainer/agent/regression.py).")
     only_why: str = Field("", description="Why only ``only_knobs`` are offered, in words (trusted: our own numbers).")
     only_step: Literal["larger", "smaller"] | None = Field(
         None, description="With ``only_knobs``, the way a step-size knob must move the update: larger in a stuck "
