@@ -362,6 +362,23 @@ def test_a_regressed_round_offers_only_a_smaller_update(ctx):
     assert "optim.learning_rate 0.0003 → 0.0009 does not make the update smaller" in last_user(llm.requests[1])
 
 
+def test_a_regressed_rounds_recipe_outlier_must_move_back_toward_its_range(ctx):
+    """A regressed round also offers the training levels the recipe check found below the scored ones: up only."""
+    from evotrainer.agent.regression import REGRESSED_WHY
+    from evotrainer.config.harness import STEP_SIZE_KNOBS
+
+    low = ctx.harness.with_knob("data.difficulty", [2, 2])
+    fell = ctx.model_copy(update={"harness": low, "only_knobs": [*STEP_SIZE_KNOBS, "data.difficulty"],
+                                  "only_directions": {"data.difficulty": "up"}, "only_why": REGRESSED_WHY,
+                                  "only_step": "smaller"})
+    other = proposal("data.difficulty", [1, 1], "unusual_recipe", cited_skills=[])
+    back = proposal("data.difficulty", [3, 3], "unusual_recipe", cited_skills=[])
+    with ScriptedLLM([reply(other), reply(back)]) as llm:
+        res = brain(llm)[0].propose(fell)
+    assert [(d.knob, d.value) for d in res.drafts] == [("data.difficulty", [3, 3])]
+    assert "data.difficulty [2, 2] → [1, 1] does not move it up" in last_user(llm.requests[1])
+
+
 def test_timeout_bounds_the_whole_call_against_a_dripping_server(ctx):
     """L1 of issue 60: a server that sends a byte every 0.5 s never trips a read timeout; the call still ends at
     timeout_s, and the note says what happened."""

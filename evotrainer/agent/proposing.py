@@ -86,7 +86,7 @@ def _ask_brain(ctx: CampaignContext, rnd: int, harness: HarnessSpec,
                         min_effect=ctx.spec.backtest.min_effect,
                         task=ctx.spec.task, task_inert=_task_inert(ctx), seed=ctx.spec.seed, round=rnd,
                         only_knobs=[*STEP_SIZE_KNOBS, *sorted(recipe)] if step else None,
-                        only_step=step,
+                        only_directions=recipe, only_step=step,
                         only_why=STUCK_WHY if stuck else REGRESSED_WHY if fell else "")
     result = ctx.brain.propose(bctx)
     builtin = False

@@ -58,6 +58,10 @@ class BrainContext(BaseModel):
                           "shrink it and those the recipe check found far outside their normal range "
                           "(evotrainer/agent/regression.py).")
     only_why: str = Field("", description="Why only ``only_knobs`` are offered, in words (trusted: our own numbers).")
+    only_directions: dict[str, str] = Field(
+        default_factory=dict, description="With ``only_knobs``, the way each other offered knob must move "
+                                          "(library/changes.py direction: up, down, …): a regressed round's recipe "
+                                          "outliers, back toward their normal range (agent/regression.py).")
     only_step: Literal["larger", "smaller"] | None = Field(
         None, description="With ``only_knobs``, the way a step-size knob must move the update: larger in a stuck "
                           "round (agent/movement.py), smaller in a regressed one (agent/regression.py).")

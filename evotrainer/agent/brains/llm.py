@@ -64,6 +64,7 @@ from evotrainer.config.harness import (
 from evotrainer.core.domain import SEVERITY_RANK, ProposalDraft
 from evotrainer.core.errors import ConfigError
 from evotrainer.core.symptoms import SYMPTOMS
+from evotrainer.library.changes import direction
 
 if TYPE_CHECKING:  # the client is imported where a call is made: a campaign with the heuristic brain never needs it
     from openai import APIStatusError  # (0.6 s of imports, openai's types and aiohttp)
@@ -298,6 +299,8 @@ def check_draft(ctx: BrainContext, item: Any) -> ProposalDraft:
         raise ValueError(f"{d.knob}={_clip(json.dumps(d.value), 40)} is invalid: {_clip(str(err), 300)}") from None
     if new == current[d.knob]:
         raise ValueError(f"{d.knob} is already {new!r}: not a change")
+    if (way := ctx.only_directions.get(d.knob)) is not None and direction(current[d.knob], new) != way:
+        raise ValueError(f"{d.knob} {current[d.knob]!r} → {new!r} does not move it {way}: {ctx.only_why}")
     if ctx.only_step is not None and d.knob in STEP_SIZE_KNOBS:
         larger = ctx.only_step == "larger"
         if not (enlarges_update if larger else shrinks_update)(d.knob, current[d.knob], new):
