@@ -171,6 +171,17 @@ def test_heuristic_brain_maps_findings_to_relevant_single_knob_changes():
     assert [d.knob for d in again.drafts] == [d.knob for d in res.drafts]  # seeded: a resume proposes the same
 
 
+def test_a_finding_without_evidence_makes_no_symptom_present_for_the_heuristic_brain():
+    """Round 0's 20 steps are too few for the plateau diagnostic ("not enough evidence"); that says nothing of a
+    plateau, so a plateau-only remedy is no answer beside a critical truncation, on any draw."""
+    none = Finding(symptom="plateau", diagnostic="plateau", version="1", severity="info", confidence=0.0,
+                   explanation="not enough evidence: needs at least 30 steps of reward")
+    for seed in range(8):
+        ctx = _ctx([_finding("truncation", "critical"), none], max_proposals=4)
+        drafts = HeuristicBrain().propose(ctx.model_copy(update={"seed": seed})).drafts
+        assert drafts and all(d.hypothesis.symptom == "truncation" for d in drafts), (seed, drafts)
+
+
 def test_heuristic_brain_prefers_recorded_winners_and_skips_refuted_without_new_evidence():
     h = HarnessSpec()
     cands = [c for c in resolve(h) if "truncation" in c.symptoms]

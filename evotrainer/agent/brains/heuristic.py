@@ -11,7 +11,10 @@ consequence, not a second piece of evidence, and is not added again: otherwise a
 names too-hard groups counted the same groups twice and outranked a remedy for the too-hard levels themselves.
 The bonus is as large as the prior's spread, so a critical finding's remedies outrank an info-level
 plateau's, while draws still explore among them (0.01 let the demo campaign chase the plateau instead of
-its critical truncation). Draws are seeded by (campaign seed, round), so a
+its critical truncation). A finding that says its evidence could not decide ("not enough evidence") makes no symptom
+present: round 0's 20-step segment is too short for the plateau diagnostic, and counting that finding made every
+plateau remedy an answer, so a draw two spreads high put one ahead of a critical truncation's remedies
+(bench/log/19-flaw-suite.md, 2026-12-03). Draws are seeded by (campaign seed, round), so a
 resumed campaign proposes the same thing again.
 
 Never proposed: a change that does nothing, a change already refuted in this campaign, or a known
@@ -36,6 +39,7 @@ from statistics import NormalDist
 from evotrainer.agent.brains.base import BrainContext, BrainResult
 from evotrainer.core.domain import SEVERITY_RANK, Candidate, Hypothesis, ProposalDraft
 from evotrainer.core.symptoms import SYMPTOMS
+from evotrainer.diagnostics.base import Diagnostic
 
 # A symptom that can produce others (the registry's ``explains``): while both are present, the remedies for the
 # cause are as urgent as those for the symptoms it may explain.
@@ -66,7 +70,8 @@ class HeuristicBrain:
         # How strongly the findings call for each symptom: severity rank + confidence of the strongest finding.
         pressure: dict[str, float] = {}
         for f in ctx.findings:
-            if f.symptom == "diagnostic_error" or (f.severity == "info" and f.symptom != "plateau"):
+            if (f.symptom == "diagnostic_error" or (f.severity == "info" and f.symptom != "plateau")
+                    or Diagnostic.insufficient(f)):  # "not enough evidence" says nothing of its symptom
                 continue
             pressure[f.symptom] = max(pressure.get(f.symptom, 0.0), SEVERITY_RANK[f.severity] + f.confidence)
         for cause, effects in EXPLAINS.items():
