@@ -50,6 +50,8 @@ from pydantic import BaseModel, Field
 from evotrainer.config.campaign import BacktestSpec
 from evotrainer.config.harness import SCALE_KNOBS, HarnessSpec, locked_knob
 from evotrainer.core.errors import ConfigError
+from evotrainer.library.changes import resolve_value
+from evotrainer.library.format import Intervention
 
 # Knobs searched on a log scale (their useful values span decades).
 LOG_KNOBS = SCALE_KNOBS
@@ -236,7 +238,7 @@ def range_bracket(harness: HarnessSpec, knob: str, current: Any, value: Any) -> 
     d = _shift(current, value)
     if d is None or locked_knob(knob):
         return None
-    out = [current[0] + RANGE_BRACKET_STEPS * d, current[1] + RANGE_BRACKET_STEPS * d]
+    out = resolve_value(Intervention(knob=knob, op="step", arg=RANGE_BRACKET_STEPS * d), current)  # the skills' step
     try:
         harness.with_knob(knob, out)
     except ConfigError:
