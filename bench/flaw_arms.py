@@ -139,14 +139,15 @@ def run_static(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, home: Pat
 RULES: dict[str, tuple[str, str, Any] | None] = {
     # rule: (section, field, value that switches it off)
     "stuck": ("backtest", "stuck_share", None),
-    "interim": ("backtest", "stuck_interim", False),
-    "prefer_larger": ("backtest", "stuck_prefer_larger", False),
-    "noninferiority": ("backtest", "stuck_margin", None),
     "brackets": ("backtest", "bracket", False),
     "healthy_share": ("budget", "healthy_explore_share", None),
-    # removed from the campaign (off by default and measured neutral, so the plain campaign is the default there):
-    # nothing to switch off, kept so that the plain campaign's list and name stay issue 59's
+    # removed from the campaign (improving_z: off by default and measured neutral; the stuck round's interim arm,
+    # non-inferiority and larger step: no worse without them, bench/log/19-flaw-suite.md): nothing to switch off,
+    # kept so that the plain campaign's list and name stay issue 59's
     "improving_z": None,
+    "interim": None,
+    "noninferiority": None,
+    "prefer_larger": None,
     # not one of issue 59's list: the statistics' answer to a backtest the budget ends (stats/rules/estimate.py)
     "estimate": ("backtest", "spent_estimate", False),
     # nor this: the last segment's checked versions (config/campaign.py BudgetSpec.final_checks)
@@ -182,8 +183,6 @@ def campaign_spec(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, off: t
             continue
         section, key, value = RULES[rule]
         spec.setdefault(section, {})[key] = value
-    if "stuck" in off:  # the margin applies only to stuck rounds: the spec refuses one without the other
-        spec["backtest"]["stuck_margin"] = None
     return spec
 
 

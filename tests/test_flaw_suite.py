@@ -149,8 +149,7 @@ def test_the_campaign_arm_is_one_spec_for_every_flaw_and_its_rules_switch_off_on
     long.write_text("name: h\n")
     assert len(campaign_spec(TaskRef("countdown"), long, 105, cfg, tuple(RULES))["name"]) <= 100
     b = plain.backtest
-    assert (b.stuck_share, b.stuck_margin, b.stuck_interim, b.stuck_prefer_larger, b.bracket) == (None, None, False,
-                                                                                                 False, False)
+    assert (b.stuck_share, b.bracket) == (None, False)
     assert default.backtest.spent_estimate and not b.spent_estimate
     assert default.budget.final_checks == 4 and plain.budget.final_checks == 1
     assert plain.budget.healthy_explore_share is None

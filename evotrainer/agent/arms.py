@@ -4,7 +4,6 @@ measured gains, brackets (a bolder move of the same knob), screening, and the se
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from evotrainer.agent.brains.base import RefutedChange
@@ -138,10 +137,9 @@ def _retests(ctx: CampaignContext, harness: HarnessSpec) -> list:
 
 
 def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None = None,
-               bands: dict[str, tuple[float, float]] | None = None,
-               stuck: bool = False) -> tuple[list, dict[int, str]]:
+               bands: dict[str, tuple[float, float]] | None = None) -> tuple[list, dict[int, str]]:
     """The brain's drafts with a bracket arm (spec ``backtest.bracket``), and where the fixed values came from:
-    ``{index: "bracket" | "interim"}`` (:class:`~evotrainer.agent.values.ValueChoice`'s sources).
+    ``{index: "bracket"}`` (:class:`~evotrainer.agent.values.ValueChoice`'s sources).
 
     When one of the drafts the round would backtest (the first ``k``) moves a scale knob, that draft takes the
     first slot and the same knob moved ``factor`` (``backtest.bracket_factor``) times as far in log scale the
@@ -154,13 +152,6 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None 
     (a tuned learning rate) there is no bracket, and the round's next draft takes the slot. A range knob's shift
     (the training levels, ``data.difficulty``) is bracketed the same way, by twice the shift
     (:func:`~evotrainer.agent.values.range_bracket`): [5, 5] → [4, 4] beside [3, 3].
-
-    **In a stuck round** (``stuck``: agent/movement.py) the first arm moves to the *interim* value, the geometric
-    middle of the draft's value and the bracket's (×27 beside ×243 for a learning rate). Why: the round is stuck
-    because the current step changes nothing, and a ×3 raise of it moved the policy in no measured branch
-    (0.4-2.8 % of answers, bench/log/07-campaign-vs-static-baseline.md 2026-11-26..2026-11-27), so that arm could only ever be inconclusive, while
-    the right rate may lie between the two ends: on agentic ×3 moved nothing and ×243 collapsed on one seed of
-    three at once and on another over 200 steps, and the campaign never tried the decades between.
     """
 
     factor = BRACKET_FACTOR if factor is None else factor
@@ -191,16 +182,7 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None 
     bracket = arm(value, f"a bracket of {first.value!r} ({factor:.3g}× {scale})",
                   f"bracket of the brain's draft ({first.knob} → {first.value!r}): the same knob moved {factor:.3g} "
                   f"times as far ({scale}), backtested beside the round's first arm against the same control")
-    rest = [d for d in drafts if d is not first]
-    middle = float(f"{math.sqrt(first.value * value):.3g}") if stuck and not ranged else None
-    middle = int(round(middle)) if middle is not None and isinstance(value, int) else middle
-    if middle is None or middle in (current, value) or any(d.knob == first.knob and d.value == middle for d in rest):
-        return [first, bracket, *rest], {1: "bracket"}
-    interim = arm(middle, f"the geometric middle of {first.value!r} and the bracket {value!r} (the mainline is stuck)",
-                  f"interim arm of a stuck round: the draft's {first.knob} → {first.value!r} moved to the geometric "
-                  f"middle of it and the bracket {value!r}, since the current step changes no answer and a small "
-                  "raise of it moved none in any measured branch")
-    return [interim, bracket, *rest], {0: "interim", 1: "bracket"}
+    return [first, bracket, *[d for d in drafts if d is not first]], {1: "bracket"}
 
 
 def _screen(ctx: CampaignContext, state: CampaignState, harness: HarnessSpec, knob: str, value: Any):

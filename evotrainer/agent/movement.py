@@ -30,13 +30,6 @@ When ``frac_reward_zero_std`` was not recorded (a run from elsewhere), the movem
 **What enlarges the update** (``config.harness.STEP_SIZE_KNOBS``): a higher learning rate, more optimiser iterations per
 generated batch. (Not a shorter warm-up: a fork does not repeat its lineage's warm-up, so every branch and later
 segment would train exactly as before.)
-
-**Non-inferiority** (spec ``backtest.stuck_margin``; the rule is in :mod:`evotrainer.stats.backtest`): in a stuck round a
-change that enlarges the update may be promoted when it is shown not worse by more than the margin, because the
-control cannot gain. :func:`noninferiority` checks that premise on the backtest's own branches: the control's
-answers must not move from the fork point (the round's segment may have been stuck for a reason the control
-outgrows), and the treatment's must (the same share), so that a timid raise that leaves the policy barely moving —
-agentic's 3× raise from 1e-6, 2.8 % — is not adopted in place of a working rate.
 """
 
 from __future__ import annotations
@@ -45,7 +38,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evotrainer.agent.state import segment_id, segment_start
-from evotrainer.config.harness import enlarges_update
 from evotrainer.core.domain import PolicyVersion
 from evotrainer.evidence.model import read_metrics
 from evotrainer.store import NotFound
@@ -165,26 +157,3 @@ def moves(verdict: dict[str, Any] | None) -> bool:
     return bool(verdict) and verdict.get("moved") is not None and verdict.get("threshold") is not None \
         and verdict["moved"] >= verdict["threshold"]
 
-
-def noninferiority(ctx: CampaignContext, pid: str, parent: PolicyVersion,
-                   arms: dict[str, list[list[int]]]) -> tuple[float | None, bool]:
-    """(margin, moves) of the stuck-round rule for proposal ``pid`` (:mod:`evotrainer.stats.backtest`, "Stuck rounds").
-
-    The margin is ``backtest.stuck_margin`` when the proposal's round was judged stuck and the proposal enlarges the
-    update, else None (superiority only). ``moves`` holds when, from ``parent``'s recorded answers, the treatment's
-    branches (``arms["treatment"]``, outcomes per seed) changed on average at least ``backtest.stuck_share`` of them
-    and the control's (``arms["control"]``) less: the premise that the control cannot gain is checked on the backtest
-    itself."""
-    b = ctx.spec.backtest
-    p = ctx.store.get_proposal(pid)
-    if b.stuck_margin is None or b.stuck_share is None or not enlarges_update(p.knob, p.old, p.new) \
-            or not round_stuck(ctx, p.round):
-        return None, False
-    start = outcomes_at(ctx.home, parent.run_name, parent.step)
-
-    def mean_moved(role: str) -> float | None:
-        shares = [changed_share(start, o) for o in arms.get(role, []) if start and len(o) == len(start)]
-        return sum(shares) / len(shares) if shares else None
-
-    treated, control = mean_moved("treatment"), mean_moved("control")
-    return b.stuck_margin, (treated is not None and control is not None and treated >= b.stuck_share > control)

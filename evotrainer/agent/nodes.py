@@ -22,7 +22,7 @@ from evotrainer.agent.branches import _planned, _train_look
 from evotrainer.agent.budget import _explore_spent, _last_round, _look_budget
 from evotrainer.agent.confirm import confirm
 from evotrainer.agent.lessons import curate_round
-from evotrainer.agent.looks import _decide_look, _larger_step
+from evotrainer.agent.looks import _decide_look
 from evotrainer.agent.mainline import (
     _decision_scored,
     _fork_of,
@@ -227,7 +227,7 @@ def backtest(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command
         upto = parent.step + every * look
         _train_look(ctx, rnd, bt_id, look, upto, every, arms, seeds, fork, open_, branches, registry)
         listed = list(branches.values())
-        decided = {pid: d for pid in open_ if (d := _decide_look(ctx, pid, listed, look, parent)) is not None}
+        decided = {pid: d for pid in open_ if (d := _decide_look(ctx, pid, listed, look)) is not None}
         open_ = [pid for pid in open_ if pid not in decided]
         if decided:
             ctx.log(f"look {look}/{b.looks} (step {every * look}): "
@@ -250,7 +250,6 @@ def decide_node(state: CampaignState, runtime: Runtime[CampaignContext]) -> Comm
     bt_id = state["backtest_id"]
     planned = ctx.store.get_backtest(bt_id)
     branches = ctx.store.list_branches(bt_id)
-    parent = ctx.store.get_policy_version(state["mainline"])  # the backtest forked from it; distill moves it on
     decisions = []
     stopped = [e.message for e in ctx.store.events(ctx.campaign_id, kind="backtest_stopped")
                if e.message.get("round") == planned.round]
@@ -262,28 +261,17 @@ def decide_node(state: CampaignState, runtime: Runtime[CampaignContext]) -> Comm
         last = max([len(x.looks) for x in branches if x.proposal_id == pid] or [1])
         # open when the budget ended the backtest: this look is its final analysis
         budget_last = bool(stopped) and pid in (stopped[0].get("open") or []) and last < ctx.spec.backtest.looks
-        d = _decide_look(ctx, pid, branches, last, parent, undecided="inconclusive", last=budget_last)
+        d = _decide_look(ctx, pid, branches, last, undecided="inconclusive", last=budget_last)
         if d.outcome == "inconclusive" and last < ctx.spec.backtest.looks:
             why = (f"the backtest stopped here: {stopped[0]['reason']}" if stopped else
                    "the backtest stopped here because another proposal was promoted; re-test it on the new mainline")
             d = d.model_copy(update={"reasons": [*d.reasons, why]})
         decisions.append(d)
     promoted = [d for d in decisions if d.outcome == "promote"]
-    # a change shown better outranks one shown only not worse (a stuck round's non-inferiority), then the effect; a
-    # larger step adopted before a kill (it is stored first) stays adopted on resume
-    top = max(promoted, key=lambda d: (d.stats.rule == "larger_step", d.stats.rule == "superiority", d.stats.effect),
-              default=None)
-    larger = None if top is None or top.stats.rule == "larger_step" else _larger_step(ctx, top, decisions, branches)
-    if larger is not None:
-        d, why = larger
-        decisions = [x.model_copy(update={"outcome": "promote", "reasons": [*x.reasons, why],
-                                          "stats": x.stats.model_copy(update={"rule": "larger_step"})})
-                     if x.proposal_id == d.proposal_id else x for x in decisions]
-        top = next(x for x in decisions if x.proposal_id == d.proposal_id)
+    # a change shown better outranks one adopted on the estimate, then the effect
+    top = max(promoted, key=lambda d: (d.stats.rule == "superiority", d.stats.effect), default=None)
     best = top.proposal_id if top is not None else None
-    displaced = (f"{best}, a larger raise of the same knob, was adopted in its place" if top is not None
-                 and top.stats.rule == "larger_step" else
-                 f"{best} had a larger effect and was promoted this round; re-test on the new mainline")
+    displaced = f"{best} had a larger effect and was promoted this round; re-test on the new mainline"
     for d in sorted(decisions, key=lambda d: d.proposal_id != best):  # the adopted one first (see above)
         if d.outcome == "promote" and d.proposal_id != best:
             d = d.model_copy(update={"outcome": "inconclusive", "reasons": [*d.reasons, displaced]})

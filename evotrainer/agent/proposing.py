@@ -52,16 +52,16 @@ def draft_round(ctx: CampaignContext, state: CampaignState, rnd: int) -> None:
     harness = _harness(ctx, state["harness_version"])
     findings = ctx.store.list_findings(ctx.campaign_id, round=rnd)
     _explore_mode(ctx, state, rnd, findings, harness)
-    result, stuck, builtin = _ask_brain(ctx, rnd, harness, findings)
+    result, builtin = _ask_brain(ctx, rnd, harness, findings)
     ctx.store.log_event(ctx.campaign_id, "brain", {"round": rnd, "brain": result.brain, "notes": result.notes,
                                                    "tokens": result.tokens})
-    _record(ctx, state, rnd, harness, result, stuck, builtin)
+    _record(ctx, state, rnd, harness, result, builtin)
 
 
 def _ask_brain(ctx: CampaignContext, rnd: int, harness: HarnessSpec,
-               findings: list[Finding]) -> tuple[BrainResult, bool, bool]:
-    """The brain's drafts for the round, held to what can act on it; (result, stuck, whether the drafts are the
-    campaign's own step-size draft)."""
+               findings: list[Finding]) -> tuple[BrainResult, bool]:
+    """The brain's drafts for the round, held to what can act on it; (result, whether the drafts are the campaign's
+    own step-size draft)."""
     context = ctx.spec.policy.context_length()
     candidates, mistakes, known = brain_inputs(ctx.library, harness, findings, ctx.spec.task, store=ctx.store,
                                                context=context, task_inert=_task_inert(ctx))
@@ -104,25 +104,20 @@ def _ask_brain(ctx: CampaignContext, rnd: int, harness: HarnessSpec,
             notes.append(f"{why} and the library has no change that makes the update {step}: the built-in "
                          f"{fb.knob} → {fb.value!r}")
         result = result.model_copy(update={"drafts": movers, "notes": notes})
-    return result, stuck, builtin
+    return result, builtin
 
 
 def _record(ctx: CampaignContext, state: CampaignState, rnd: int, harness: HarnessSpec, result: BrainResult,
-            stuck: bool, builtin: bool) -> None:
+            builtin: bool) -> None:
     """Each draft bracketed, valued, checked and screened, then recorded as a proposal, up to the round's
     ``backtest.max_proposals`` that are not screened out."""
     b, k = ctx.spec.backtest, ctx.spec.backtest.max_proposals
     values = ValueOptimizer(ctx.home, ctx.campaign_id, ctx.spec.seed) if ctx.spec.values == "optuna" else None
-    drafts, brackets = _bracketed(harness, result.drafts, k if b.bracket else 0, b.bracket_factor, b.bracket_range,
-                                  stuck=stuck and b.stuck_interim)
-    # When none of the round's drafts can be proposed and a stuck round had moved its first draft (to the interim and
-    # the bracket, which can both reach a value a known mistake refuted: countdown's stuck rounds once backtested
-    # nothing for twelve rounds), that draft's own value is backtested instead.
-    own = [d for d in result.drafts if d not in drafts][:1] if brackets else []
+    drafts, brackets = _bracketed(harness, result.drafts, k if b.bracket else 0, b.bracket_factor, b.bracket_range)
     context, knobs = ctx.spec.policy.context_length(), harness.knobs()
     kept = 0
-    for i, d in enumerate([*drafts, *own]):
-        if kept >= k or (i >= len(drafts) and kept):
+    for i, d in enumerate(drafts):
+        if kept >= k:
             break
         pid = f"{ctx.campaign_id}:r{rnd:02d}:p{i}"
         try:

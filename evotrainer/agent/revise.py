@@ -270,7 +270,7 @@ def label_round(ctx: Any, rnd: int, bt_id: str | None, harness: HarnessSpec, reg
         entry = LabelledRun(path=run, labels=[], unknown=current,
                             note=f"round {rnd} {b.role} seed {b.seed}: unconfirmed (quiet symptoms taken as absent, "
                                  "flagged ones as unknown)")
-        # a promotion on non-inferiority or as a stuck round's larger step proved no gain: unconfirmed
+        # a promotion on the estimate (or a recorded older rule) proved no gain: unconfirmed
         if b.role == "treatment" and d is not None and d.outcome == "promote" and not (
                 d.stats is not None and d.stats.rule != "superiority"):
             entry = LabelledRun(path=run, labels=[], note=f"{b.proposal_id} promoted: held-out gain confirmed, gate passed")

@@ -28,8 +28,7 @@ How:
 - **Fallback.** With no decided backtest of the knob yet, the draft's own value is used (the library's fixed
   step): a sampler with no observations knows less than the literature.
 - **Brackets and re-tests.** A bracket arm (``agent/arms.py``: a bolder move of the same scale knob, backtested beside
-  the first against the same control), a stuck round's interim first arm (the geometric middle of the draft and
-  the bracket) and a re-test of an inconclusive value keep their values; each is
+  the first against the same control) and a re-test of an inconclusive value keep their values; each is
   recorded as its proposal's trial all the same (a range knob's shift has no study: its values are fixed).
 - **Exactly one trial per proposal.** The asked value is enqueued with the proposal's id (one write: a
   waiting trial carrying its key) and then asked, so a kill -9 at any point leaves at most that one keyed
@@ -67,8 +66,7 @@ class ValueChoice(BaseModel):
     value: Any = Field(..., description="The value to backtest.")
     source: str = Field(..., description="'optuna-tpe' (asked of the study), 'fallback' (the draft's own value: "
                                          "no decided backtest of this knob yet), 'bracket' (a bracket arm's own "
-                                         "value), 'interim' (a stuck round's first arm, between the "
-                                         "draft and the bracket), 'retest' (an inconclusive value tried "
+                                         "value), 'retest' (an inconclusive value tried "
                                          "again) or 'fixed' (not a numeric knob).")
     window: tuple[float, float] | None = Field(None, description="The range Optuna searched.")
     trials: int = Field(0, description="Decided backtests of this knob the study was conditioned on.")
@@ -78,9 +76,6 @@ class ValueChoice(BaseModel):
             return "value from the skill (no Optuna history yet)"
         if self.source == "bracket":
             return "a bracket: the same knob moved further (in log scale, backtest.bracket_factor) beside the first arm"
-        if self.source == "interim":
-            return ("a stuck round's interim arm: the geometric middle of the draft's value and the bracket's, "
-                    "since a small raise of a step that changes nothing moves nothing")
         if self.source == "retest":
             return "the value of an inconclusive backtest, tried again"
         if self.source != "optuna-tpe":

@@ -107,6 +107,16 @@ BRACKET_RANGE: dict[str, tuple[float, float]] = {
     "optim.weight_decay": (1e-3, 0.2), "data.pool_size": (512, 65_536)}
 
 
+_STUCK_RULES_GONE = ("Issue 59's ablation: over the flaw suite's demo flaw (TRL's 1e-6) on development seeds 0-2 the "
+                     "campaign without the stuck round's interim arm, non-inferiority and larger-step rules was no "
+                     "worse than with them, and on its live flaws no round is stuck (bench/log/19-flaw-suite.md). A "
+                     "stuck round still backtests only what enlarges the update, with its bracket.")
+REMOVED_STUCK_RULES: dict[str, str] = {key: _STUCK_RULES_GONE for key in
+                                       ("stuck_margin", "stuck_interim", "stuck_prefer_larger")}
+"""Backtest fields removed with the stuck round's special rules, and why: a spec that sets one is refused; one stored
+by a campaign started before they went drops them (:func:`spec_of`)."""
+
+
 class BacktestSpec(_S):
     branch_steps: int = Field(30, ge=1, le=100_000, description="Trainer steps of each backtest branch.")
     seeds: int = Field(3, ge=2, le=16, description="Paired seeds per branch pair (control and treatment share them).")
@@ -175,15 +185,6 @@ class BacktestSpec(_S):
                     "TRL's default 1e-6 changed 0-1.8 % of answers in 20-200 steps (arith, countdown, agentic), "
                     "working learning rates 8-29 % in 20-30. Judged only when the share is at least 3 answers of the "
                     "split. null = never judge a round stuck.")
-    stuck_margin: float | None = Field(
-        0.02, ge=0.0, le=0.5,
-        description="In a stuck round, a change that enlarges the update is promoted at its final look when its "
-                    "branches move the policy (at least stuck_share of the answers) and the interval rules "
-                    "out a loss beyond this margin (lower bound above −margin, point estimate positive, every gate "
-                    "passed) and the control's branches did not move: a non-inferiority test, since the stuck "
-                    "control gains nothing however long it trains "
-                    "(evotrainer/stats/backtest.py). 0.02 is 10 of 500 decision problems, far below what a working learning "
-                    "rate gains over a campaign. null = superiority only.")
     spent_estimate: bool = Field(
         True,
         description="When the budget (or budget.explore_share) ends a backtest before its planned last look, decide "
@@ -192,24 +193,13 @@ class BacktestSpec(_S):
                     "evotrainer/stats/rules/estimate.py). Why: the share is spent for every later round too, so such a "
                     "change is never re-tested, and keeping the control is then a decision against the data. It "
                     "gives up superiority's false-promotion bound at that stop. false = leave it inconclusive.")
-    stuck_interim: bool = Field(
-        True,
-        description="In a stuck round with a bracket, the first arm moves to the geometric middle of the draft's value "
-                    "and the bracket's (×27 beside ×243 for a learning rate) instead of the draft's own step "
-                    "(evotrainer/agent/arms.py): a small raise of a step that changes nothing moves nothing. false = "
-                    "the draft's own value beside the bracket. Applies only with stuck_share set and bracket on.")
-    stuck_prefer_larger: bool = Field(
-        True,
-        description="In a stuck round, when a smaller raise of a step-size knob is promoted beside a larger raise of the "
-                    "same knob that is still open, adopt the larger one instead when the data do not show it worse: "
-                    "its effect over the control positive, every branch finished with its gate passed, no seed more "
-                    "than stuck_margin below its control, and its paired interval against the promoted one (at "
-                    "`confidence`) reaching 0. Why: a 10-30-step look is biased toward the smaller step (short-horizon "
-                    "bias, Wu et al. 2018): on agentic the ×27 raise read level with ×243 after 10 steps on seeds 0 "
-                    "and 3, then learned nothing more in 290 steps, while a static run at 3e-4 from the same warm "
-                    "starts ended 15 points above it (bench/log/07-campaign-vs-static-baseline.md, 2026-11-27 and 2026-11-28). Such an adoption "
-                    "proves no gain (decision rule `larger_step`): the rollback on the selection split still guards "
-                    "it. Applies only with stuck_share and stuck_margin set. false = keep the promoted smaller raise.")
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and (gone := sorted(set(data) & set(REMOVED_STUCK_RULES))):
+            raise ValueError(f"backtest.{', backtest.'.join(gone)}: removed; delete "
+                             f"{'it' if len(gone) == 1 else 'them'}. {REMOVED_STUCK_RULES[gone[0]]}")
+        return data
 
     @model_validator(mode="after")
     def _looks(self) -> BacktestSpec:
@@ -222,11 +212,6 @@ class BacktestSpec(_S):
         if self.futility_effect is not None and self.futility_effect < self.min_effect:
             raise ValueError(f"futility_effect={self.futility_effect} is below min_effect={self.min_effect}: a change "
                              "could then be promoted and refuted at once; set futility_effect >= min_effect or null")
-        # a margin other than the default, beside a null stuck_share, was meant to do something; the default itself is
-        # accepted (a stored spec is re-validated with every default written out, as if the user had set it)
-        if self.stuck_share is None and self.stuck_margin not in (None, type(self).model_fields["stuck_margin"].default):
-            raise ValueError("backtest.stuck_margin applies only to stuck rounds, and stuck_share is null (no round is "
-                             "ever judged stuck): set stuck_share (e.g. 0.05) or drop stuck_margin")
         if self.looks is None:
             self.looks = next(k for k in (3, 2, 1) if self.branch_steps % k == 0)
         if self.branch_steps % self.looks:
@@ -449,6 +434,8 @@ def spec_of(campaign: Any) -> CampaignSpec:
     """The spec a stored campaign was started with (``campaign.spec``, as the store keeps it: the validated spec
     plus the directory its relative paths resolve against and the first harness version)."""
     doc = dict(campaign.spec)
+    if isinstance(doc.get("backtest"), dict):  # stored before those rules were removed: it resumes without them
+        doc["backtest"] = {k: v for k, v in doc["backtest"].items() if k not in REMOVED_STUCK_RULES}
     src = doc.pop("source_dir", None)
     doc.pop("initial_harness_version", None)
     spec = CampaignSpec.model_validate(doc)

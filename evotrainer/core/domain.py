@@ -124,12 +124,11 @@ class BacktestStats(_Model):
     se: float | None = Field(None, description="Standard error of the effect.")
     df: float | None = Field(None, description="Degrees of freedom of the t interval.")
     rule: Literal["superiority", "non_inferiority", "larger_step", "estimate"] = Field(
-        "superiority", description="What a promotion needed: the interval above min_effect (superiority); in a "
-                                   "stuck round, above −backtest.stuck_margin with the treatment moving the policy "
-                                   "(non_inferiority; evotrainer/stats/backtest.py); or, in a stuck round, a larger raise "
-                                   "not shown worse than a promoted smaller one (larger_step; "
-                                   "backtest.stuck_prefer_larger); or, where the budget ended the backtest, an "
-                                   "effect above the control's (estimate; backtest.spent_estimate).")
+        "superiority", description="What a promotion needed: the interval above min_effect (superiority); or, where "
+                                   "the budget ended the backtest, an effect above the control's (estimate; "
+                                   "backtest.spent_estimate). non_inferiority and larger_step are read from decisions "
+                                   "recorded before those stuck-round rules were removed (issue 59's ablation); "
+                                   "nothing decides by them now.")
 
 
 class Decision(_Model):

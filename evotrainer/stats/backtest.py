@@ -48,31 +48,6 @@ effect can be expected to reach); a change whose projected upper end is still be
 change that leaves the run exactly as it was (an interval of zero width at zero) still stops at the first
 look, and a change whose effect is there at once is promoted early all the same.
 
-**Stuck rounds: non-inferiority** (``noninferior``, spec ``backtest.stuck_margin``). When the round's mainline is
-stuck (``evotrainer/agent/movement.py``: its update is too small to change its answers), the control arm's future is
-known: it gains nothing, however long it trains. A change that enlarges the update is then worth adopting when it
-makes the policy move (``moves``: its branches changed at least ``backtest.stuck_share`` of the answers, the
-control's fewer) and the final look's interval rules out a loss larger than the margin (lower bound above −margin)
-with a positive point estimate, every gate passed and every treatment branch finished (a raise that diverged on
-one seed is not judged on the pairs the others left). That is a non-inferiority test at the look's level: a change
-truly worse by the margin or more is adopted with probability at most α/2 (simulated in ``tests/test_movement.py``)
-— per proposal: a round that backtests k such changes (a bracket arm beside the first) may adopt a harmful one
-with probability up to k·α/2 — and a change that does nothing is no worse than the stuck control. The premise is
-checked on the backtest itself (``moves``, :func:`evotrainer.agent.movement.noninferiority`): the control's answers
-must not have moved from the fork point, and the treatment's must. Why: a learning rate raised from TRL's 1e-6 to
-2.43e-4 gained +0.011 and +0.019 on countdown in 30 branch steps (intervals −0.033..+0.054 and −0.007..+0.046),
-too little to prove superiority, and a re-test from the still-stuck mainline measured +0.000 at its second look; the campaign
-then kept the 1e-6 mainline that learns nothing (bench/log/07-campaign-vs-static-baseline.md, 2026-11-27). Superiority still decides
-first, and only at the final look (planned, or the one the budget made the last) is the margin consulted.
-
-**Stuck rounds: the larger step** (``backtest.stuck_prefer_larger``, applied by ``decide_node`` through
-``evotrainer/agent/looks.py``, not here). When a stuck round promotes a raise of a step-size knob while a larger raise
-of the same knob is still open at that look, the larger one is adopted instead if the data do not show it worse than
-the promoted one (its per-problem paired interval against it reaches 0), its effect over the control is positive, and
-no seed sits more than ``stuck_margin`` below its control. It proves no gain (``stats.rule`` ``larger_step``): it
-corrects the short-horizon bias of a 10-30-step look toward the smaller step, and the selection-split rollback guards
-the mainline after it.
-
 The outcomes:
 
 - **failed**: fewer than two complete pairs (a branch crashed or produced NaN);
@@ -82,13 +57,12 @@ The outcomes:
   reach, stays flat or drops). A high score reached by an exploit must never be promoted, and the record
   says it was blocked, not merely unhelpful; a trip stops the proposal at the look it shows up;
 - **promote**: the look's efficacy interval lies above ``min_effect`` and every treatment branch passed the gate;
-  or, in a stuck round at the final look, the non-inferiority rule above (``stats.rule``); or a stuck round's larger
-  step above;
+  or, at a look the budget made the last, the estimate (``backtest.spent_estimate``, ``stats.rule``);
 - **reject** (refuted): the mean effect is ≤ 0 or the interval lies entirely below the futility threshold
   (at the last look), or the futility rule fires (earlier);
 - **inconclusive**: anything else at the last look (the interval straddles ``min_effect``).
 
-Each outcome's rule is a file of ``evotrainer/stats/rules/`` (gate, superiority, non-inferiority, futility, the last
+Each outcome's rule is a file of ``evotrainer/stats/rules/`` (gate, superiority, the estimate, futility, the last
 look), tried in that order by :func:`decide`.
 """
 
@@ -144,7 +118,7 @@ def decide(proposal_id: str, control: list[BranchResult], treatment: list[Branch
            confidence: float, *, look: int = 1, looks: int = 1, step: int | None = None,
            outcomes: dict[tuple[str, int], list[int]] | None = None, undecided: str | None = None,
            futility_effect: float | None = None, project_futility: bool = True, last: bool = False,
-           noninferior: float | None = None, moves: bool = False, by_estimate: bool = False) -> Decision | None:
+           by_estimate: bool = False) -> Decision | None:
     """Apply the decision rule to one proposal's branches (matched by seed) at look ``look`` of ``looks``.
 
     ``outcomes`` maps (``"control"`` or the proposal id, seed) to each branch's per-problem correctness at this
@@ -156,8 +130,6 @@ def decide(proposal_id: str, control: list[BranchResult], treatment: list[Branch
     for its next look). The look is then the final analysis, and it spends all the error the looks before it
     left unspent (see "Unplanned last look" in the module docstring).
 
-    ``noninferior``: the margin of a stuck round's non-inferiority rule for this proposal (None: superiority only);
-    ``moves``: whether its treatment branches moved the policy (see "Stuck rounds" in the module docstring).
     ``by_estimate``: an unplanned last look (``last``) promotes on the estimate (``evotrainer/stats/rules/estimate.py``).
     """
     now = datetime.now(timezone.utc)
@@ -204,7 +176,7 @@ def decide(proposal_id: str, control: list[BranchResult], treatment: list[Branch
              if ctrl[s].train_reward is not None and treat[s].train_reward is not None]
     at = Look(proposal_id=proposal_id, look=look, looks=looks, planned_final=planned_final, final=final, last=last,
               min_effect=min_effect, futile=futile, confidence=confidence, project_futility=project_futility,
-              undecided=undecided, noninferior=noninferior, moves=moves, by_estimate=by_estimate, treatment=treatment,
+              undecided=undecided, by_estimate=by_estimate, treatment=treatment,
               treat=treat,
               seeds=seeds, stats=st, effect=effect, half_futility=half_futility, gate_reasons=gate_reasons,
               train_gain=statistics.fmean(t - c for c, t in train) if train else None,

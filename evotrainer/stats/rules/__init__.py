@@ -7,12 +7,10 @@ from evotrainer.stats.rules.estimate import Estimate
 from evotrainer.stats.rules.final import Final
 from evotrainer.stats.rules.futility import Futility
 from evotrainer.stats.rules.gate import Gate
-from evotrainer.stats.rules.noninferiority import NonInferiority
 from evotrainer.stats.rules.superiority import Superiority
 
-LOOK_RULES: tuple[LookRule, ...] = (Gate(), Superiority(), NonInferiority(), Estimate(), Futility(), Final())
-"""Gate first (an exploit is never promoted), then superiority, then a stuck round's non-inferiority (final look
-only), then the estimate at a look the budget made last, then futility (interim looks), then the last look's reject /
-inconclusive."""
+LOOK_RULES: tuple[LookRule, ...] = (Gate(), Superiority(), Estimate(), Futility(), Final())
+"""Gate first (an exploit is never promoted), then superiority, then the estimate at a look the budget made last, then
+futility (interim looks), then the last look's reject / inconclusive."""
 
 __all__ = ["LOOK_RULES", "WAIT", "Look", "LookRule"]

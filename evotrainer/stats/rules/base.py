@@ -4,7 +4,7 @@ verdict (a ``Decision``, ``WAIT`` for the next look, or None when the rule does 
 Why rules, one file each (in the style of Optuna's ``pruners/``): the backtest's decision is a chain of rules tried
 in order (``evotrainer.stats.rules.LOOK_RULES``), each small enough to read on its own and each with the reason it
 exists; ``evotrainer.stats.backtest.decide`` builds the ``Look`` and asks them in turn. A campaign's settings switch a
-rule off by leaving its input unset (``backtest.stuck_margin`` null: no non-inferiority), and the flaw suite's
+rule off by leaving its input unset (``backtest.spent_estimate`` false: no estimate rule), and the flaw suite's
 ablations do the same.
 """
 
@@ -35,9 +35,7 @@ class Look:
     confidence: float
     project_futility: bool
     undecided: str | None  # the outcome to give instead of waiting when the backtest ends here for another reason
-    noninferior: float | None  # a stuck round's non-inferiority margin (None: superiority only)
     by_estimate: bool  # a look the budget made last is decided on the estimate (backtest.spent_estimate)
-    moves: bool  # the treatment's branches moved the policy and the control's did not
     treatment: list[BranchResult]  # every treatment branch, finished or not
     treat: dict[int, BranchResult]  # finished treatment branches by seed
     seeds: list[int]  # the paired seeds
