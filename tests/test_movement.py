@@ -55,29 +55,6 @@ def _pv(id_: str, run: str, step: int, parent: str | None = None, h: str = "h") 
                          run_name=run, mlflow_run_id=None, eval_accuracy=0.3, step=step, created=NOW)
 
 
-def _branch(home: Path, name: str, backtest_id: str, proposal_id: str | None, seed: int, up: int = 0, down: int = 0, *,
-            step: int, looks: int = 1, tail: bool = False):
-    """A finished branch whose answers at ``step`` are BASE with ``up`` wrong answers made right and ``down`` right
-    ones made wrong, taken from the end of the split with ``tail``; a treatment (``proposal_id`` set) passed its gate.
-    Each of its ``looks`` records the same outcome."""
-    from evotrainer.core.domain import BranchResult
-
-    wrong = [i for i, o in enumerate(BASE) if not o]
-    right = [i for i, o in enumerate(BASE) if o]
-    out = list(BASE)
-    for i in (wrong[::-1] if tail else wrong)[:up]:
-        out[i] = True
-    for i in (right[::-1] if tail else right)[:down]:
-        out[i] = False
-    _run(home, name, {step: out})
-    gate = True if proposal_id else None
-    look = {"status": "finished", "eval_accuracy": sum(out) / len(out), "train_reward": 0.1, "step": step,
-            "gate_passed": gate, "gate_reasons": []}
-    return BranchResult(backtest_id=backtest_id, proposal_id=proposal_id, role="treatment" if proposal_id else "control",
-                        seed=seed, run_name=name, status="finished", eval_accuracy=look["eval_accuracy"], step=step,
-                        gate_passed=gate, looks=[{"look": n, **look} for n in range(1, looks + 1)])
-
-
 def test_what_enlarges_the_update():
     assert enlarges_update("optim.learning_rate", 1e-6, 2.43e-4)
     assert not enlarges_update("optim.learning_rate", 3e-4, 1.5e-4)  # lower-lr shrinks it
@@ -322,15 +299,17 @@ def test_a_split_too_small_to_tell_is_never_judged_stuck(tmp_path):
 
 
 def test_the_removed_stuck_rules_are_refused_in_a_spec_and_dropped_from_a_stored_one(tmp_path):
-    """A user's spec that still sets one of the removed stuck-round rules is refused with why and what to do; a
-    campaign stored before they went (every default written out) resumes without them."""
+    """A user's spec that still switches on one of the removed stuck-round rules is refused with why and what to do;
+    a campaign stored before they went (every default written out) resumes without them."""
     import yaml
 
     from evotrainer.config.campaign import BacktestSpec, load_campaign_spec, spec_of
 
-    for key, value in (("stuck_margin", 0.02), ("stuck_interim", True), ("stuck_prefer_larger", False)):
+    for key, value in (("stuck_margin", 0.02), ("stuck_interim", True), ("stuck_prefer_larger", True)):
         with pytest.raises(ValueError, match=f"backtest.{key}: removed; delete it.*Issue 59's ablation"):
             BacktestSpec(**{key: value})
+    # the value that switched a rule off asks for what the campaign now does
+    assert BacktestSpec(stuck_margin=None, stuck_interim=False, stuck_prefer_larger=False) == BacktestSpec()
     doc = yaml.safe_load((Path(__file__).parents[1] / "campaigns" / "arith-demo.yaml").read_text())
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(doc))

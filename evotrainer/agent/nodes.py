@@ -268,11 +268,14 @@ def decide_node(state: CampaignState, runtime: Runtime[CampaignContext]) -> Comm
             d = d.model_copy(update={"reasons": [*d.reasons, why]})
         decisions.append(d)
     promoted = [d for d in decisions if d.outcome == "promote"]
-    # a change shown better outranks one adopted on the estimate, then the effect
-    top = max(promoted, key=lambda d: (d.stats.rule == "superiority", d.stats.effect), default=None)
+    # a change shown better outranks one adopted on the estimate, then the effect (a larger step stays adopted: only
+    # a decision stored before that rule was removed, by a campaign killed here, still says so)
+    top = max(promoted, key=lambda d: (d.stats.rule == "larger_step", d.stats.rule == "superiority", d.stats.effect),
+              default=None)
     best = top.proposal_id if top is not None else None
     displaced = f"{best} had a larger effect and was promoted this round; re-test on the new mainline"
-    for d in sorted(decisions, key=lambda d: d.proposal_id != best):  # the adopted one first (see above)
+    # the adopted one is stored first, so a resume after a kill here reads it back and adopts it again
+    for d in sorted(decisions, key=lambda d: d.proposal_id != best):
         if d.outcome == "promote" and d.proposal_id != best:
             d = d.model_copy(update={"outcome": "inconclusive", "reasons": [*d.reasons, displaced]})
         ctx.store.add_decision(d)

@@ -107,14 +107,15 @@ BRACKET_RANGE: dict[str, tuple[float, float]] = {
     "optim.weight_decay": (1e-3, 0.2), "data.pool_size": (512, 65_536)}
 
 
-_STUCK_RULES_GONE = ("Issue 59's ablation: over the flaw suite's demo flaw (TRL's 1e-6) on development seeds 0-2 the "
-                     "campaign without the stuck round's interim arm, non-inferiority and larger-step rules was no "
-                     "worse than with them, and on its live flaws no round is stuck (bench/log/19-flaw-suite.md). A "
-                     "stuck round still backtests only what enlarges the update, with its bracket.")
-REMOVED_STUCK_RULES: dict[str, str] = {key: _STUCK_RULES_GONE for key in
-                                       ("stuck_margin", "stuck_interim", "stuck_prefer_larger")}
-"""Backtest fields removed with the stuck round's special rules, and why: a spec that sets one is refused; one stored
-by a campaign started before they went drops them (:func:`spec_of`)."""
+STUCK_RULES_GONE = ("Issue 59's ablation: over the flaw suite's demo flaw (TRL's 1e-6) on development seeds 0-2 the "
+                    "campaign without the stuck round's interim arm, non-inferiority and larger-step rules adopted the "
+                    "same learning rate and scored no worse than with them, and on its live flaws no round is stuck "
+                    "(bench/log/19-flaw-suite.md, 2026-12-03 third session). A stuck round still backtests only what "
+                    "enlarges the update, its first raise with its bracket.")
+REMOVED_STUCK_RULES: dict[str, bool | None] = {"stuck_margin": None, "stuck_interim": False, "stuck_prefer_larger": False}
+"""Backtest fields removed with the stuck round's special rules (:data:`STUCK_RULES_GONE` says why), each with the
+value that switched its rule off: a spec that sets one to that value asks for what the campaign now does, and it is
+dropped; any other value is refused. A campaign stored before they went drops them (:func:`spec_of`)."""
 
 
 class BacktestSpec(_S):
@@ -193,13 +194,16 @@ class BacktestSpec(_S):
                     "evotrainer/stats/rules/estimate.py). Why: the share is spent for every later round too, so such a "
                     "change is never re-tested, and keeping the control is then a decision against the data. It "
                     "gives up superiority's false-promotion bound at that stop. false = leave it inconclusive.")
+
     @model_validator(mode="before")
     @classmethod
     def _removed(cls, data: Any) -> Any:
-        if isinstance(data, dict) and (gone := sorted(set(data) & set(REMOVED_STUCK_RULES))):
+        if not isinstance(data, dict) or not set(data) & set(REMOVED_STUCK_RULES):
+            return data
+        if gone := sorted(k for k in set(data) & set(REMOVED_STUCK_RULES) if data[k] != REMOVED_STUCK_RULES[k]):
             raise ValueError(f"backtest.{', backtest.'.join(gone)}: removed; delete "
-                             f"{'it' if len(gone) == 1 else 'them'}. {REMOVED_STUCK_RULES[gone[0]]}")
-        return data
+                             f"{'it' if len(gone) == 1 else 'them'}. {STUCK_RULES_GONE}")
+        return {k: v for k, v in data.items() if k not in REMOVED_STUCK_RULES}
 
     @model_validator(mode="after")
     def _looks(self) -> BacktestSpec:
