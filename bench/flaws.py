@@ -103,10 +103,11 @@ def _cells(suite: Suite, a) -> list[tuple[str, str]]:
 
 
 def live_cells(suite: Suite, rows: list[dict[str, Any]]) -> set[tuple[str, str]]:
-    """(flaw, task) where tuned − flawed ≥ live_gap on the wide split, mean over the development seeds run."""
+    """(flaw, task) where tuned − flawed ≥ live_gap on the wide split, mean over the development seeds run; never the
+    demo's flaw, which is reported beside the suite, not one of its flaws (its gap is in :func:`gaps` all the same)."""
     out = set()
     for (flaw, task), gap in gaps(suite, rows).items():
-        if gap["mean"] is not None and gap["mean"] >= suite.live_gap:
+        if flaw != suite.demo.id and gap["mean"] is not None and gap["mean"] >= suite.live_gap:
             out.add((flaw, task))
     return out
 
@@ -277,6 +278,34 @@ def summary(suite: Suite, rows: list[dict[str, Any]]) -> dict[str, Any]:
     for label, seeds in (("dev", suite.dev_seeds), ("eval", [*suite.eval_seeds, *suite.eval_seeds_extension])):
         cells = {f"{fid}/{task}": c for fid, task in starts if (c := _cell(suite, rows, fid, task, seeds))}
         out[label] = cells
+        out[f"{label}_pooled"] = _pooled(suite, rows, seeds)
+    return out
+
+
+def _pooled(suite: Suite, rows: list[dict[str, Any]], seeds: list[int]) -> dict[str, Any]:
+    """The default campaign against each other arm (PBT, Optuna, the flawed static run, each ablation), paired by
+    (live cell, seed) over the seed set: mean difference with its 90 % t interval, the pairs, how many the campaign
+    leads (by more than 0.0005), and the same per seed."""
+    live = live_cells(suite, rows)
+    acc: dict[str, dict[tuple[str, str, int], float]] = {}
+    for r in rows:
+        if (r["flaw"], r["task"]) in live and r["seed"] in seeds and r.get("accuracy_wide") is not None \
+                and r["budget"] == suite.budget:
+            arm = r["arm"] + (f"-off-{'-'.join(r['off'])}" if r.get("off") else "")
+            acc.setdefault(arm, {})[(r["flaw"], r["task"], r["seed"])] = r["accuracy_wide"]
+    camp = acc.get("campaign", {})
+
+    def diff(d: list[float]) -> dict[str, Any]:
+        return {"mean": round(statistics.fmean(d), 4), "ci90": _t90(d), "pairs": len(d),
+                "ahead": sum(x > 0.0005 for x in d)}
+
+    out: dict[str, Any] = {}
+    for arm, other in sorted(acc.items()):
+        keys = sorted(set(camp) & set(other))
+        if arm in ("campaign", "tuned") or not keys:
+            continue
+        out[f"campaign_minus_{arm}"] = {**diff([camp[k] - other[k] for k in keys]), "by_seed": {
+            s: diff([camp[k] - other[k] for k in keys if k[2] == s]) for s in sorted({k[2] for k in keys})}}
     return out
 
 
