@@ -30,9 +30,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import flaw_targets
 from _common import ROOT, parser, save
 from flaw_arms import ArmConfig, TaskRef, run_campaign, run_static
 from flaw_suite import Suite, code_commit, frozen_check, load_suite
+from flaw_targets import named_symptoms, remedies
 
 RESULTS = ROOT / "bench" / "results" / "flaws.json"
 ARMS = ("static", "tuned", "campaign", "pbt", "optuna")
@@ -216,7 +218,7 @@ def round0(suite: Suite, a) -> None:
             res = brain.propose(BrainContext(harness=harness, findings=findings, candidates=cands, max_proposals=2,
                                              seed=seed, round=0, min_effect=0.0, task=ref.name))
             f = suite.flaw(flaw)
-            named = [x.symptom for x in findings if x.severity != "info" or x.symptom == "plateau"]
+            named = named_symptoms((x.symptom, x.severity) for x in findings)
             out.append({"flaw": flaw, "task": task, "seed": seed, "commit": commit,
                         "findings": [{"symptom": x.symptom, "severity": x.severity} for x in findings],
                         "expected": f.symptoms if hasattr(f, "symptoms") else [],
@@ -233,13 +235,6 @@ def round0(suite: Suite, a) -> None:
     kept = [r for r in (json.loads(path.read_text())["rows"] if path.exists() else [])
             if (r["flaw"], r["task"], r["seed"]) not in ran]
     save("flaws_round0", {"segment": a.segment, "rows": kept + out})
-
-
-def remedies(f: Any) -> set[str]:
-    """The skills a flaw's documented remedy names (``remedy: ... (skill-slug)``)."""
-    import re
-
-    return set(re.findall(r"\(([a-z0-9-]+)\)", getattr(f, "remedy", "")))
 
 
 def _fell(run_dir: Path, step: int, n: int):
@@ -279,6 +274,7 @@ def summary(suite: Suite, rows: list[dict[str, Any]]) -> dict[str, Any]:
         cells = {f"{fid}/{task}": c for fid, task in starts if (c := _cell(suite, rows, fid, task, seeds))}
         out[label] = cells
         out[f"{label}_pooled"] = _pooled(suite, rows, seeds)
+        out[f"{label}_targets"] = flaw_targets.targets(suite, rows, live_cells(suite, rows), seeds)
     return out
 
 
@@ -356,9 +352,11 @@ def markdown(suite: Suite, rows: list[dict[str, Any]]) -> str:
         mean = "—" if g["mean"] is None else f"{g['mean']:+.3f}"
         live = "" if g["mean"] is None else ("**live**" if g["mean"] >= suite.live_gap else "no")
         out.append(f"| {flaw} | {task} | {'yes' if getattr(f, 'subtle', False) else 'no'} | {cells} | {mean} | {live} |")
-    for label, cells in summary(suite, rows).items():
-        if label in ("dev", "eval") and cells:
-            out += ["", arms_markdown(label, cells)]
+    summ = summary(suite, rows)
+    for label in ("dev", "eval"):
+        if summ[label]:
+            out += ["", arms_markdown(label, summ[label]), "",
+                    flaw_targets.markdown(summ[f"{label}_targets"], "development" if label == "dev" else "evaluation")]
     return "\n".join(out)
 
 

@@ -156,3 +156,53 @@ def test_the_campaign_arm_is_one_spec_for_every_flaw_and_its_rules_switch_off_on
     for rule in RULES:  # one at a time
         doc = campaign_spec(TaskRef("arith"), h, 0, cfg, (rule,))
         CampaignSpec.model_validate(yaml.safe_load(yaml.safe_dump(doc)))
+
+
+def _row(flaw, task, seed, arm, acc, **extra):
+    return {"flaw": flaw, "task": task, "seed": seed, "arm": arm, "budget": 400, "off": [], "accuracy_wide": acc,
+            "steps": 400, "compute": {"completions": 100, "eval_problems": 10}, **extra}
+
+
+def test_the_targets_are_judged_from_the_rows_by_the_rules_written_before_the_evaluation_seeds():
+    """Issue 59's §2 from rows: the median recovered share and each cell's campaign − flawed interval, campaign − PBT /
+    Optuna paired by (cell, seed) and cell by cell, round 0 naming the expected symptom, the tuned recipe's floor and
+    gain; and 'not all run' (None) until every live cell has its rows."""
+    from flaw_targets import diagnosis_of, targets
+
+    suite = load_suite()
+    live = {("short-budget", "arith"), ("lr-high", "countdown")}
+    found = [{"symptom": "truncation", "severity": "critical"}, {"symptom": "plateau", "severity": "info"}]
+    adopted = [{"knob": "grpo.max_completion_length", "new": 6, "outcome": "promote", "symptom": "truncation",
+                "skills": ["longer-completions"]}]
+    rows = []
+    for i, s in enumerate((101, 102, 103)):
+        rows += [_row("tuned", "arith", s, "tuned", 0.45 + i / 100), _row("tuned", "countdown", s, "tuned", 0.24),
+                 _row("short-budget", "arith", s, "static", 0.15 + i / 200),
+                 _row("short-budget", "arith", s, "campaign", 0.44 + i / 100, round0_findings=found, decisions=adopted),
+                 _row("short-budget", "arith", s, "pbt", 0.40), _row("short-budget", "arith", s, "optuna", 0.41 + i / 50),
+                 _row("lr-high", "countdown", s, "static", 0.0),
+                 _row("lr-high", "countdown", s, "pbt", 0.20 + i / 100), _row("lr-high", "countdown", s, "optuna", 0.21)]
+    partial = targets(suite, rows, live, [101, 102, 103])
+    assert partial["recovery"]["met"] is None and partial["competition"]["pbt"]["met"] is None
+    rows += [_row("lr-high", "countdown", s, "campaign", 0.235 + i / 200, round0_findings=[], decisions=[])
+             for i, s in enumerate((101, 102, 103))]
+    t = targets(suite, rows, live, [101, 102, 103])
+    sb = t["cells"]["short-budget/arith"]
+    assert sb["recovered_share"] == pytest.approx((0.45 - 0.155) / (0.46 - 0.155), abs=1e-3)
+    assert t["recovery"]["met"] is True and t["recovery"]["interval_above_0"] == {
+        "lr-high/countdown": True, "short-budget/arith": True}
+    assert t["competition"]["pbt"]["met"] is True and t["competition"]["pbt"]["cells_ahead"] == "2/2"
+    assert t["competition"]["optuna"]["cells_ahead"] == "2/2"
+    assert t["diagnosis"] == {"runs": 6, "named_expected": 0.5, "adopted_remedy_citing_finding": 0.5, "met": False}
+    assert t["from_tuned"]["met"] is None  # no campaign from the tuned recipe has run
+    assert t["compute"]["campaign"]["runs"] == 6
+    # a plateau finding at info names the plateau; a promoted change of another knob citing no finding is no remedy
+    f = suite.flaw("lr-low-3x")
+    d = diagnosis_of(f, {"round0_findings": found, "decisions": [{**adopted[0], "symptom": "dead_groups"}]})
+    assert d["named_expected"] and not d["adopted_remedy"]
+    rows += [_row("tuned", t_, s, arm, acc) for s in (101, 102, 103) for t_, arm, acc in (
+        ("arith", "campaign", 0.48), ("countdown", "campaign", 0.235), ("rg-sums", "tuned", 0.3),
+        ("rg-sums", "campaign", 0.3))]
+    ft = targets(suite, rows, live, [101, 102, 103])["from_tuned"]
+    assert ft["tasks"]["arith"]["campaign_minus_static"] == pytest.approx(0.02, abs=1e-4)
+    assert ft["met"] is True  # countdown −0.5 points is inside the floor of −1, arith +2 is the gain
