@@ -274,7 +274,9 @@ def summary(suite: Suite, rows: list[dict[str, Any]]) -> dict[str, Any]:
         cells = {f"{fid}/{task}": c for fid, task in starts if (c := _cell(suite, rows, fid, task, seeds))}
         out[label] = cells
         out[f"{label}_pooled"] = _pooled(suite, rows, seeds)
-        out[f"{label}_targets"] = flaw_targets.targets(suite, rows, live_cells(suite, rows), seeds)
+        # the first evaluation set is required for a verdict, an extension seed once it has rows
+        required = [s for s in seeds if s not in suite.eval_seeds_extension or any(r["seed"] == s for r in rows)]
+        out[f"{label}_targets"] = flaw_targets.targets(suite, rows, live_cells(suite, rows), seeds, required)
     return out
 
 
