@@ -94,8 +94,11 @@ def test_a_scale_knob_proposal_gets_a_bracket_arm_further_out_and_others_move_do
     # backtest.bracket_factor sets how far the bracket goes: 4 makes ×3 into ×81
     assert _bracketed(h, [lr, *others], 2, 4.0)[0][1].value == pytest.approx(8.1e-5)
     assert _bracketed(h, [lr, *others], 1) == ([lr, *others], {})  # one slot: no room for a bracket
-    # a scale knob the round would backtest takes the first slot with its bracket; one it would not reach does not
-    assert others[0].knob not in LOG_KNOBS and _bracketed(h, [others[0], lr, *others[1:]], 2) == (out, {1: "bracket"})
+    # a scale knob the round would backtest gets its bracket right after it, never ahead of a draft the brain ranked
+    # first (which keeps its slot; the bracket runs only if an earlier draft is screened out); one the round would
+    # not reach gets none
+    assert others[0].knob not in LOG_KNOBS
+    assert _bracketed(h, [others[0], lr, *others[1:]], 2) == ([others[0], *out[:2], *others[1:]], {2: "bracket"})
     assert _bracketed(h, [*others[:2], lr], 2) == ([*others[:2], lr], {})
     # not a scale knob, a move the bound leaves no room to extend, a lowered rate (bracketed downwards)
     assert bracket_value(h, "grpo.temperature", 1.0, 1.2) is None

@@ -27,6 +27,7 @@ from evotrainer.core.domain import (
     Hypothesis,
     PolicyVersion,
     Proposal,
+    ProposalDraft,
 )
 from evotrainer.training.evaluation import eval_steps, write_outcomes
 
@@ -281,6 +282,30 @@ def test_a_moving_round_proposes_from_the_whole_library(round_one):
     knobs = {k for k, _ in proposals}
     assert knobs - {"optim.learning_rate"}, proposals  # reward, scaling and data changes are back in play
     assert not store.events("c", kind="movement")[0].message["stuck"]
+
+
+def test_a_bracket_never_outranks_the_brains_first_draft_and_a_cut_draft_is_logged(tmp_path):
+    """Groups of 2 (flaw suite, evaluation seeds 101-102): the brain ranked the recipe's outlier (4 generations) first
+    and a lowered learning rate second; the rate's bracket must not push the outlier out of the round's two slots.
+    The bracket, left without a slot, is logged as cut instead of vanishing."""
+    from evotrainer.agent.brains.base import BrainResult
+    from evotrainer.agent.proposing import _record
+
+    ctx = _round_one(tmp_path, history=False).ctx
+    h = HarnessSpec().with_knob("optim.learning_rate", 1e-6)
+    hyp = Hypothesis(symptom="plateau", cause="a slow recipe", change="a change", expected_effect="accuracy up")
+    drafts = [ProposalDraft(knob="grpo.num_generations", value=16, hypothesis=hyp, rationale="r",
+                            cited_skills=["more-samples"]),
+              ProposalDraft(knob="optim.learning_rate", value=3e-6, hypothesis=hyp, rationale="r",
+                            cited_skills=["raise-lr"])]
+    state = {"campaign_id": "c", "round": 1, "mainline": "c:r01:segment", "harness_version": h.version}
+    _record(ctx, state, 1, h, BrainResult(drafts=drafts, brain="heuristic"), False)
+    assert [p.knob for p in ctx.store.list_proposals("c", round=1)] == ["grpo.num_generations", "optim.learning_rate"]
+    (cut,) = ctx.store.events("c", kind="drafts_cut")
+    assert cut.message["round"] == 1 and cut.message["k"] == 2
+    (bracket,) = cut.message["drafts"]
+    assert bracket["knob"] == "optim.learning_rate" and bracket["value"] == pytest.approx(2.43e-4)
+    assert bracket["skills"] == ["raise-lr"] and bracket["symptom"] == "plateau"
 
 
 def test_a_round_without_a_training_signal_is_not_stuck(round_one):

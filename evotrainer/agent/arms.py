@@ -141,15 +141,19 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None 
     """The brain's drafts with a bracket arm (spec ``backtest.bracket``), and where the fixed values came from:
     ``{index: "bracket"}`` (:class:`~evotrainer.agent.values.ValueChoice`'s sources).
 
-    When one of the drafts the round would backtest (the first ``k``) moves a scale knob, that draft takes the
-    first slot and the same knob moved ``factor`` (``backtest.bracket_factor``) times as far in log scale the
-    second, backtested against the same control (×3 and ×243 for a learning rate); the other drafts move down.
-    Why: a learning rate 300× too small gains +0.005 in a 30-step branch from a ×3 raise, too little to decide
-    (on one warm start it read −0.002 and was refuted), while the bracket shows which decade the knob belongs in.
+    When one of the drafts the round would backtest (the first ``k``) moves a scale knob, the same knob moved
+    ``factor`` (``backtest.bracket_factor``) times as far in log scale is inserted right after it, backtested
+    against the same control (×3 and ×243 for a learning rate); the drafts after it move down a slot, the drafts
+    before it keep theirs. Why: a learning rate 300× too small gains +0.005 in a 30-step branch from a ×3 raise,
+    too little to decide (on one warm start it read −0.002 and was refuted), while the bracket shows which decade
+    the knob belongs in. The bracket is a second arm of its draft's hypothesis, so it never outranks a draft the
+    brain put first: a bracket that moved its draft to the front cut the recipe's outlier the proposer had ranked
+    first (flaw suite, evaluation seeds 101-102: four generations for groups of 2 lost to a lowered learning rate
+    and its bracket). A bracket past the round's ``k`` slots runs only when an earlier draft is screened out.
     If both are promoted the larger effect wins (``decide_node``); both arms are trials of the knob's Optuna
     study. ``k`` < 2 (or 0: bracketing off) leaves the drafts as they are. ``bands`` (``backtest.bracket_range``,
     the spec's default when None) keeps the bracket inside each knob's usual band: from a value already there
-    (a tuned learning rate) there is no bracket, and the round's next draft takes the slot. A range knob's shift
+    (a tuned learning rate) there is no bracket. A range knob's shift
     (the training levels, ``data.difficulty``) is bracketed the same way, by twice the shift
     (:func:`~evotrainer.agent.values.range_bracket`): [5, 5] → [4, 4] beside [3, 3].
     """
@@ -158,11 +162,11 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None 
     if k < 2 or not drafts:
         return list(drafts), {}
     knobs = harness.knobs()
-    first, value = next(((d, v) for d in drafts[:k] if not _is_retest(d)
-                         and (v := bracket_value(harness, d.knob, knobs.get(d.knob), d.value, factor,
-                                                 (BRACKET_RANGE if bands is None else bands).get(d.knob)))
-                         is not None),
-                        (None, None))
+    at, first, value = next(((i, d, v) for i, d in enumerate(drafts[:k]) if not _is_retest(d)
+                             and (v := bracket_value(harness, d.knob, knobs.get(d.knob), d.value, factor,
+                                                     (BRACKET_RANGE if bands is None else bands).get(d.knob)))
+                             is not None),
+                            (None, None, None))
     if first is None:
         return list(drafts), {}
     current = knobs.get(first.knob)
@@ -182,7 +186,7 @@ def _bracketed(harness: HarnessSpec, drafts: list, k: int, factor: float | None 
     bracket = arm(value, f"a bracket of {first.value!r} ({factor:.3g}× {scale})",
                   f"bracket of the brain's draft ({first.knob} → {first.value!r}): the same knob moved {factor:.3g} "
                   f"times as far ({scale}), backtested beside the round's first arm against the same control")
-    return [first, bracket, *[d for d in drafts if d is not first]], {1: "bracket"}
+    return [*drafts[:at + 1], bracket, *drafts[at + 1:]], {at + 1: "bracket"}
 
 
 def _screen(ctx: CampaignContext, state: CampaignState, harness: HarnessSpec, knob: str, value: Any):

@@ -117,7 +117,10 @@ def _record(ctx: CampaignContext, state: CampaignState, rnd: int, harness: Harne
     context, knobs = ctx.spec.policy.context_length(), harness.knobs()
     kept = 0
     for i, d in enumerate(drafts):
-        if kept >= k:
+        if kept >= k:  # the round's slots are full: say what the brain drafted that no slot was left for
+            ctx.store.log_event(ctx.campaign_id, "drafts_cut", {"round": rnd, "k": k, "drafts": [
+                {"knob": c.knob, "value": c.value, "symptom": c.hypothesis.symptom, "skills": c.cited_skills}
+                for c in drafts[i:]]})
             break
         pid = f"{ctx.campaign_id}:r{rnd:02d}:p{i}"
         try:

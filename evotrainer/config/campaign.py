@@ -131,12 +131,12 @@ class BacktestSpec(_S):
     confidence: float = Field(0.8, gt=0.5, lt=1.0, description="Confidence level of the paired interval.")
     bracket: bool = Field(
         True, description="When a proposal the round would backtest moves a scale knob (learning rate, KL or entropy "
-                          "coefficient, weight decay, prompt pool), it takes the first slot and the same knob moved "
-                          "`bracket_factor` times as far in log scale (×3 -> ×243) the second, against the same "
-                          "control, as an engineer's sweep would: from a value decades off, the first step alone "
+                          "coefficient, weight decay, prompt pool), the same knob moved "
+                          "`bracket_factor` times as far in log scale (×3 -> ×243) takes the slot right after it, "
+                          "against the same control, as an engineer's sweep would: from a value decades off, the first step alone "
                           "shows effects too small to decide in a short branch. A range knob's shift (the training levels) is "
                           "bracketed by twice the shift ([5, 5] -> [4, 4] beside [3, 3]). Needs max_proposals >= 2; the "
-                          "other proposals move down.")
+                          "proposals after it move down a slot, those before it keep theirs.")
     bracket_factor: float = Field(
         5.0, ge=1.5, le=8.0,
         description="How many times as far (in log scale) the bracket arm moves the knob as the first arm does: 5 "
