@@ -71,19 +71,51 @@ def arm_config(suite: Suite, task: str, home: Path) -> ArmConfig:
                      policy={"warm_start_difficulty": list(levels)})
 
 
-def warm_ok(ref: TaskRef, cfg: ArmConfig, seed: int, home: Path) -> str | None:
-    """None when the seed's warm start exists or could be built; else why it was refused."""
+def warm_start(ref: TaskRef, cfg: ArmConfig, seed: int, home: Path) -> tuple[str | None, str | None]:
+    """(the fingerprint of the seed's warm start, None) once it exists or could be built; (None, why) when refused."""
     from evotrainer.config.policy import PolicySpec
     from evotrainer.core.errors import WarmStartFailed
     from evotrainer.training.policy import base_policy_dir
 
     try:
-        base_policy_dir(home, ref.get(), PolicySpec(**cfg.policy, seed=seed), seed,
-                        tuple(cfg.policy["warm_start_difficulty"]),
-                        log=lambda m: print(f"  [warm start {ref.name} s{seed}] {m}", flush=True))
+        base = base_policy_dir(home, ref.get(), PolicySpec(**cfg.policy, seed=seed), seed,
+                               tuple(cfg.policy["warm_start_difficulty"]),
+                               log=lambda m: print(f"  [warm start {ref.name} s{seed}] {m}", flush=True))
     except WarmStartFailed as err:
-        return str(err)
-    return None
+        return None, str(err)
+    return base_fingerprint(base), None
+
+
+def base_fingerprint(base: Path) -> str:
+    """The first 12 hex digits of the SHA-256 of a warm start's weights. A cached warm start is keyed by its settings,
+    not by the code that built it, so a home built under older code (or lost and rebuilt) may start a seed from other
+    weights: rows are compared only when they started from the same ones (:func:`mixed_bases`)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted(base.glob("*.safetensors")):
+        with f.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()[:12]
+
+
+def mixed_bases(rows: list[dict[str, Any]]) -> dict[tuple[str, int], list[str]]:
+    """(task, seed) -> the distinct warm starts its rows record, where there is more than one. Rows from before the
+    fingerprint was recorded carry none and are not checked."""
+    seen: dict[tuple[str, int], set[str]] = {}
+    for r in rows:
+        if r.get("base"):
+            seen.setdefault((r["task"], r["seed"]), set()).add(r["base"])
+    return {k: sorted(v) for k, v in seen.items() if len(v) > 1}
+
+
+def _refuse_mixed(rows: list[dict[str, Any]], where: str) -> None:
+    if mixed := mixed_bases(rows):
+        listed = "; ".join(f"{t} seed {s}: {', '.join(b)}" for (t, s), b in sorted(mixed.items()))
+        raise SystemExit(f"{where}: rows of one task and seed started from different warm starts ({listed}); they are "
+                         "not comparable: move the stale rows to bench/results/flaws_earlier.json and re-run them, or "
+                         "run in the --home that holds the warm start they started from")
 
 
 def _cells(suite: Suite, a) -> list[tuple[str, str]]:
@@ -153,9 +185,11 @@ def run_rows(suite: Suite, a, arms: list[str]) -> None:
                 if key in have:
                     continue
                 harness = suite.harness(task, None if "tuned" in (arm, flaw) else flaw, hdir)
-                refused = warm_ok(ref, cfg, seed, home)
+                base, refused = warm_start(ref, cfg, seed, home)
                 row: dict[str, Any] = {"flaw": fid, "task": task, "seed": seed, "arm": arm, "budget": suite.budget,
-                                       "off": list(key[5]), "commit": commit, "date": time.strftime("%Y-%m-%d")}
+                                       "off": list(key[5]), "commit": commit, "date": time.strftime("%Y-%m-%d"),
+                                       "base": base}
+                _refuse_mixed([*rows, row], f"{RESULTS}, {fid} / {task} / seed {seed} ({arm})")
                 print(f"== {fid} / {task} / seed {seed}: {arm}" + (f" (off: {', '.join(off)})" if key[5] else ""),
                       flush=True)
                 if refused is not None:
@@ -201,7 +235,7 @@ def round0(suite: Suite, a) -> None:
             ref = TaskRef(*suite.tasks[task].ref())
             harness_path = suite.harness(task, flaw, home / "harnesses")
             cfg = arm_config(suite, task, home)
-            if (why := warm_ok(ref, cfg, seed, home)) is not None:
+            if (why := warm_start(ref, cfg, seed, home)[1]) is not None:
                 out.append({"flaw": flaw, "task": task, "seed": seed, "refused": why})
                 continue
             name = f"round0-{harness_path.stem}-s{seed}-seg{a.segment}-ws"
@@ -266,6 +300,7 @@ def summary(suite: Suite, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per (flaw, task) on each seed set: every arm's wide accuracy (mean, 90 % t), its recovered share, and the
     campaign's paired differences with the flawed recipe, PBT, Optuna and the tuned one; 'tuned/<task>': the arms
     from the tuned recipe itself."""
+    _refuse_mixed(rows, str(RESULTS))
     out: dict[str, Any] = {"gaps": {f"{f}/{t}": g for (f, t), g in gaps(suite, rows).items()},
                            "live": sorted(f"{f}/{t}" for f, t in live_cells(suite, rows))}
     starts = [(f.id, task) for f in [*suite.flaws, suite.demo] for task in f.tasks]

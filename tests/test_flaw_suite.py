@@ -221,3 +221,27 @@ def test_the_targets_are_judged_from_the_rows_by_the_rules_written_before_the_ev
     ft = targets(suite, rows, live, [101, 102, 103])["from_tuned"]
     assert ft["tasks"]["arith"]["campaign_minus_static"] == pytest.approx(0.021, abs=1e-4)
     assert ft["met"] is True  # countdown −0.5 points is inside the floor of −1, arith +2.1 the gain (+2 exactly, in floating point, may fall short)
+
+
+def test_rows_from_different_warm_starts_of_one_seed_are_refused_not_compared(tmp_path):
+    """A cached warm start is keyed by its settings, not the code that built it: a row records the fingerprint of the
+    weights it started from, and the report refuses a task and seed whose rows started from different ones."""
+    from flaws import base_fingerprint, mixed_bases, summary
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d, w in ((a, b"\x00" * 64), (b, b"\x01" * 64)):
+        d.mkdir()
+        (d / "model.safetensors").write_bytes(w)
+        (d / "config.json").write_text("{}")
+    assert base_fingerprint(a) == base_fingerprint(a) and base_fingerprint(a) != base_fingerprint(b)
+    (a / "config.json").write_text('{"other": 1}')  # only the weights count
+    assert base_fingerprint(a) == base_fingerprint(a)
+    same = [_row("lr-high", "arith", 0, "static", 0.3, base=base_fingerprint(a)),
+            _row("lr-high", "arith", 0, "campaign", 0.4, base=base_fingerprint(a)),
+            _row("lr-high", "arith", 1, "static", 0.3, base=base_fingerprint(b)),
+            _row("lr-high", "arith", 1, "pbt", 0.3)]  # a row from before the fingerprint: not checked
+    assert mixed_bases(same) == {}
+    mixed = [*same, _row("lr-high", "arith", 0, "pbt", 0.5, base=base_fingerprint(b))]
+    assert mixed_bases(mixed) == {("arith", 0): sorted([base_fingerprint(a), base_fingerprint(b)])}
+    with pytest.raises(SystemExit, match="arith seed 0: .*different warm starts|different warm starts.*arith seed 0"):
+        summary(load_suite(), mixed)
