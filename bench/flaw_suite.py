@@ -85,6 +85,10 @@ class Suite(_M):
     eval_seeds: list[int] = Field(..., min_length=1)
     eval_seeds_extension: list[int] = Field(default_factory=list)
     frozen_commit: str | None = None
+    live: list[str] | None = Field(
+        None, description="The live cells ('flaw/task'), recorded once the development rows decided them and before "
+                          "the evaluation seeds ran; when set, every verdict is over these cells, whatever the "
+                          "development rows now in flaws.json give (the report prints those beside them).")
     tasks: dict[str, TaskEntry] = Field(..., min_length=1)
     demo: Demo
     flaws: list[Flaw] = Field(..., min_length=1)
@@ -99,6 +103,10 @@ class Suite(_M):
         ids = [f.id for f in self.flaws]
         if len(set(ids)) != len(ids):
             raise ValueError(f"flaw ids repeat: {sorted({i for i in ids if ids.count(i) > 1})}")
+        cells = {f"{f.id}/{t}" for f in self.flaws for t in f.tasks}
+        if bad := sorted(set(self.live or []) - cells):
+            raise ValueError(f"live: {bad} are not cells of the suite (a flaw id and one of its tasks, 'flaw/task'; "
+                             "the demo flaw is reported beside the suite and is never live)")
         for f in [*self.flaws, self.demo]:
             unknown = set(f.tasks) - set(self.tasks)
             if unknown:

@@ -137,6 +137,14 @@ def _cells(suite: Suite, a) -> list[tuple[str, str]]:
 
 
 def live_cells(suite: Suite, rows: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """The suite's recorded ``live`` cells once set (the evaluation seeds are judged on the cells chosen before they
+    ran); until then :func:`live_by_rows`."""
+    if suite.live is not None:
+        return {tuple(c.split("/", 1)) for c in suite.live}  # type: ignore[misc]
+    return live_by_rows(suite, rows)
+
+
+def live_by_rows(suite: Suite, rows: list[dict[str, Any]]) -> set[tuple[str, str]]:
     """(flaw, task) where tuned − flawed ≥ live_gap on the wide split, mean over the development seeds run; never the
     demo's flaw, which is reported beside the suite, not one of its flaws (its gap is in :func:`gaps` all the same)."""
     out = set()
@@ -302,7 +310,8 @@ def summary(suite: Suite, rows: list[dict[str, Any]]) -> dict[str, Any]:
     from the tuned recipe itself."""
     _refuse_mixed(rows, str(RESULTS))
     out: dict[str, Any] = {"gaps": {f"{f}/{t}": g for (f, t), g in gaps(suite, rows).items()},
-                           "live": sorted(f"{f}/{t}" for f, t in live_cells(suite, rows))}
+                           "live": sorted(f"{f}/{t}" for f, t in live_cells(suite, rows)),
+                           "live_by_rows": sorted(f"{f}/{t}" for f, t in live_by_rows(suite, rows))}
     starts = [(f.id, task) for f in [*suite.flaws, suite.demo] for task in f.tasks]
     starts += [("tuned", t) for t in suite.tasks]
     for label, seeds in (("dev", suite.dev_seeds), ("eval", [*suite.eval_seeds, *suite.eval_seeds_extension])):

@@ -245,3 +245,25 @@ def test_rows_from_different_warm_starts_of_one_seed_are_refused_not_compared(tm
     assert mixed_bases(mixed) == {("arith", 0): sorted([base_fingerprint(a), base_fingerprint(b)])}
     with pytest.raises(SystemExit, match="arith seed 0: .*different warm starts|different warm starts.*arith seed 0"):
         summary(load_suite(), mixed)
+
+
+def test_the_live_cells_are_the_recorded_ones_once_set_and_the_rows_liveness_is_printed_beside_them():
+    """The evaluation seeds are judged on the cells chosen before they ran: once ``live`` is recorded in the suite,
+    rows that would make other cells live (re-run development rows) change the printed ``live_by_rows`` only."""
+    from flaws import live_by_rows, live_cells, summary
+
+    suite = load_suite()
+    assert live_cells(suite, []) == {tuple(c.split("/")) for c in suite.live}
+    rows = [_row("tuned", "arith", s, "tuned", 0.5) for s in (0, 1, 2)]
+    rows += [_row("temp-low", "arith", s, "static", 0.3) for s in (0, 1, 2)]
+    rows += [_row("lr-high", "arith", s, "static", 0.48) for s in (0, 1, 2)]
+    assert live_by_rows(suite, rows) == {("temp-low", "arith")}
+    assert ("temp-low", "arith") not in live_cells(suite, rows) and ("lr-high", "arith") in live_cells(suite, rows)
+    out = summary(suite, rows)
+    assert out["live_by_rows"] == ["temp-low/arith"] and "lr-high/arith" in out["live"]
+    unset = suite.model_copy(update={"live": None})
+    assert live_cells(unset, rows) == {("temp-low", "arith")}
+    with pytest.raises(ValueError, match="'nope/arith'.*not cells of the suite"):
+        type(suite).model_validate({**suite.model_dump(), "live": ["nope/arith"]})
+    with pytest.raises(ValueError, match="never live"):
+        type(suite).model_validate({**suite.model_dump(), "live": [f"{suite.demo.id}/arith"]})
