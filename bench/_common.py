@@ -9,6 +9,7 @@ import platform
 import resource
 import sys
 from datetime import datetime, timezone
+from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +29,25 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name: torch picks its float kernels (AVX2, AVX-512, AMX) by what the CPU advertises, so the
+    same seed can train to other weights on another kind of machine; rows from two machines are told apart by this."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def save(name: str, doc: dict) -> Path:
     import torch
 
@@ -35,7 +55,9 @@ def save(name: str, doc: dict) -> Path:
         "bench": name,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-                    "torch_threads": torch.get_num_threads(),
+                    "torch_threads": torch.get_num_threads(), "cpu": cpu_model(),
+                    "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                    "packages": {p: _version(p) for p in ("transformers", "trl", "accelerate", "peft", "numpy")},
                     "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
         **doc,
     }
