@@ -25,6 +25,26 @@ class _M(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class Evaluation(_M):
+    """One pre-registered evaluation round: fresh seeds, named before they run, and the commit whose campaign they
+    measure. A change to the campaign after a round ran spends its seeds; the next round names new ones (the issue's
+    "frozen code"), so every round's verdict is about exactly one campaign."""
+
+    name: str = Field(..., pattern=r"^[a-z0-9][a-z0-9-]*$", description="How the report labels the round "
+                                                                           "(lower case, digits, dashes).")
+    seeds: list[int] = Field(..., min_length=1, description="Required for the round's verdict.")
+    extension: list[int] = Field(default_factory=list, description="Run if compute allows; each counts once run.")
+    frozen_commit: str | None = Field(
+        None, description="The commit whose evotrainer/ and skills/ the round runs from; unset until the campaign's "
+                          "code is final (no seed of the round runs before it is set).")
+    spent: str | None = Field(None, description="Why a later round was needed (what changed in the campaign after "
+                                                "this one); its verdict stands for its frozen commit only.")
+
+    @property
+    def all_seeds(self) -> list[int]:
+        return [*self.seeds, *self.extension]
+
+
 class TaskEntry(_M):
     task: str | dict[str, Any] = Field(..., description="A task as a campaign spec names it (name or mapping).")
     tuned: str = Field(..., description="The task's tuned harness, relative to flaws.yaml.")
@@ -82,9 +102,9 @@ class Suite(_M):
     wide: int = Field(..., ge=0)
     live_gap: float = Field(..., gt=0, lt=1)
     dev_seeds: list[int] = Field(..., min_length=1)
-    eval_seeds: list[int] = Field(..., min_length=1)
-    eval_seeds_extension: list[int] = Field(default_factory=list)
-    frozen_commit: str | None = None
+    evaluations: list[Evaluation] = Field(
+        ..., min_length=1, description="The evaluation rounds, oldest first; each measures one frozen campaign and "
+                                       "is reported on its own, never pooled with another round.")
     live: list[str] | None = Field(
         None, description="The live cells ('flaw/task'), recorded once the development rows decided them and before "
                           "the evaluation seeds ran; when set, every verdict is over these cells, whatever the "
@@ -96,10 +116,19 @@ class Suite(_M):
 
     @model_validator(mode="after")
     def _check(self) -> Suite:
-        evals = set(self.eval_seeds) | set(self.eval_seeds_extension)
-        if evals & set(self.dev_seeds):
-            raise ValueError(f"evaluation seeds {sorted(evals & set(self.dev_seeds))} are also development seeds; "
-                             "keep them apart")
+        seen: dict[int, str] = {s: "a development seed" for s in self.dev_seeds}
+        for e in self.evaluations:
+            for s in e.all_seeds:
+                if s in seen:
+                    raise ValueError(f"evaluations {e.name}: seed {s} is already {seen[s]}; every evaluation "
+                                     "round needs seeds no other round and no development run has used")
+                seen[s] = f"a seed of evaluation round {e.name}"
+        names = [e.name for e in self.evaluations]
+        if len(set(names)) != len(names):
+            raise ValueError(f"evaluations: names repeat: {names}")
+        if any(e.frozen_commit is None for e in self.evaluations[:-1]):
+            raise ValueError("evaluations: only the last round may be without a frozen_commit (an earlier round "
+                             "measured a campaign; record the commit it ran from)")
         ids = [f.id for f in self.flaws]
         if len(set(ids)) != len(ids):
             raise ValueError(f"flaw ids repeat: {sorted({i for i in ids if ids.count(i) > 1})}")
@@ -122,18 +151,29 @@ class Suite(_M):
                 return f
         raise SystemExit(f"{SUITE}: no flaw {flaw_id!r}; flaws: {', '.join(f.id for f in self.flaws)}, {self.demo.id}")
 
+    def evaluation(self, name: str | None = None) -> Evaluation:
+        """The round named, or the latest one."""
+        if name is None:
+            return self.evaluations[-1]
+        for e in self.evaluations:
+            if e.name == name:
+                return e
+        raise SystemExit(f"{SUITE}: no evaluation round {name!r}; rounds: {', '.join(e.name for e in self.evaluations)}")
+
     def seeds(self, which: str) -> list[int]:
-        """'dev', 'eval' (the first set), 'eval+' (with the extension), or a comma-separated list of seeds."""
+        """'dev'; 'eval' (the latest round's seeds) or 'eval+' (with its extension), either with ':NAME' for another
+        round ('eval:first'); or a comma-separated list of seeds."""
         if which == "dev":
             return list(self.dev_seeds)
-        if which == "eval":
-            return list(self.eval_seeds)
-        if which == "eval+":
-            return [*self.eval_seeds, *self.eval_seeds_extension]
+        kind, _, name = which.partition(":")
+        if kind in ("eval", "eval+"):
+            e = self.evaluation(name or None)
+            return list(e.seeds) if kind == "eval" else e.all_seeds
         try:
             return [int(s) for s in which.split(",")]
         except ValueError:
-            raise SystemExit(f"--seeds {which!r}: give dev, eval, eval+ or a list such as 0,1,2") from None
+            raise SystemExit(f"--seeds {which!r}: give dev, eval, eval+ (':NAME' for an earlier round, such as "
+                             "eval:first) or a list such as 0,1,2") from None
 
     # ------------------------------------------------------------------------------------------ harnesses
     def tuned_doc(self, task: str) -> dict[str, Any]:
@@ -217,16 +257,18 @@ def code_commit(root: Path) -> str:
 
 
 def frozen_check(suite: Suite, root: Path, seeds: list[int]) -> None:
-    """Evaluation seeds run only from the frozen commit's campaign code (``frozen_commit``), unchanged since."""
-    evals = set(suite.eval_seeds) | set(suite.eval_seeds_extension)
-    if not evals & set(seeds):
-        return
-    if suite.frozen_commit is None:
-        raise SystemExit("evaluation seeds run only from a frozen commit: set frozen_commit in bench/flaws.yaml "
-                         "(and commit it) once the campaign's code is final")
-    changed = subprocess.run(["git", "diff", "--name-only", suite.frozen_commit, "HEAD", "--", "evotrainer", "skills"],
-                             cwd=root, capture_output=True, text=True, check=True).stdout.split()
-    if changed:
-        raise SystemExit(f"the campaign's code changed since the frozen commit {suite.frozen_commit[:8]} "
-                         f"({', '.join(changed[:5])}{'…' if len(changed) > 5 else ''}): these evaluation seeds are "
-                         "spent; name fresh ones in bench/flaws.yaml and freeze again")
+    """An evaluation round's seeds run only from its frozen commit's campaign code (``frozen_commit``), unchanged
+    since."""
+    for e in suite.evaluations:
+        if not set(e.all_seeds) & set(seeds):
+            continue
+        if e.frozen_commit is None:
+            raise SystemExit(f"evaluation round {e.name}'s seeds run only from a frozen commit: set its frozen_commit "
+                             "in bench/flaws.yaml (and commit it) once the campaign's code is final")
+        changed = subprocess.run(["git", "diff", "--name-only", e.frozen_commit, "HEAD", "--", "evotrainer", "skills"],
+                                 cwd=root, capture_output=True, text=True, check=True).stdout.split()
+        if changed:
+            raise SystemExit(f"the campaign's code changed since round {e.name}'s frozen commit {e.frozen_commit[:8]} "
+                             f"({', '.join(changed[:5])}{'…' if len(changed) > 5 else ''}): its seeds are spent for "
+                             "this campaign; run the latest round, or name a new one with fresh seeds in "
+                             "bench/flaws.yaml and freeze it")

@@ -9,7 +9,8 @@ phases, each writing rows into ``bench/results/flaws.json`` keyed by (flaw, task
   diagnosis name the symptom the suite expects, and is the draft the flawed knob or a documented remedy?
 - ``arms``: the arms of ``bench/flaw_arms.py`` and ``bench/flaw_search.py`` (static flawed, tuned, campaign, PBT,
   expert Optuna; ``--off`` runs the campaign with rules switched off, for the ablations), on live flaws.
-  Evaluation seeds run only from the frozen commit (``frozen_commit``): every row records the commit it ran from.
+  An evaluation round's seeds run only from its frozen commit (``frozen_commit``): every row records the commit it
+  ran from, and each round is reported on its own.
 - ``report``: per flaw × task × arm the wide accuracy over the seeds and the recovered share
   (arm − flawed) / (tuned − flawed), the paired differences with 90 % t intervals, and the compute each arm spent.
 
@@ -314,14 +315,20 @@ def summary(suite: Suite, rows: list[dict[str, Any]]) -> dict[str, Any]:
                            "live_by_rows": sorted(f"{f}/{t}" for f, t in live_by_rows(suite, rows))}
     starts = [(f.id, task) for f in [*suite.flaws, suite.demo] for task in f.tasks]
     starts += [("tuned", t) for t in suite.tasks]
-    for label, seeds in (("dev", suite.dev_seeds), ("eval", [*suite.eval_seeds, *suite.eval_seeds_extension])):
+    for label, seeds, extension in seed_sets(suite):
         cells = {f"{fid}/{task}": c for fid, task in starts if (c := _cell(suite, rows, fid, task, seeds))}
         out[label] = cells
         out[f"{label}_pooled"] = _pooled(suite, rows, seeds)
-        # the first evaluation set is required for a verdict, an extension seed once it has rows
-        required = [s for s in seeds if s not in suite.eval_seeds_extension or any(r["seed"] == s for r in rows)]
+        # a round's seeds are required for a verdict, an extension seed once it has rows
+        required = [s for s in seeds if s not in extension or any(r["seed"] == s for r in rows)]
         out[f"{label}_targets"] = flaw_targets.targets(suite, rows, live_cells(suite, rows), seeds, required)
     return out
+
+
+def seed_sets(suite: Suite) -> list[tuple[str, list[int], list[int]]]:
+    """(label, seeds, extension) of the development seeds and of each evaluation round, each reported apart."""
+    return [("dev", list(suite.dev_seeds), []),
+            *((f"eval-{e.name}", e.all_seeds, list(e.extension)) for e in suite.evaluations)]
 
 
 def _pooled(suite: Suite, rows: list[dict[str, Any]], seeds: list[int]) -> dict[str, Any]:
@@ -399,10 +406,11 @@ def markdown(suite: Suite, rows: list[dict[str, Any]]) -> str:
         live = "" if g["mean"] is None else ("**live**" if g["mean"] >= suite.live_gap else "no")
         out.append(f"| {flaw} | {task} | {'yes' if getattr(f, 'subtle', False) else 'no'} | {cells} | {mean} | {live} |")
     summ = summary(suite, rows)
-    for label in ("dev", "eval"):
+    for label, _, _ in seed_sets(suite):
         if summ[label]:
             out += ["", arms_markdown(label, summ[label]), "",
-                    flaw_targets.markdown(summ[f"{label}_targets"], "development" if label == "dev" else "evaluation")]
+                    flaw_targets.markdown(summ[f"{label}_targets"],
+                                          "development" if label == "dev" else f"evaluation ({label[5:]})")]
     return "\n".join(out)
 
 
@@ -432,7 +440,8 @@ def _save(suite: Suite, rows: list[dict[str, Any]]) -> None:
 def main() -> None:
     p = parser(__doc__, "bench-flaws")
     p.add_argument("phase", choices=["live", "round0", "arms", "report"])
-    p.add_argument("--seeds", default="dev", help="dev, eval, eval+ (with the extension) or a list such as 0,1")
+    p.add_argument("--seeds", default="dev", help="dev; eval or eval+ (with the extension): the latest evaluation round, "
+                   "':NAME' for another (eval:first); or a list such as 0,1")
     p.add_argument("--flaws", nargs="*", default=None, help="flaw ids, 'live' (the live cells), or the demo's id")
     p.add_argument("--tasks", nargs="*", default=None)
     p.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS))

@@ -30,7 +30,8 @@ def test_the_suite_is_what_the_issue_asks_for():
     assert all(len(f.tasks) >= 2 for f in suite.flaws)
     assert {"arith", "countdown"} <= set(suite.tasks) and any(
         e.ref()[0] == "reasoning_gym" for e in suite.tasks.values())
-    assert not (set(suite.eval_seeds) | set(suite.eval_seeds_extension)) & set(suite.dev_seeds)
+    evals = [s for e in suite.evaluations for s in e.all_seeds]
+    assert evals and len(set(evals)) == len(evals) and not set(evals) & set(suite.dev_seeds)
     lr = [f.values("arith")["optim.learning_rate"] for f in singles
           if list(f.knobs) == ["optim.learning_rate"] and "arith" in f.tasks]
     tuned = load_harness(REPO / "harnesses" / "grpo-baseline.yaml").optim.learning_rate
@@ -267,3 +268,39 @@ def test_the_live_cells_are_the_recorded_ones_once_set_and_the_rows_liveness_is_
         type(suite).model_validate({**suite.model_dump(), "live": ["nope/arith"]})
     with pytest.raises(ValueError, match="never live"):
         type(suite).model_validate({**suite.model_dump(), "live": [f"{suite.demo.id}/arith"]})
+
+
+def test_each_evaluation_round_has_fresh_seeds_its_own_frozen_commit_and_its_own_verdict():
+    """A round's seeds are named before they run and shared with no other round and no development run; only the last
+    round may wait for its frozen commit, and none of its seeds runs before it is set; the report judges each round
+    apart, so a campaign changed after one round is never pooled with it."""
+    from flaw_suite import Evaluation, frozen_check
+    from flaws import summary
+
+    suite = load_suite()
+    first, latest = suite.evaluations[0], suite.evaluations[-1]
+    assert suite.seeds("eval") == latest.seeds and suite.seeds("eval+") == latest.all_seeds
+    assert suite.seeds(f"eval:{first.name}") == first.seeds and suite.seeds("4,5") == [4, 5]
+    with pytest.raises(SystemExit, match="no evaluation round 'nope'"):
+        suite.seeds("eval:nope")
+    doc = suite.model_dump()
+    bad = [{**doc["evaluations"][0]}, {"name": "again", "seeds": [first.seeds[0], 999]}]
+    with pytest.raises(ValueError, match=f"again: seed {first.seeds[0]} is already a seed of evaluation round {first.name}"):
+        type(suite).model_validate({**doc, "evaluations": bad})
+    with pytest.raises(ValueError, match="seed 0 is already a development seed"):
+        type(suite).model_validate({**doc, "evaluations": [{"name": "x", "seeds": [0]}]})
+    with pytest.raises(ValueError, match="only the last round may be without a frozen_commit"):
+        type(suite).model_validate({**doc, "evaluations": [{"name": "x", "seeds": [998]}, {"name": "y", "seeds": [999]}]})
+    unfrozen = suite.model_copy(update={"evaluations": [Evaluation(name="x", seeds=[998])]})
+    with pytest.raises(SystemExit, match="round x's seeds run only from a frozen commit"):
+        frozen_check(unfrozen, REPO, [998])
+    frozen_check(unfrozen, REPO, [0, 1])  # development seeds need no freeze
+    two = suite.model_copy(update={"evaluations": [Evaluation(name="a", seeds=[998], frozen_commit="HEAD"),
+                                                   Evaluation(name="b", seeds=[999], frozen_commit="HEAD")]})
+    rows = [_row("tuned", "arith", s, "tuned", 0.5) for s in (998, 999)]
+    rows += [_row("short-budget", "arith", 998, "static", 0.1), _row("short-budget", "arith", 998, "campaign", 0.45),
+             _row("short-budget", "arith", 999, "static", 0.2), _row("short-budget", "arith", 999, "campaign", 0.25)]
+    out = summary(two, rows)
+    assert out["eval-a"]["short-budget/arith"]["campaign"]["mean"] == pytest.approx(0.45)
+    assert out["eval-b"]["short-budget/arith"]["campaign"]["mean"] == pytest.approx(0.25)
+    assert "eval" not in out and {"eval-a_targets", "eval-b_targets", "dev_targets"} <= set(out)
