@@ -41,6 +41,13 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
+def cpu_capability() -> str:
+    """The instruction set torch's CPU kernels run with ('AVX512', 'AVX2', ...; ATEN_CPU_CAPABILITY lowers it)."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability()
+
+
 def _version(package: str) -> str | None:
     try:
         return metadata.version(package)
@@ -56,7 +63,7 @@ def save(name: str, doc: dict) -> Path:
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
                     "torch_threads": torch.get_num_threads(), "cpu": cpu_model(),
-                    "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                    "cpu_capability": cpu_capability(),
                     "packages": {p: _version(p) for p in ("transformers", "trl", "accelerate", "peft", "numpy")},
                     "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
         **doc,

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import flaw_targets
-from _common import ROOT, parser, save
+from _common import ROOT, cpu_capability, cpu_model, parser, save
 from flaw_arms import ArmConfig, TaskRef, run_campaign, run_static
 from flaw_suite import Suite, code_commit, frozen_check, load_suite
 from flaw_targets import named_symptoms, remedies
@@ -89,7 +89,8 @@ def warm_start(ref: TaskRef, cfg: ArmConfig, seed: int, home: Path) -> tuple[str
 
 def base_fingerprint(base: Path) -> str:
     """The first 12 hex digits of the SHA-256 of a warm start's weights. A cached warm start is keyed by its settings,
-    not by the code that built it, so a home built under older code (or lost and rebuilt) may start a seed from other
+    not by the code that built it, and one rebuilt on another kind of CPU trains to other weights (torch's float kernels
+    follow the CPU), so a home built under older code, or lost and rebuilt elsewhere, may start a seed from other
     weights: rows are compared only when they started from the same ones (:func:`mixed_bases`)."""
     import hashlib
 
@@ -113,10 +114,12 @@ def mixed_bases(rows: list[dict[str, Any]]) -> dict[tuple[str, int], list[str]]:
 
 def _refuse_mixed(rows: list[dict[str, Any]], where: str) -> None:
     if mixed := mixed_bases(rows):
-        listed = "; ".join(f"{t} seed {s}: {', '.join(b)}" for (t, s), b in sorted(mixed.items()))
+        cpus = {(r["task"], r["seed"], r["base"]): r["cpu"] for r in rows if r.get("base") and r.get("cpu")}
+        listed = "; ".join(f"{t} seed {s}: " + ", ".join(f"{x} (on {cpus[(t, s, x)]})" if (t, s, x) in cpus else x
+                                                         for x in b) for (t, s), b in sorted(mixed.items()))
         raise SystemExit(f"{where}: rows of one task and seed started from different warm starts ({listed}); they are "
                          "not comparable: move the stale rows to bench/results/flaws_earlier.json and re-run them, or "
-                         "run in the --home that holds the warm start they started from")
+                         "run in the --home, on the kind of machine, that holds the warm start they started from")
 
 
 def _cells(suite: Suite, a) -> list[tuple[str, str]]:
@@ -182,6 +185,7 @@ def run_rows(suite: Suite, a, arms: list[str]) -> None:
     have = {row_key(r) for r in rows}
     hdir = home / "harnesses"
     off = tuple(sorted(a.off or ()))
+    cpu = f"{cpu_model()} ({cpu_capability()})"  # a warm start rebuilt on another kind of CPU has other weights
     for seed in seeds:
         for flaw, task in _cells(suite, a):
             ref = TaskRef(*suite.tasks[task].ref())
@@ -197,7 +201,7 @@ def run_rows(suite: Suite, a, arms: list[str]) -> None:
                 base, refused = warm_start(ref, cfg, seed, home)
                 row: dict[str, Any] = {"flaw": fid, "task": task, "seed": seed, "arm": arm, "budget": suite.budget,
                                        "off": list(key[5]), "commit": commit, "date": time.strftime("%Y-%m-%d"),
-                                       "base": base}
+                                       "base": base, "cpu": cpu}
                 _refuse_mixed([*rows, row], f"{RESULTS}, {fid} / {task} / seed {seed} ({arm})")
                 print(f"== {fid} / {task} / seed {seed}: {arm}" + (f" (off: {', '.join(off)})" if key[5] else ""),
                       flush=True)

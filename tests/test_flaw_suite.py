@@ -246,6 +246,9 @@ def test_rows_from_different_warm_starts_of_one_seed_are_refused_not_compared(tm
     assert mixed_bases(mixed) == {("arith", 0): sorted([base_fingerprint(a), base_fingerprint(b)])}
     with pytest.raises(SystemExit, match="arith seed 0: .*different warm starts|different warm starts.*arith seed 0"):
         summary(load_suite(), mixed)
+    mixed[-1]["cpu"] = "AMD EPYC (AVX512)"  # the message says where a row's warm start was built, where it is known
+    with pytest.raises(SystemExit, match=rf"{base_fingerprint(b)} \(on AMD EPYC \(AVX512\)\)"):
+        summary(load_suite(), mixed)
 
 
 def test_the_live_cells_are_the_recorded_ones_once_set_and_the_rows_liveness_is_printed_beside_them():
