@@ -35,8 +35,9 @@ class Evaluation(_M):
     seeds: list[int] = Field(..., min_length=1, description="Required for the round's verdict.")
     extension: list[int] = Field(default_factory=list, description="Run if compute allows; each counts once run.")
     frozen_commit: str | None = Field(
-        None, description="The commit whose evotrainer/ and skills/ the round runs from; unset until the campaign's "
-                          "code is final (no seed of the round runs before it is set).")
+        None, pattern=r"^[0-9a-f]{40}$",
+        description="The commit, all 40 hex digits (a branch or HEAD would move), whose code (FROZEN_PATHS) the "
+                    "round runs from; unset until the campaign's code is final (no seed of the round runs before).")
     spent: str | None = Field(None, description="Why a later round was needed (what changed in the campaign after "
                                                 "this one); its verdict stands for its frozen commit only.")
 
@@ -125,7 +126,7 @@ class Suite(_M):
                 seen[s] = f"a seed of evaluation round {e.name}"
         names = [e.name for e in self.evaluations]
         if len(set(names)) != len(names):
-            raise ValueError(f"evaluations: names repeat: {names}")
+            raise ValueError(f"evaluations: names repeat ({names}); give each round a name of its own")
         if any(e.frozen_commit is None for e in self.evaluations[:-1]):
             raise ValueError("evaluations: only the last round may be without a frozen_commit (an earlier round "
                              "measured a campaign; record the commit it ran from)")
@@ -240,9 +241,12 @@ def load_suite(path: Path = SUITE) -> Suite:
     return suite
 
 
-# The campaign's own code: what the frozen commit pins (a change here after the evaluation seeds ran spends them).
-CAMPAIGN_PATHS = ("evotrainer", "skills", "bench/flaws.yaml", "bench/flaws.py", "bench/flaw_suite.py",
-                  "bench/flaw_arms.py", "bench/campaign.py")
+# What every arm runs: the campaign, its library, the tuned recipes and the arms' own code (PBT and Optuna included).
+# A round's frozen commit pins these; a change here after its seeds ran spends them. flaws.yaml is not among them
+# (setting a round's frozen_commit edits it), nor flaw_targets.py (it judges rows, it runs none).
+FROZEN_PATHS = ("evotrainer", "skills", "harnesses", "bench/flaw_arms.py", "bench/flaw_search.py", "bench/campaign.py")
+# What a row's commit must hold exactly (no uncommitted change), so that the commit it records is what ran.
+CAMPAIGN_PATHS = (*FROZEN_PATHS, "bench/flaws.yaml", "bench/flaws.py", "bench/flaw_suite.py")
 
 
 def code_commit(root: Path) -> str:
@@ -257,18 +261,24 @@ def code_commit(root: Path) -> str:
 
 
 def frozen_check(suite: Suite, root: Path, seeds: list[int]) -> None:
-    """An evaluation round's seeds run only from its frozen commit's campaign code (``frozen_commit``), unchanged
-    since."""
+    """An evaluation round's seeds run only from its frozen commit's code (:data:`FROZEN_PATHS`), unchanged since."""
     for e in suite.evaluations:
         if not set(e.all_seeds) & set(seeds):
             continue
         if e.frozen_commit is None:
             raise SystemExit(f"evaluation round {e.name}'s seeds run only from a frozen commit: set its frozen_commit "
                              "in bench/flaws.yaml (and commit it) once the campaign's code is final")
-        changed = subprocess.run(["git", "diff", "--name-only", e.frozen_commit, "HEAD", "--", "evotrainer", "skills"],
+        if subprocess.run(["git", "cat-file", "-e", f"{e.frozen_commit}^{{commit}}"], cwd=root,
+                          capture_output=True).returncode:
+            raise SystemExit(f"evaluation round {e.name}: frozen_commit {e.frozen_commit[:12]} is not in this "
+                             "clone's history (a shallow clone? `git fetch --unshallow`); without it the round's "
+                             "seeds cannot be checked, so they do not run")
+        changed = subprocess.run(["git", "diff", "--name-only", e.frozen_commit, "HEAD", "--", *FROZEN_PATHS],
                                  cwd=root, capture_output=True, text=True, check=True).stdout.split()
         if changed:
+            latest = suite.evaluations[-1]
+            todo = (f"run the latest round instead ({latest.name}: --seeds eval)" if latest is not e
+                    else "name a new round with fresh seeds in bench/flaws.yaml and freeze it")
             raise SystemExit(f"the campaign's code changed since round {e.name}'s frozen commit {e.frozen_commit[:8]} "
                              f"({', '.join(changed[:5])}{'…' if len(changed) > 5 else ''}): its seeds are spent for "
-                             "this campaign; run the latest round, or name a new one with fresh seeds in "
-                             "bench/flaws.yaml and freeze it")
+                             f"this campaign; {todo}")

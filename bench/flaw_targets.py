@@ -2,9 +2,9 @@
 
 Why a module of its own: a target is met or missed by a rule written down before the evaluation seeds ran, so the
 verdicts must come from code that reads the rows, not from a scratch script or a hand-made table. Each target is
-computed over one seed set (the evaluation seeds count; the development seeds are printed beside them as
-in-sample), on the live cells (:func:`flaws.live_cells`, fixed by the development seeds), and says what it measured,
-the numbers, and ``met`` (None where the rows it needs have not run).
+computed over one seed set (each evaluation round's seeds count, round by round; the development seeds are printed
+beside them as in-sample), on the live cells (:func:`flaws.live_cells`: those ``flaws.yaml`` records, decided on the
+development seeds), and says what it measured, the numbers, and ``met`` (None where the rows it needs have not run).
 
 - **recovery**: the campaign's median recovered share over the live cells, (campaign − flawed) / (tuned − flawed)
   of the means over the seeds, ≥ 0.8; and on every live cell the campaign − flawed 90 % t interval over the seeds

@@ -3,6 +3,7 @@ Ray Tune's PopulationBasedTraining and Optuna's search-then-continue, each from 
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import pytest
@@ -275,15 +276,16 @@ def test_the_live_cells_are_the_recorded_ones_once_set_and_the_rows_liveness_is_
 
 def test_each_evaluation_round_has_fresh_seeds_its_own_frozen_commit_and_its_own_verdict():
     """A round's seeds are named before they run and shared with no other round and no development run; only the last
-    round may wait for its frozen commit, and none of its seeds runs before it is set; the report judges each round
-    apart, so a campaign changed after one round is never pooled with it."""
-    from flaw_suite import Evaluation, frozen_check
+    round may wait for its frozen commit (a full commit id), and none of its seeds runs before it is set; the report
+    judges each round apart, so a campaign changed after one round is never pooled with it."""
+    from flaw_suite import Evaluation
     from flaws import summary
 
     suite = load_suite()
     first, latest = suite.evaluations[0], suite.evaluations[-1]
     assert suite.seeds("eval") == latest.seeds and suite.seeds("eval+") == latest.all_seeds
-    assert suite.seeds(f"eval:{first.name}") == first.seeds and suite.seeds("4,5") == [4, 5]
+    assert suite.seeds(f"eval:{first.name}") == first.seeds and suite.seeds(f"eval+:{first.name}") == first.all_seeds
+    assert suite.seeds("4,5") == [4, 5]
     with pytest.raises(SystemExit, match="no evaluation round 'nope'"):
         suite.seeds("eval:nope")
     doc = suite.model_dump()
@@ -294,16 +296,55 @@ def test_each_evaluation_round_has_fresh_seeds_its_own_frozen_commit_and_its_own
         type(suite).model_validate({**doc, "evaluations": [{"name": "x", "seeds": [0]}]})
     with pytest.raises(ValueError, match="only the last round may be without a frozen_commit"):
         type(suite).model_validate({**doc, "evaluations": [{"name": "x", "seeds": [998]}, {"name": "y", "seeds": [999]}]})
-    unfrozen = suite.model_copy(update={"evaluations": [Evaluation(name="x", seeds=[998])]})
-    with pytest.raises(SystemExit, match="round x's seeds run only from a frozen commit"):
-        frozen_check(unfrozen, REPO, [998])
-    frozen_check(unfrozen, REPO, [0, 1])  # development seeds need no freeze
-    two = suite.model_copy(update={"evaluations": [Evaluation(name="a", seeds=[998], frozen_commit="HEAD"),
-                                                   Evaluation(name="b", seeds=[999], frozen_commit="HEAD")]})
+    with pytest.raises(ValueError, match="frozen_commit"):  # a name that moves is no freeze
+        Evaluation(name="x", seeds=[998], frozen_commit="HEAD")
+    head = _git("rev-parse", "HEAD")
+    two = suite.model_copy(update={"evaluations": [Evaluation(name="a", seeds=[998], extension=[997], frozen_commit=head),
+                                                   Evaluation(name="b", seeds=[999], frozen_commit=head)]})
+    cell = ("short-budget", "arith")
     rows = [_row("tuned", "arith", s, "tuned", 0.5) for s in (998, 999)]
-    rows += [_row("short-budget", "arith", 998, "static", 0.1), _row("short-budget", "arith", 998, "campaign", 0.45),
-             _row("short-budget", "arith", 999, "static", 0.2), _row("short-budget", "arith", 999, "campaign", 0.25)]
+    rows += [_row(*cell, s, arm, acc) for s, arm, acc in (
+        (998, "static", 0.1), (998, "campaign", 0.45), (998, "pbt", 0.4), (998, "optuna", 0.4),
+        (999, "static", 0.2), (999, "campaign", 0.25), (999, "pbt", 0.3), (999, "optuna", 0.3))]
     out = summary(two, rows)
     assert out["eval-a"]["short-budget/arith"]["campaign"]["mean"] == pytest.approx(0.45)
     assert out["eval-b"]["short-budget/arith"]["campaign"]["mean"] == pytest.approx(0.25)
     assert "eval" not in out and {"eval-a_targets", "eval-b_targets", "dev_targets"} <= set(out)
+    # round a's extension seed 997 is required only once it has rows
+    assert out["eval-a_targets"]["cells"]["short-budget/arith"]["complete"] is True
+    out = summary(two, [*rows, _row(*cell, 997, "static", 0.1)])
+    assert out["eval-a_targets"]["cells"]["short-budget/arith"]["complete"] is False
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_a_rounds_seeds_run_only_from_its_frozen_commit_and_are_spent_once_the_code_changed():
+    """The freeze is checked against git: an unfrozen round's seeds are refused, a round frozen at a commit whose
+    campaign code differs from HEAD's is spent (and the message says which round to run instead), a round frozen at
+    HEAD runs, and a commit missing from the clone is refused rather than waved through."""
+    from flaw_suite import FROZEN_PATHS, Evaluation, frozen_check
+
+    suite = load_suite()
+    head = _git("rev-parse", "HEAD")
+    touched = _git("log", "-1", "--format=%H", "--", "evotrainer")
+    try:
+        before = _git("rev-parse", f"{touched}^")
+    except subprocess.CalledProcessError:
+        pytest.skip("a shallow clone: the commit before the campaign's last change is not here")
+    assert _git("diff", "--name-only", before, "HEAD", "--", *FROZEN_PATHS)
+    rounds = suite.model_copy(update={"evaluations": [Evaluation(name="old", seeds=[997], frozen_commit=before),
+                                                      Evaluation(name="now", seeds=[998], frozen_commit=head),
+                                                      Evaluation(name="next", seeds=[999])]})
+    with pytest.raises(SystemExit, match=r"round old's frozen commit .*spent.*run the latest round instead \(next"):
+        frozen_check(rounds, REPO, [997])
+    frozen_check(rounds, REPO, [998, 0])  # frozen at HEAD; development seeds need no freeze
+    with pytest.raises(SystemExit, match="round next's seeds run only from a frozen commit"):
+        frozen_check(rounds, REPO, [998, 999])
+    gone = rounds.model_copy(update={"evaluations": [Evaluation(name="x", seeds=[997], frozen_commit="0" * 40)]})
+    with pytest.raises(SystemExit, match="not in this clone's history"):
+        frozen_check(gone, REPO, [997])
+    last = rounds.model_copy(update={"evaluations": rounds.evaluations[:1]})
+    with pytest.raises(SystemExit, match="spent.*name a new round"):
+        frozen_check(last, REPO, [997])
