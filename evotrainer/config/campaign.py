@@ -72,8 +72,12 @@ class BudgetSpec(_S):
                     "changes tried rarely pay that back. On the bench (bench/log/07-campaign-vs-static-baseline.md, 2026-11-26) 0.1 moved "
                     "tuned arith's campaign − static from −2.0 to −0.5 points at 400 steps (5 seeds) and from −2.4 "
                     "to −0.5 at 880 (3 seeds); the demo still promoted and ended above its start on seeds 0-2 "
-                    "(+2.2, 0, −3.0 points against before). 0.1 leaves room for one first look, which catches "
-                    "large effects; 0 never backtests a healthy round; null gives every round explore_share.")
+                    "(+2.2, 0, −3.0 points against before). 0.1 leaves room for one first look (which catches large "
+                    "effects) only where that look discards at most 0.1 × total_steps: (2 × backtest.seeds − 1) × "
+                    "branch_steps / looks steps, 30 at 2 seeds and 10-step looks; at the flaw suite's 3 seeds it is "
+                    "50 > 40 of 400, so there a healthy round never backtests and a tuned start's campaign is its "
+                    "static run (bench/log/19-flaw-suite.md, 2026-12-04). 0 never backtests a healthy round; null "
+                    "gives every round explore_share.")
     job_timeout_minutes: float | None = Field(
         None, gt=0, description="Minutes one job (segment, branch leg or scoring) may run before it is ended and "
                                 "recorded failed with that reason (null: $EVOTRAINER_JOB_TIMEOUT_S, else no limit).")
