@@ -166,9 +166,18 @@ def off_tag(off: tuple[str, ...]) -> str:
     return "-".join((["plain"] if plain else []) + sorted(set(off) - set(PLAIN) if plain else off)).replace("_", "")
 
 
-def campaign_spec(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, off: tuple[str, ...] = ()) -> dict:
+def settings_tag(settings: dict[str, dict[str, Any]]) -> str:
+    """A name part for spec fields set over the suite's: ``{"budget": {"healthy_explore_share": 0.125}}`` →
+    'healthyexploreshare0p125'."""
+    return "-".join(f"{k.replace('_', '')}{str(v).replace('.', 'p').replace('-', 'm')}"
+                    for sec in sorted(settings) for k, v in sorted(settings[sec].items()))
+
+
+def campaign_spec(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, off: tuple[str, ...] = (),
+                  settings: dict[str, dict[str, Any]] | None = None) -> dict:
     """The suite's campaign: the same settings for every flaw and task (the demo's, at the suite's budget), with the
-    rules in ``off`` switched off."""
+    rules in ``off`` switched off and ``settings`` (section → field → value; development experiments on one
+    default) set over it."""
     spec: dict[str, Any] = {
         "name": f"flaws-{harness.stem}-s{seed}" + (f"-off-{off_tag(off)}" if off else ""),
         **ref.fields(), "harness": str(harness), "seed": seed, "policy": {**cfg.policy, "seed": seed},
@@ -183,17 +192,21 @@ def campaign_spec(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, off: t
             continue
         section, key, value = RULES[rule]
         spec.setdefault(section, {})[key] = value
+    for section, fields in (settings or {}).items():
+        spec.setdefault(section, {}).update(fields)
+    if settings:
+        spec["name"] += f"-set-{settings_tag(settings)}"
     return spec
 
 
 def run_campaign(ref: TaskRef, harness: Path, seed: int, cfg: ArmConfig, home: Path,
-                 off: tuple[str, ...] = ()) -> dict[str, Any]:
+                 off: tuple[str, ...] = (), settings: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     from evotrainer.agent.campaign import run_campaign as run_campaign_of
     from evotrainer.agent.campaign import start_campaign
     from evotrainer.reports.summaries import campaign_summary
     from evotrainer.store import Store
 
-    spec = campaign_spec(ref, harness, seed, cfg, off)
+    spec = campaign_spec(ref, harness, seed, cfg, off, settings)
     spec_file = home / f"{spec['name']}.yaml"
     spec_file.write_text(yaml.safe_dump(spec, sort_keys=False))
     t = time.perf_counter()
