@@ -158,6 +158,11 @@ def test_the_campaign_arm_is_one_spec_for_every_flaw_and_its_rules_switch_off_on
     for rule in RULES:  # one at a time
         doc = campaign_spec(TaskRef("arith"), h, 0, cfg, (rule,))
         CampaignSpec.model_validate(yaml.safe_load(yaml.safe_dump(doc)))
+    # a development experiment sets one default over the suite's, and its campaign is named apart
+    tried = CampaignSpec.model_validate(campaign_spec(TaskRef("arith"), h, 0, cfg, (),
+                                                      {"budget": {"healthy_explore_share": 0.125}}))
+    assert tried.budget.healthy_explore_share == 0.125 and tried.budget.total_steps == 400
+    assert tried.name == "flaws-h-s0-set-healthyexploreshare0p125" != default.name
 
 
 def _row(flaw, task, seed, arm, acc, **extra):
