@@ -48,6 +48,11 @@ def cpu_capability() -> str:
     return torch.backends.cpu.get_cpu_capability()
 
 
+def machine_kind() -> str:
+    """What a row records of the machine its warm start was built on: the CPU model and torch's kernel level."""
+    return f"{cpu_model()} ({cpu_capability()})"
+
+
 def _version(package: str) -> str | None:
     try:
         return metadata.version(package)

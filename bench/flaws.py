@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import flaw_targets
-from _common import ROOT, cpu_capability, cpu_model, parser, save
+from _common import ROOT, machine_kind, parser, save
 from flaw_arms import ArmConfig, TaskRef, run_campaign, run_static
 from flaw_suite import Suite, code_commit, frozen_check, load_suite
 from flaw_targets import named_symptoms, remedies
@@ -112,7 +112,7 @@ def mixed_bases(rows: list[dict[str, Any]]) -> dict[tuple[str, int], list[str]]:
     return {k: sorted(v) for k, v in seen.items() if len(v) > 1}
 
 
-def _refuse_mixed(rows: list[dict[str, Any]], where: str) -> None:
+def refuse_mixed(rows: list[dict[str, Any]], where: str) -> None:
     if mixed := mixed_bases(rows):
         cpus = {(r["task"], r["seed"], r["base"]): r["cpu"] for r in rows if r.get("base") and r.get("cpu")}
         listed = "; ".join(f"{t} seed {s}: " + ", ".join(f"{x} (on {cpus[(t, s, x)]})" if (t, s, x) in cpus else x
@@ -185,7 +185,7 @@ def run_rows(suite: Suite, a, arms: list[str]) -> None:
     have = {row_key(r) for r in rows}
     hdir = home / "harnesses"
     off = tuple(sorted(a.off or ()))
-    cpu = f"{cpu_model()} ({cpu_capability()})"  # a warm start rebuilt on another kind of CPU has other weights
+    cpu = machine_kind()  # a warm start rebuilt on another kind of CPU has other weights
     for seed in seeds:
         for flaw, task in _cells(suite, a):
             ref = TaskRef(*suite.tasks[task].ref())
@@ -202,7 +202,7 @@ def run_rows(suite: Suite, a, arms: list[str]) -> None:
                 row: dict[str, Any] = {"flaw": fid, "task": task, "seed": seed, "arm": arm, "budget": suite.budget,
                                        "off": list(key[5]), "commit": commit, "date": time.strftime("%Y-%m-%d"),
                                        "base": base, "cpu": cpu}
-                _refuse_mixed([*rows, row], f"{RESULTS}, {fid} / {task} / seed {seed} ({arm})")
+                refuse_mixed([*rows, row], f"{RESULTS}, {fid} / {task} / seed {seed} ({arm})")
                 print(f"== {fid} / {task} / seed {seed}: {arm}" + (f" (off: {', '.join(off)})" if key[5] else ""),
                       flush=True)
                 if refused is not None:
@@ -313,7 +313,7 @@ def summary(suite: Suite, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per (flaw, task) on each seed set: every arm's wide accuracy (mean, 90 % t), its recovered share, and the
     campaign's paired differences with the flawed recipe, PBT, Optuna and the tuned one; 'tuned/<task>': the arms
     from the tuned recipe itself."""
-    _refuse_mixed(rows, str(RESULTS))
+    refuse_mixed(rows, str(RESULTS))
     out: dict[str, Any] = {"gaps": {f"{f}/{t}": g for (f, t), g in gaps(suite, rows).items()},
                            "live": sorted(f"{f}/{t}" for f, t in live_cells(suite, rows)),
                            "live_by_rows": sorted(f"{f}/{t}" for f, t in live_by_rows(suite, rows))}

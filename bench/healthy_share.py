@@ -23,10 +23,10 @@ import statistics
 import time
 from typing import Any
 
-from _common import ROOT, cpu_capability, cpu_model, parser, save
+from _common import ROOT, machine_kind, parser, save
 from flaw_arms import TaskRef, run_campaign, run_static
 from flaw_suite import code_commit, load_suite
-from flaws import _refuse_mixed, _t90, arm_config, warm_start
+from flaws import _t90, arm_config, refuse_mixed, warm_start
 
 RESULTS = ROOT / "bench" / "results" / "healthy_share.json"
 TASKS = ("arith", "countdown")
@@ -41,7 +41,7 @@ def _rows() -> list[dict[str, Any]]:
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per task and share: campaign − static on the wide split, paired by seed (mean, 90 % t, the pairs, how many
     ahead), and the changes the campaigns promoted."""
-    _refuse_mixed(rows, str(RESULTS))
+    refuse_mixed(rows, str(RESULTS))
     static = {(r["task"], r["seed"]): r["accuracy_wide"] for r in rows if r["arm"] == "static"}
     out: dict[str, Any] = {}
     for share in sorted({r["share"] for r in rows if r["arm"] == "campaign"}):
@@ -63,7 +63,7 @@ def main() -> None:
 
     home = resolve_home(a.home)
     home.mkdir(parents=True, exist_ok=True)
-    suite, commit, cpu = load_suite(), code_commit(ROOT), f"{cpu_model()} ({cpu_capability()})"
+    suite, commit, cpu = load_suite(), code_commit(ROOT), machine_kind()
     rows = _rows()
     have = {(r["task"], r["seed"], r["arm"], r.get("share")) for r in rows}
     for seed in SEEDS:
@@ -78,7 +78,7 @@ def main() -> None:
                     raise SystemExit(f"{task} seed {seed}: the warm start was refused ({refused})")
                 row: dict[str, Any] = {"task": task, "seed": seed, "arm": arm, "share": share, "budget": suite.budget,
                                        "commit": commit, "date": time.strftime("%Y-%m-%d"), "base": base, "cpu": cpu}
-                _refuse_mixed([*rows, row], f"{RESULTS}, {task} / seed {seed} ({arm})")
+                refuse_mixed([*rows, row], f"{RESULTS}, {task} / seed {seed} ({arm})")
                 print(f"== {task} / seed {seed}: {arm}" + (f" (healthy share {share:g})" if share else ""), flush=True)
                 if arm == "static":
                     row.update(run_static(ref, harness, seed, cfg, home))
