@@ -271,6 +271,22 @@ def test_a_consequence_is_not_counted_as_a_second_finding_for_the_change_that_an
     assert firsts() == 0
 
 
+def test_a_hypothesis_cites_what_training_showed_before_a_reading_of_the_recipe():
+    """Four generations answer the recipe's group of 2 (trigger weight 0.9) and the dead groups round 0 saw (0.8):
+    the hypothesis names the dead groups, and a change only the recipe reading calls for still names the reading."""
+    from evotrainer.core.domain import Candidate
+
+    findings = [_finding("dead_groups", "warning", 0.6), _finding("unusual_recipe", "warning", 0.9)]
+    more = Candidate(id="more-samples", symptoms=["dead_groups", "unusual_recipe"],
+                     weights={"dead_groups": 0.8, "unusual_recipe": 0.9}, knob="grpo.num_generations", value=4,
+                     description="more samples")
+    pool = Candidate(id="larger-pool", symptoms=["unusual_recipe"], weights={"unusual_recipe": 0.9},
+                     knob="data.pool_size", value=256, description="larger pool")
+    drafts = HeuristicBrain().propose(_ctx(findings, candidates=[more, pool], max_proposals=2)).drafts
+    assert {d.knob: d.hypothesis.symptom for d in drafts} == {"grpo.num_generations": "dead_groups",
+                                                              "data.pool_size": "unusual_recipe"}
+
+
 def test_heuristic_brain_stops_exploring_when_the_record_says_changes_do_not_help():
     h = HarnessSpec()
     plateau = [_finding("plateau", "info")]

@@ -60,7 +60,7 @@ def _prompt(pid: int) -> str:
 
 def build(acc=lambda t: 0.4 + 0.4 * t, entropy=lambda t: 0.5 - 0.2 * t, kl=lambda t: 0.002 + 0.04 * t,
           eval_acc=None, d1=lambda t: 0.9, mutate=None, metric_mutate=None, seed=0,
-          steps=STEPS, eval_every=20, meta=None) -> Evidence:
+          steps=STEPS, eval_every=20, meta=None, pool=400) -> Evidence:
     """A run's evidence. ``mutate(rollouts, rng)`` edits the rollouts before the metrics are derived from
     them; ``metric_mutate(metrics)`` edits the metrics afterwards."""
     rng = np.random.default_rng(seed)
@@ -68,7 +68,7 @@ def build(acc=lambda t: 0.4 + 0.4 * t, entropy=lambda t: 0.5 - 0.2 * t, kl=lambd
     for step in range(1, steps + 1):
         t = (step - 1) / (steps - 1)
         for i in range(PROMPTS):
-            pid = int(rng.integers(0, 400))
+            pid = int(rng.integers(0, pool))
             p = float(np.clip(acc(t) + rng.normal(0, 0.15), 0.02, 0.98))
             for _ in range(GENS):
                 ok = bool(rng.random() < p)
@@ -300,7 +300,7 @@ def test_registry_covers_every_builtin_symptom():
     assert set(BUILTIN_DIAGNOSTICS) == set(VARIANTS)
     revised = {"entropy_collapse": "2", "entropy_blowup": "2", "grad_spike": "3", "too_easy": "2", "reward_hacking": "3", "plateau": "3",
                "dead_groups": "2", "too_hard": "2", "unusual_recipe": "2",
-               "echo": "2", "hardcoding": "3", "nan": "2"}  # see test_entropy_collapse_inside_the_early_window
+               "echo": "2", "hardcoding": "3", "nan": "2", "overfitting": "2"}  # see test_entropy_collapse_inside_the_early_window
     for name, cls in BUILTIN_DIAGNOSTICS.items():
         assert cls.name == name and cls.version == revised.get(name, "1")
 
@@ -501,6 +501,25 @@ def test_group_shares_leave_truncation_its_part():
     r["truncated"] = r["group_id"].isin(late_g[:46]) & r["completion"].str[-1].isin(["0", "1"])  # half of each
     [half] = fire("too_hard", ev, {"warning": 0.1})
     assert half.metrics["truncated_part"] == pytest.approx(0.46) and half.metrics["all_wrong_share"] == pytest.approx(0.46)
+
+
+def _first_segment(pool: int, eval_acc) -> Evidence:
+    """A campaign's first segment: 20 steps, held-out accuracy at its start and its end only."""
+    return build(acc=lambda t: 0.3 + 0.25 * t, eval_acc=eval_acc, steps=20, eval_every=20, pool=pool)
+
+
+def test_overfitting_reuse_rule_reads_a_first_segment_with_two_evaluations():
+    """Two evaluations cannot show a growing gap; prompts trained again and again, with train accuracy outrunning
+    held-out accuracy, can. The same gains on fresh prompts, or with held-out accuracy keeping up, are quiet."""
+    (f,) = alarms(fire("overfitting", _first_segment(pool=12, eval_acc=lambda t: 0.35)))
+    assert f.severity == "warning" and "trained" in f.explanation and f.steps == (16, 20)
+    assert f.metrics["reuse"] >= 4 and f.metrics["eval_points"] == 2 and f.metrics["train_gain"] >= 0.05
+    assert not alarms(fire("overfitting", _first_segment(pool=4000, eval_acc=lambda t: 0.35)))  # fresh prompts
+    assert not alarms(fire("overfitting", _first_segment(pool=12, eval_acc=lambda t: 0.35 + 0.25 * t)))  # keeps up
+    # without prompt ids (or with a single evaluation) it cannot tell, and says so
+    assert _is_gap(fire("overfitting", strip(_first_segment(pool=12, eval_acc=lambda t: 0.35), rollouts=["prompt_id"])))
+    one = build(acc=lambda t: 0.3 + 0.25 * t, eval_acc=lambda t: 0.35, steps=19, eval_every=20, pool=12)
+    assert _is_gap(fire("overfitting", one))
 
 
 def test_reward_hacking_gap_threshold():

@@ -29,10 +29,16 @@ class Symptom(BaseModel):
                                                       "the effect again in a change's relevance (truncation makes "
                                                       "groups look too hard; too_hard and dead_groups grade only the "
                                                       "share truncation does not explain).")
+    observed: bool = Field(True, description="Seen in the training evidence; false for a reading of the recipe "
+                                             "itself (unusual_recipe). A proposal's hypothesis names an observed "
+                                             "symptom its change answers before a recipe reading, so it cites what "
+                                             "training showed; the reading only ranks the change.")
 
 
-def _s(name: str, description: str, cause: str, *, exploit: bool = False, explains: tuple[str, ...] = ()) -> Symptom:
-    return Symptom(name=name, description=description, cause=cause, exploit=exploit, explains=explains)
+def _s(name: str, description: str, cause: str, *, exploit: bool = False, explains: tuple[str, ...] = (),
+       observed: bool = True) -> Symptom:
+    return Symptom(name=name, description=description, cause=cause, exploit=exploit, explains=explains,
+                   observed=observed)
 
 
 _ALL = (
@@ -85,7 +91,8 @@ _ALL = (
        "the environment offers a tool that reveals the answer, so using it pays more than solving", exploit=True),
     # not read from the training evidence: the recipe itself, against what practitioners run (config/ranges.py)
     _s("unusual_recipe", "A knob of the recipe lies outside the range practitioners run (evotrainer harness knobs).",
-       "a value copied from another setting (a larger model, another library's default) or mistyped"),
+       "a value copied from another setting (a larger model, another library's default) or mistyped",
+       observed=False),
     _s("diagnostic_error", "A diagnostic crashed, timed out or could not run; its verdict is unknown.",
        "the analyzer itself failed (a bug, a timeout, or evidence it cannot read), not the training run"),
 )

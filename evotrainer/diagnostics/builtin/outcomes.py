@@ -237,23 +237,51 @@ class Forgetting(BuiltinDiagnostic):
         return out
 
 
+REMEDY = "Enlarge or refresh the prompt pool, or stop at the best held-out checkpoint."
+# The reuse rule's thresholds (v2, 2026-12-04), set on the flaw suite's development seeds 0-2 only
+# (bench/log/19-flaw-suite.md): round 0 of the pool of 64 (32 prompts a step: each prompt trained ~8 times before the
+# recent window) against the same segment of every other development cell, whose prompts were trained at most
+# ~3 times (the level-1 curriculum's 150 problems) or never.
+REUSE = 4.0
+REUSE_GAIN = 0.05
+
+
 class Overfitting(BuiltinDiagnostic):
+    """Two readings of one symptom. Over four or more evaluations: the train-minus-held-out gap grows (the
+    gap rule). Over fewer (a campaign's first 20-step segment has two, at its start and its end), the gap cannot
+    be followed, but the rollouts show what memorising needs, the same prompts trained again and again: when the
+    recent window's prompts were each trained on several earlier steps and train accuracy on them rises while
+    held-out accuracy, measured at the span's two ends, does not keep up, the policy is learning those prompts
+    rather than the task (the reuse rule). On fresh prompts a train gain beyond the held-out one is not
+    memorisation (the sampled accuracy of a sharpening policy catches up with its greedy one), which is why the
+    rule needs the reuse."""
+
     name = "overfitting"
-    version = "1"
+    version = "2"
     symptom = "overfitting"
     signal = ("Train accuracy ('accuracy' metric or rollout 'correct', averaged over the steps before each eval) "
-              "minus 'eval/greedy_accuracy' at eval steps: the recent gap against the early gap.")
+              "minus 'eval/greedy_accuracy' at eval steps: the recent gap against the early gap. With fewer eval "
+              "points: how often the recent window's prompts ('prompt_id') were trained before, and the train "
+              "accuracy gain from the early to the recent window against the held-out gain over the span.")
     literature = ("Quantifying Generalization in Reinforcement Learning (Cobbe et al.), arXiv 1812.02341; SFT "
                   "Memorizes, RL Generalizes (Chu et al.).")
     needs = (need("train accuracy", "metric:accuracy", "rollout:correct", supply=SUPPLY_CORRECT),
              need("held-out accuracy", "metric:eval/greedy_accuracy", supply=SUPPLY_EVAL))
+    reads = ("rollout:prompt_id",)  # the reuse rule, when there are too few eval points for the gap rule
 
-    class Params(BaseParams):
+    class Params(WindowParams):
         gap: float = Field(0.15, ge=0.0, le=1.0, description="Recent train-minus-held-out gap at or above which it is a warning ...")
         min_growth: float = Field(0.1, ge=0.0, le=1.0, description="... when it also exceeds the early gap by at least this.")
         align_steps: int = Field(10, ge=1, description="Train steps (up to each eval step) averaged into the train accuracy at that eval.")
-        min_points: int = Field(4, ge=2, description="Fewest eval points with a train accuracy beside them.")
+        min_points: int = Field(4, ge=2, description="Fewest eval points with a train accuracy beside them for the gap rule; "
+                                                      "with fewer (and at least 2), the reuse rule judges.")
         points_frac: float = Field(0.34, gt=0.0, le=0.5, description="Share of the eval points in the early and in the recent group.")
+        min_reuse: float = Field(REUSE, ge=1.0, description="Reuse rule: earlier steps the recent window's prompts were "
+                                                            "trained on, on average, at or above which they can be memorised.")
+        reuse_gain: float = Field(REUSE_GAIN, ge=0.0, le=1.0,
+                                  description="Reuse rule: train accuracy must rise by at least this from the early to "
+                                              "the recent window, and by at least this more than held-out accuracy "
+                                              "over the span.")
 
     def analyze(self, ev: Evidence) -> list[Finding]:
         p = self.params
@@ -266,7 +294,7 @@ class Overfitting(BuiltinDiagnostic):
         right = pd.DataFrame({"step": t.index.astype("int64"), "train": t.to_numpy()})
         both = pd.merge_asof(left, right, on="step", direction="backward", tolerance=p.align_steps).dropna()
         if len(both) < p.min_points:
-            return self.not_enough(f"at least {p.min_points} eval points with train accuracy beside them")
+            return self._reuse_rule(ev, train, evals)
         gap = (both["train"] - both["eval"]).to_numpy()
         k = max(1, math.ceil(p.points_frac * len(gap)))
         early, recent = float(gap[:k].mean()), float(gap[-k:].mean())
@@ -275,9 +303,39 @@ class Overfitting(BuiltinDiagnostic):
         lo, hi = int(both["step"].iloc[-k]), int(both["step"].iloc[-1])
         return [self.finding(
             "warning", f"Train accuracy exceeds held-out greedy accuracy by {recent:.2f} at the last {k} evaluations "
-                       f"(early gap {early:.2f}): the policy is fitting the training prompts, not the task. Enlarge "
-                       "or refresh the prompt pool, or stop at the best held-out checkpoint.",
+                       f"(early gap {early:.2f}): the policy is fitting the training prompts, not the task. {REMEDY}",
             confidence=confidence(recent - early, p.min_growth, 3 * p.min_growth, support(len(gap), 8)),
             steps=(lo, hi), examples=examples_in(ev, (lo, hi)),
             metrics={"early_gap": early, "recent_gap": recent, "gap_threshold": p.gap, "min_growth": p.min_growth,
                      "eval_points": len(gap)})]
+
+    def _reuse_rule(self, ev: Evidence, train: StepSeries, evals: pd.Series) -> list[Finding]:
+        p = self.params
+        short = f"at least {p.min_points} eval points with train accuracy beside them, or 2 and the rollouts' 'prompt_id'"
+        r = ev.rollouts
+        if len(evals) < 2 or not has_column(r, "prompt_id") or "step" not in r.columns:
+            return self.not_enough(short)
+        er = early_recent(train.values, p)
+        if er is None:
+            return self.not_enough(short)
+        w, a0, a1 = er
+        lo, hi = int(evals.index[0]), int(evals.index[-1])
+        if lo > w.early.hi or hi < w.recent.lo:  # the held-out span must cover both windows
+            return self.not_enough(short)
+        seen = r[["prompt_id", "step"]].dropna().drop_duplicates()
+        seen = seen.assign(before=seen.groupby("prompt_id")["step"].rank(method="dense") - 1)
+        rec = r[w.recent.mask(r["step"].to_numpy())][["prompt_id", "step"]].merge(seen, on=["prompt_id", "step"])
+        reuse = float(rec["before"].mean()) if len(rec) else 0.0
+        train_gain, eval_gain = a1 - a0, float(evals.iloc[-1] - evals.iloc[0])
+        metrics = {"reuse": reuse, "min_reuse": p.min_reuse, "train_gain": train_gain, "eval_gain": eval_gain,
+                   "reuse_gain": p.reuse_gain, "eval_points": len(evals)}
+        excess = train_gain - eval_gain
+        if reuse < p.min_reuse or train_gain < p.reuse_gain or excess < p.reuse_gain:
+            return []
+        return [self.finding(
+            "warning", f"Train accuracy rose by {train_gain:+.2f} (steps {w.early.lo}-{w.early.hi} to "
+                       f"{w.recent.lo}-{w.recent.hi}) on prompts trained {reuse:.1f} times before, while held-out "
+                       f"greedy accuracy changed by {eval_gain:+.2f} over steps {lo}-{hi}: the policy is learning "
+                       f"its training prompts faster than the task. {REMEDY}",
+            confidence=window_confidence(excess, p.reuse_gain, 3 * p.reuse_gain, w.recent, p),
+            steps=w.recent.steps, examples=examples_in(ev, w.recent), metrics=metrics)]
