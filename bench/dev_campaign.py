@@ -3,8 +3,9 @@ development seeds, on this machine, to compare one campaign change with the code
 
 The development rows in ``flaws.json`` started from warm starts built on another kind of machine (their float
 kernels differ), so a change tried on this machine is compared with rows of this machine only: ``flaws_earlier.json``
-(static, tuned and the campaign up to ``ff769d8``, 2026-12-02/03) or rows this bench wrote from another commit (run it
-from a worktree of that commit with the same ``--home``'s warm starts copied, or in its own ``--home``). Rows go to
+(static, tuned and the campaign up to ``ff769d8``, 2026-12-02/03) or rows this bench wrote at another commit (a
+campaign's name is its cell's, so another commit's row needs its own ``--home``; copy ``policies/`` there to keep the
+warm starts). Rows go to
 ``bench/results/dev_campaign.json``, keyed by (flaw, task, seed, commit), with the warm start's fingerprint and the
 CPU; the report is per cell: each commit's wide-split accuracy, round 0's findings above info, and what was decided
 with the finding each decision cited. Development seeds only: the bench refuses evaluation seeds.
@@ -53,7 +54,7 @@ def main() -> None:
 
     home = resolve_home(a.home)
     home.mkdir(parents=True, exist_ok=True)
-    suite, commit, cpu = load_suite(), code_commit(ROOT), machine_kind()
+    suite = load_suite()
     seeds = a.seeds if a.seeds is not None else list(suite.dev_seeds)
     if bad := sorted(set(seeds) - set(suite.dev_seeds)):
         raise SystemExit(f"--seeds {bad}: only the development seeds {list(suite.dev_seeds)} (bench/flaws.yaml "
@@ -61,9 +62,12 @@ def main() -> None:
     cells = []
     for cell in a.cells:
         flaw, _, task = cell.partition("/")
-        if task not in suite.tasks or not any(f.id == flaw for f in suite.flaws) and flaw != suite.demo.id:
-            raise SystemExit(f"--cells {cell}: not a flaw/task of bench/flaws.yaml (tasks {sorted(suite.tasks)})")
+        f = next((x for x in [*suite.flaws, suite.demo] if x.id == flaw), None)
+        if f is None or task not in f.tasks:
+            raise SystemExit(f"--cells {cell}: not a flaw/task cell of bench/flaws.yaml"
+                             + (f" ({flaw} runs on {', '.join(f.tasks)})" if f is not None else ""))
         cells.append((flaw, task))
+    commit, cpu = code_commit(ROOT), machine_kind()
     rows = _rows()
     have = {(r["flaw"], r["task"], r["seed"], r["commit"]) for r in rows}
     for seed in seeds:

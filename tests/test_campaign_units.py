@@ -13,7 +13,7 @@ from evotrainer.agent.brains.heuristic import HeuristicBrain
 from evotrainer.agent.lessons import SEED_LIBRARY, brain_inputs
 from evotrainer.config.campaign import BacktestSpec, load_campaign_spec
 from evotrainer.config.harness import HarnessSpec
-from evotrainer.core.domain import BranchResult, Finding
+from evotrainer.core.domain import BranchResult, Candidate, Finding
 from evotrainer.core.errors import ConfigError
 from evotrainer.stats.backtest import decide
 from tests.conftest import REPO, small_context
@@ -285,6 +285,12 @@ def test_a_hypothesis_cites_what_training_showed_before_a_reading_of_the_recipe(
     drafts = HeuristicBrain().propose(_ctx(findings, candidates=[more, pool], max_proposals=2)).drafts
     assert {d.knob: d.hypothesis.symptom for d in drafts} == {"grpo.num_generations": "dead_groups",
                                                               "data.pool_size": "unusual_recipe"}
+    # an info-level plateau (always around) is no observation a warning-level reading gives way to
+    rate = Candidate(id="raise-lr", symptoms=["plateau", "unusual_recipe"], weights={"unusual_recipe": 0.9},
+                     knob="optim.learning_rate", value=3e-6, description="raise the rate")
+    (d,) = HeuristicBrain().propose(_ctx([_finding("plateau", "info", 0.5), _finding("unusual_recipe", "warning")],
+                                         candidates=[rate], max_proposals=1)).drafts
+    assert d.hypothesis.symptom == "unusual_recipe"
 
 
 def test_heuristic_brain_stops_exploring_when_the_record_says_changes_do_not_help():
@@ -907,6 +913,16 @@ def test_an_inconclusive_gain_is_offered_once_more_while_its_knob_is_where_it_wa
     assert _retests(ctx, h.with_knob("optim.learning_rate", 2.7e-5)) == []  # the knob moved since: it means else
     decided("r:r01:p0", 1, "optim.learning_rate", 1e-6, 2.7e-5, "inconclusive", 0.009)
     assert _retests(ctx, h) == []  # tried twice: the record stands
+    # a re-test answers what its cited skill answers now, beside the one symptom its hypothesis named: the pool of 64
+    # keeps its re-test when the overfitting it was proposed for goes quiet while the recipe check still reads it
+    decided("r:r01:p1", 1, "data.pool_size", 64, 256, "inconclusive", 0.01)
+    store.add_proposal(store.get_proposal("r:r01:p1").model_copy(update={"id": "r:r01:p2", "new": 1024,
+                                                                          "cited_skills": ["larger-pool"]}))
+    store.add_decision(store.get_decisions(["r:r01:p1"])["r:r01:p1"].model_copy(update={"proposal_id": "r:r01:p2"}))
+    pool = Candidate(id="larger-pool", symptoms=["overfitting", "unusual_recipe"], knob="data.pool_size", value=256,
+                     description="more prompts")
+    got = {c.value: c.symptoms for c in _retests(ctx, h.with_knob("data.pool_size", 64), [pool])}
+    assert got == {256: ["plateau"], 1024: ["plateau", "overfitting", "unusual_recipe"]}
 
 
 def test_loading_a_campaign_spec_and_its_harness_does_not_import_torch():

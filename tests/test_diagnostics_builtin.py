@@ -520,6 +520,11 @@ def test_overfitting_reuse_rule_reads_a_first_segment_with_two_evaluations():
     assert _is_gap(fire("overfitting", strip(_first_segment(pool=12, eval_acc=lambda t: 0.35), rollouts=["prompt_id"])))
     one = build(acc=lambda t: 0.3 + 0.25 * t, eval_acc=lambda t: 0.35, steps=19, eval_every=20, pool=12)
     assert _is_gap(fire("overfitting", one))
+    # ids that do not tell problems apart (a reader that hashed an empty prompt) are no reuse
+    fresh = _first_segment(pool=4000, eval_acc=lambda t: 0.35)
+    collapsed = Evidence(metrics=fresh.metrics, rollouts=fresh.rollouts.assign(prompt_id="e3b0c442"))
+    (f,) = fire("overfitting", collapsed)
+    assert _is_gap([f]) and "tell a step's problems apart" in f.explanation
 
 
 def test_reward_hacking_gap_threshold():

@@ -4,6 +4,7 @@ measured gains, brackets (a bolder move of the same knob), screening, and the se
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from evotrainer.agent.brains.base import RefutedChange
@@ -97,7 +98,7 @@ def _is_retest(draft: Any) -> bool:
     return any(c.startswith(RETEST) for c in draft.cited_skills)
 
 
-def _retests(ctx: CampaignContext, harness: HarnessSpec) -> list:
+def _retests(ctx: CampaignContext, harness: HarnessSpec, library: Sequence[Candidate] = ()) -> list:
     """Inconclusive changes that measured a gain, offered once more as candidates, with that gain as evidence.
 
     Why: an inconclusive backtest is not a refutation, but no library skill proposes its value again. A bracket
@@ -106,7 +107,10 @@ def _retests(ctx: CampaignContext, harness: HarnessSpec) -> list:
     and the campaign ended where it started. A change is re-tested once (its value backtested twice at most),
     only while its knob still has the value it was tested from (after the knob moved, the old step means
     something else), and only when its effect was above ``backtest.min_effect``; it is backtested as it was,
-    neither bracketed nor re-valued by Optuna.
+    neither bracketed nor re-valued by Optuna. It answers its hypothesis's symptom and whatever the skills it cited
+    answer now (their candidates among ``library``): a hypothesis names one symptom, the observed one before a
+    reading of the recipe, and a pool still too small for the recipe check must keep its re-test when the
+    overfitting that was named goes quiet for a segment.
     """
 
     knobs = harness.knobs()
@@ -128,8 +132,10 @@ def _retests(ctx: CampaignContext, harness: HarnessSpec) -> list:
         except ConfigError:  # a value this harness no longer accepts is no candidate
             continue
         seen.add(key)
+        cited = [sym for c in library if c.id in p.cited_skills for sym in c.symptoms]
         out.append(Candidate(
-            id=f"{RETEST}{p.id}", symptoms=[p.hypothesis.symptom], knob=p.knob, value=p.new, source="this campaign",
+            id=f"{RETEST}{p.id}", symptoms=list(dict.fromkeys([p.hypothesis.symptom, *cited])), knob=p.knob,
+            value=p.new, source="this campaign",
             description=f"re-test {p.knob} → {p.new!r}: inconclusive in round {p.round} at {d.stats.effect:+.3f} "
                         f"({d.stats.ci_low:+.3f}..{d.stats.ci_high:+.3f})",
             effects=[d.stats.effect]))

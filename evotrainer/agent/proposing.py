@@ -65,7 +65,7 @@ def _ask_brain(ctx: CampaignContext, rnd: int, harness: HarnessSpec,
     context = ctx.spec.policy.context_length()
     candidates, mistakes, known = brain_inputs(ctx.library, harness, findings, ctx.spec.task, store=ctx.store,
                                                context=context, task_inert=_task_inert(ctx))
-    candidates = _retests(ctx, harness) + candidates
+    candidates = _retests(ctx, harness, candidates) + candidates
     knobs = harness.knobs()
     # a regressed round moved, so it is never stuck
     fell = regressed(findings)

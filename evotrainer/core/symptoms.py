@@ -30,9 +30,9 @@ class Symptom(BaseModel):
                                                       "groups look too hard; too_hard and dead_groups grade only the "
                                                       "share truncation does not explain).")
     observed: bool = Field(True, description="Seen in the training evidence; false for a reading of the recipe "
-                                             "itself (unusual_recipe). A proposal's hypothesis names an observed "
-                                             "symptom its change answers before a recipe reading, so it cites what "
-                                             "training showed; the reading only ranks the change.")
+                                             "itself (unusual_recipe). The heuristic brain's hypothesis names an "
+                                             "observed symptom (warning or above) its change answers before a recipe "
+                                             "reading, so it cites what training showed; the reading only ranks it.")
 
 
 def _s(name: str, description: str, cause: str, *, exploit: bool = False, explains: tuple[str, ...] = (),

@@ -37,7 +37,8 @@ from evotrainer.evidence.model import (
     VERL_METRICS,
 )
 
-CONTRACT_VERSION = "3"  # 3: meta:spec (unusual_recipe v2), rollout:truncated read by the group diagnostics
+CONTRACT_VERSION = "4"  # 3: meta:spec (unusual_recipe v2), rollout:truncated read by the group diagnostics;
+# 4: rollout:prompt_id and group_id read by overfitting v2 (its reuse rule)
 """Version of the contract: fields, their meaning and which diagnostics need them."""
 
 CORE_ROLLOUT_FIELDS = ("step", "prompt", "completion")

@@ -9,8 +9,8 @@ trigger weight for that symptom; summed, times ``relevance_bonus``), ranks the c
 the change answers can produce (the registry's ``explains``: every all-wrong group is a dead group) is that one's
 consequence, not a second piece of evidence, and is not added again: otherwise a remedy for dead groups that also
 names too-hard groups counted the same groups twice and outranked a remedy for the too-hard levels themselves.
-A draft's hypothesis names the most relevant symptom training showed (the registry's ``observed``), a reading of
-the recipe only when its change answers nothing observed: the reading says where the knob stands, the evidence why
+A draft's hypothesis names the most relevant symptom training showed at warning or above (the registry's
+``observed``), a reading of the recipe only when its change answers no such finding: the reading says where the knob stands, the evidence why
 the run suffers, and the lesson a backtest leaves is filed under the symptom the hypothesis names.
 The bonus is as large as the prior's spread, so a critical finding's remedies outrank an info-level
 plateau's, while draws still explore among them (0.01 let the demo campaign chase the plateau instead of
@@ -116,8 +116,10 @@ class HeuristicBrain:
             relevance = {s: pressure[s] * c.weights.get(s, 1.0) for s in matched}
             effects = {e for s in matched for e in EXPLAINS.get(s, ()) if e in matched}  # counted with their cause
             bonus = self.relevance_bonus * sum(v for s, v in relevance.items() if s not in effects)
-            # the hypothesis names what training showed before a reading of the recipe (core/symptoms.py, observed)
-            symptom = max(matched, key=lambda s: (SYMPTOMS[s].observed, relevance[s])) if matched else "plateau"
+            # the hypothesis names what training showed (at warning or above: an info-level plateau is always
+            # around) before a reading of the recipe (core/symptoms.py, observed)
+            symptom = max(matched, key=lambda s: (SYMPTOMS[s].observed and pressure[s] >= SEVERITY_RANK["warning"],
+                                                  relevance[s])) if matched else "plateau"
             scored.append((draw + bonus, c, symptom, mean))
         scored.sort(key=lambda t: -t[0])
         drafts: list[ProposalDraft] = []

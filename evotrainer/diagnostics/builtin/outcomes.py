@@ -239,19 +239,20 @@ class Forgetting(BuiltinDiagnostic):
 
 REMEDY = "Enlarge or refresh the prompt pool, or stop at the best held-out checkpoint."
 # The reuse rule's thresholds (v2, 2026-12-04), set on the flaw suite's development seeds 0-2 only
-# (bench/log/19-flaw-suite.md): round 0 of the pool of 64 (32 prompts a step: each prompt trained ~8 times before the
-# recent window) against the same segment of every other development cell, whose prompts were trained at most
-# ~3 times (the level-1 curriculum's 150 problems) or never.
+# (bench/log/19-flaw-suite.md): round 0 of the pool of 64 (32 prompts a step: a recent-window rollout's prompt was
+# trained on 8.2 earlier steps on average) against the same segment of every other development cell, whose prompts
+# were trained on 3.2 earlier steps (the level-1 curriculum's 150 problems) or none.
 REUSE = 4.0
 REUSE_GAIN = 0.05
 
 
 class Overfitting(BuiltinDiagnostic):
-    """Two readings of one symptom. Over four or more evaluations: the train-minus-held-out gap grows (the
-    gap rule). Over fewer (a campaign's first 20-step segment has two, at its start and its end), the gap cannot
-    be followed, but the rollouts show what memorising needs, the same prompts trained again and again: when the
-    recent window's prompts were each trained on several earlier steps and train accuracy on them rises while
-    held-out accuracy, measured at the span's two ends, does not keep up, the policy is learning those prompts
+    """Two readings of one symptom. Over four or more evaluations with train accuracy beside them: the
+    train-minus-held-out gap grows (the gap rule). Over fewer (a campaign's first 20-step segment has two, at its
+    start and its end, and the one at step 0 has no train step before it), the gap cannot be followed, but the
+    rollouts show what memorising needs, the same prompts trained again and again: when the recent window's
+    rollouts come from prompts trained on several earlier steps on average and train accuracy over the windows rises
+    while held-out accuracy, measured at the span's two ends, does not keep up, the policy is learning those prompts
     rather than the task (the reuse rule). On fresh prompts a train gain beyond the held-out one is not
     memorisation (the sampled accuracy of a sharpening policy catches up with its greedy one), which is why the
     rule needs the reuse."""
@@ -267,7 +268,7 @@ class Overfitting(BuiltinDiagnostic):
                   "Memorizes, RL Generalizes (Chu et al.).")
     needs = (need("train accuracy", "metric:accuracy", "rollout:correct", supply=SUPPLY_CORRECT),
              need("held-out accuracy", "metric:eval/greedy_accuracy", supply=SUPPLY_EVAL))
-    reads = ("rollout:prompt_id",)  # the reuse rule, when there are too few eval points for the gap rule
+    reads = ("rollout:prompt_id", "rollout:group_id")  # the reuse rule, with too few eval points for the gap rule
 
     class Params(WindowParams):
         gap: float = Field(0.15, ge=0.0, le=1.0, description="Recent train-minus-held-out gap at or above which it is a warning ...")
@@ -311,17 +312,23 @@ class Overfitting(BuiltinDiagnostic):
 
     def _reuse_rule(self, ev: Evidence, train: StepSeries, evals: pd.Series) -> list[Finding]:
         p = self.params
-        short = f"at least {p.min_points} eval points with train accuracy beside them, or 2 and the rollouts' 'prompt_id'"
+        short = (f"at least {p.min_points} eval points with train accuracy beside them, or 2 and the rollouts' "
+                 "'prompt_id' and 'group_id'")
         r = ev.rollouts
-        if len(evals) < 2 or not has_column(r, "prompt_id") or "step" not in r.columns:
+        if len(evals) < 2 or not (has_column(r, "prompt_id") and has_column(r, "group_id")) or "step" not in r.columns:
             return self.not_enough(short)
+        # ids that do not tell problems apart (a reader hashing an empty prompt gives every group one id) would count
+        # every step as a revisit: a step's groups must mostly carry distinct ids
+        per_step = r.groupby("step").agg(ids=("prompt_id", "nunique"), groups=("group_id", "nunique"))
+        if float((per_step["ids"] / per_step["groups"].clip(lower=1)).median()) < 0.5:
+            return self.not_enough("prompt ids that tell a step's problems apart (most groups of a step share one)")
         er = early_recent(train.values, p)
         if er is None:
-            return self.not_enough(short)
+            return self.not_enough(f"{2 * p.min_window_steps} train steps for an early and a recent window")
         w, a0, a1 = er
         lo, hi = int(evals.index[0]), int(evals.index[-1])
-        if lo > w.early.hi or hi < w.recent.lo:  # the held-out span must cover both windows
-            return self.not_enough(short)
+        if lo > w.early.hi or hi < w.recent.lo:  # the held-out span must reach into both windows
+            return self.not_enough("held-out evaluations at the span's start and end")
         seen = r[["prompt_id", "step"]].dropna().drop_duplicates()
         seen = seen.assign(before=seen.groupby("prompt_id")["step"].rank(method="dense") - 1)
         rec = r[w.recent.mask(r["step"].to_numpy())][["prompt_id", "step"]].merge(seen, on=["prompt_id", "step"])
