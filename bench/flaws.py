@@ -1,7 +1,8 @@
 """Benchmark (issue 59): does the campaign repair recipes it was not built for, and beat competent tuning?
 
 The suite (``bench/flaws.yaml``, pre-registered) holds single- and double-knob flaws of each task's tuned recipe. Its
-phases, each writing rows into ``bench/results/flaws.json`` keyed by (flaw, task, seed, arm, budget, rules off):
+phases, each writing rows into ``bench/results/flaws.json`` keyed by (flaw, task, seed, arm, budget, rules off) and
+the warm start the row began from (a seed rebuilt on another kind of CPU starts from other weights; :func:`comparable`):
 
 - ``live``: the flawed recipe and the tuned one, static for the whole budget, on the development seeds. A flaw is
   live on a task where tuned − flawed reaches ``live_gap`` on the wide confirmation split (mean over the seeds).
@@ -91,7 +92,7 @@ def base_fingerprint(base: Path) -> str:
     """The first 12 hex digits of the SHA-256 of a warm start's weights. A cached warm start is keyed by its settings,
     not by the code that built it, and one rebuilt on another kind of CPU trains to other weights (torch's float kernels
     follow the CPU), so a home built under older code, or lost and rebuilt elsewhere, may start a seed from other
-    weights: rows are compared only when they started from the same ones (:func:`mixed_bases`)."""
+    weights: rows are compared only when they started from the same ones (:func:`comparable`)."""
     import hashlib
 
     h = hashlib.sha256()
@@ -102,24 +103,31 @@ def base_fingerprint(base: Path) -> str:
     return h.hexdigest()[:12]
 
 
-def mixed_bases(rows: list[dict[str, Any]]) -> dict[tuple[str, int], list[str]]:
-    """(task, seed) -> the distinct warm starts its rows record, where there is more than one. Rows from before the
-    fingerprint was recorded carry none and are not checked."""
-    seen: dict[tuple[str, int], set[str]] = {}
-    for r in rows:
+def comparable(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(rows compared, rows held aside). Arms are compared only when they started from one warm start, and a seed
+    takes longer than a session, whose machine may be of another kind than the last one's: each kind's rows of a task
+    and seed are kept, and it resumes its own set (:func:`run_rows`). The report compares, per task and seed, the set
+    with the most rows, and of sets as large the one finished first (its last row earlier in the file): a choice made
+    from counts and order, never from an accuracy. Rows from before the fingerprint was recorded are always compared."""
+    sets: dict[tuple[str, int], dict[str, list[int]]] = {}
+    for i, r in enumerate(rows):
         if r.get("base"):
-            seen.setdefault((r["task"], r["seed"]), set()).add(r["base"])
-    return {k: sorted(v) for k, v in seen.items() if len(v) > 1}
+            sets.setdefault((r["task"], r["seed"]), {}).setdefault(r["base"], []).append(i)
+    keep = {k: min(v.items(), key=lambda kv: (-len(kv[1]), kv[1][-1]))[0] for k, v in sets.items()}
+    kept, held = [], []
+    for r in rows:
+        (held if r.get("base") and r["base"] != keep[(r["task"], r["seed"])] else kept).append(r)
+    return kept, held
 
 
-def refuse_mixed(rows: list[dict[str, Any]], where: str) -> None:
-    if mixed := mixed_bases(rows):
-        cpus = {(r["task"], r["seed"], r["base"]): r["cpu"] for r in rows if r.get("base") and r.get("cpu")}
-        listed = "; ".join(f"{t} seed {s}: " + ", ".join(f"{x} (on {cpus[(t, s, x)]})" if (t, s, x) in cpus else x
-                                                         for x in b) for (t, s), b in sorted(mixed.items()))
-        raise SystemExit(f"{where}: rows of one task and seed started from different warm starts ({listed}); they are "
-                         "not comparable: move the stale rows to bench/results/flaws_earlier.json and re-run them, or "
-                         "run in the --home, on the kind of machine, that holds the warm start they started from")
+def held_aside(held: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """'task/seed' -> each warm start whose rows are held aside there: its fingerprint, the machine, how many rows."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in held:
+        e = out.setdefault(f"{r['task']}/{r['seed']}", {}).setdefault(r["base"], {"base": r["base"], "cpu": r.get("cpu"),
+                                                                                  "rows": 0})
+        e["rows"] += 1
+    return {k: list(v.values()) for k, v in sorted(out.items())}
 
 
 def _cells(suite: Suite, a) -> list[tuple[str, str]]:
@@ -127,7 +135,7 @@ def _cells(suite: Suite, a) -> list[tuple[str, str]]:
     or 'tuned': the arms from each task's tuned recipe itself)."""
     chosen = a.flaws or [f.id for f in suite.flaws]
     cells: list[tuple[str, str]] = []
-    live = live_cells(suite, _load_rows()) if "live" in chosen else set()
+    live = live_cells(suite, comparable(_load_rows())[0]) if "live" in chosen else set()
     for fid in chosen:
         if fid == "live":
             cells += sorted(live)
@@ -182,7 +190,6 @@ def run_rows(suite: Suite, a, arms: list[str]) -> None:
     frozen_check(suite, ROOT, seeds)
     commit = code_commit(ROOT)
     rows = _load_rows()
-    have = {row_key(r) for r in rows}
     hdir = home / "harnesses"
     off = tuple(sorted(a.off or ()))
     cpu = machine_kind()  # a warm start rebuilt on another kind of CPU has other weights
@@ -195,22 +202,23 @@ def run_rows(suite: Suite, a, arms: list[str]) -> None:
                     continue  # the tuned recipe's static arm is the `tuned` row
                 fid = "tuned" if arm == "tuned" else flaw
                 key = (fid, task, seed, arm, suite.budget, off if arm == "campaign" else ())
-                if key in have:
-                    continue
-                harness = suite.harness(task, None if "tuned" in (arm, flaw) else flaw, hdir)
+                done = {r.get("base") for r in rows if row_key(r) == key}
+                if None in done:
+                    continue  # a row from before the fingerprint, or a refused warm start: not run again
                 base, refused = warm_start(ref, cfg, seed, home)
+                if base in done:
+                    continue  # this warm start's row is there; another machine's set is kept beside it
+                harness = suite.harness(task, None if "tuned" in (arm, flaw) else flaw, hdir)
                 row: dict[str, Any] = {"flaw": fid, "task": task, "seed": seed, "arm": arm, "budget": suite.budget,
                                        "off": list(key[5]), "commit": commit, "date": time.strftime("%Y-%m-%d"),
                                        "base": base, "cpu": cpu}
-                refuse_mixed([*rows, row], f"{RESULTS}, {fid} / {task} / seed {seed} ({arm})")
                 print(f"== {fid} / {task} / seed {seed}: {arm}" + (f" (off: {', '.join(off)})" if key[5] else ""),
                       flush=True)
                 if refused is not None:
                     row["refused"] = refused
                 else:
                     row.update(_arm(arm, ref, harness, seed, cfg, home, key[5]))
-                rows = [r for r in _load_rows() if row_key(r) != key] + [row]
-                have.add(key)
+                rows = [r for r in _load_rows() if (row_key(r), r.get("base")) != (key, base)] + [row]
                 print(json.dumps(row, default=str), flush=True)
                 _save(suite, rows)
 
@@ -313,8 +321,8 @@ def summary(suite: Suite, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per (flaw, task) on each seed set: every arm's wide accuracy (mean, 90 % t), its recovered share, and the
     campaign's paired differences with the flawed recipe, PBT, Optuna and the tuned one; 'tuned/<task>': the arms
     from the tuned recipe itself."""
-    refuse_mixed(rows, str(RESULTS))
-    out: dict[str, Any] = {"gaps": {f"{f}/{t}": g for (f, t), g in gaps(suite, rows).items()},
+    rows, held = comparable(rows)
+    out: dict[str, Any] = {"held_aside": held_aside(held), "gaps": {f"{f}/{t}": g for (f, t), g in gaps(suite, rows).items()},
                            "live": sorted(f"{f}/{t}" for f, t in live_cells(suite, rows)),
                            "live_by_rows": sorted(f"{f}/{t}" for f, t in live_by_rows(suite, rows))}
     starts = [(f.id, task) for f in [*suite.flaws, suite.demo] for task in f.tasks]
@@ -397,6 +405,8 @@ def _cell(suite: Suite, rows: list[dict[str, Any]], fid: str, task: str, seeds: 
 def markdown(suite: Suite, rows: list[dict[str, Any]]) -> str:
     """The liveness table (tuned − flawed per flaw × task, wide split, development seeds) and, per seed set, every
     arm's wide accuracy and recovered share: what bench/log/19-flaw-suite.md records."""
+    summ = summary(suite, rows)
+    rows = comparable(rows)[0]
     wide = {(r["flaw"], r["task"], r["seed"], r["arm"]): r.get("accuracy_wide") for r in rows if not r.get("off")}
     out = ["| flaw | task | subtle | tuned − flawed (wide), per dev seed | mean | live |", "|---|---|---|---|---|---|"]
     for (flaw, task), g in gaps(suite, rows).items():
@@ -409,7 +419,6 @@ def markdown(suite: Suite, rows: list[dict[str, Any]]) -> str:
         mean = "—" if g["mean"] is None else f"{g['mean']:+.3f}"
         live = "" if g["mean"] is None else ("**live**" if g["mean"] >= suite.live_gap else "no")
         out.append(f"| {flaw} | {task} | {'yes' if getattr(f, 'subtle', False) else 'no'} | {cells} | {mean} | {live} |")
-    summ = summary(suite, rows)
     for label, _, _ in seed_sets(suite):
         if summ[label]:
             out += ["", arms_markdown(label, summ[label]), "",
