@@ -253,6 +253,7 @@ class _Workers:
         that teardown of torch/TRL took ~2 s of every campaign's wall time (bench/log/07-campaign-vs-static-baseline.md)."""
         ex = self.executor
         procs = list((getattr(ex, "_processes", None) or {}).values()) if ex is not None else []
+        manager = getattr(ex, "_executor_manager_thread", None)  # shutdown drops it
         if ex is not None:
             ex.shutdown(wait=False, cancel_futures=True)
         for p in procs:  # idle workers exit at once; a busy or stuck one is ended after the grace period
@@ -260,6 +261,11 @@ class _Workers:
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)
+        # The executor's own thread joins the same workers: where it reaped one first, this thread's join saw no
+        # child and returned before that thread recorded the exit, so the worker still read as alive for a moment
+        # (multiprocessing.active_children() listed it). Once it is done, every worker's exit is recorded.
+        if manager is not None and manager is not threading.current_thread():
+            manager.join(timeout=5)
         self._done.set()
 
 
