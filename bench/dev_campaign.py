@@ -22,7 +22,7 @@ from typing import Any
 from _common import ROOT, machine_kind, parser, save
 from flaw_arms import TaskRef, run_campaign
 from flaw_suite import code_commit, load_suite
-from flaws import arm_config, refuse_mixed, warm_start
+from flaws import arm_config, warm_start
 
 RESULTS = ROOT / "bench" / "results" / "dev_campaign.json"
 
@@ -32,11 +32,12 @@ def _rows() -> list[dict[str, Any]]:
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per cell and seed: each commit's wide-split accuracy, round 0's findings above info and its decisions."""
-    refuse_mixed(rows, str(RESULTS))
+    """Per cell, seed and warm start: each commit's wide-split accuracy, round 0's findings above info and its
+    decisions. Commits are compared only from one warm start (a machine of another kind builds another)."""
     out: dict[str, Any] = {}
     for r in rows:
-        out.setdefault(f"{r['flaw']}/{r['task']}", {}).setdefault(f"seed {r['seed']}", {})[r["commit"][:7]] = {
+        start = f"seed {r['seed']}, warm start {(r.get('base') or '?')[:6]} ({r.get('cpu', '?')})"
+        out.setdefault(f"{r['flaw']}/{r['task']}", {}).setdefault(start, {})[r["commit"][:7]] = {
             "accuracy_wide": r["accuracy_wide"],
             "round0": sorted({f"{f['symptom']} ({f['severity']})" for f in r.get("round0_findings", [])
                               if f["severity"] != "info"}),
@@ -69,18 +70,17 @@ def main() -> None:
         cells.append((flaw, task))
     commit, cpu = code_commit(ROOT), machine_kind()
     rows = _rows()
-    have = {(r["flaw"], r["task"], r["seed"], r["commit"]) for r in rows}
+    have = {(r["flaw"], r["task"], r["seed"], r["commit"], r.get("base")) for r in rows}
     for seed in seeds:
         for flaw, task in cells:
-            if (flaw, task, seed, commit) in have:
-                continue
             ref, cfg = TaskRef(*suite.tasks[task].ref()), arm_config(suite, task, home)
             base, refused = warm_start(ref, cfg, seed, home)
             if refused is not None:
                 raise SystemExit(f"{task} seed {seed}: the warm start was refused ({refused})")
+            if (flaw, task, seed, commit, base) in have:
+                continue
             row: dict[str, Any] = {"flaw": flaw, "task": task, "seed": seed, "arm": "campaign", "budget": suite.budget,
                                    "commit": commit, "date": time.strftime("%Y-%m-%d"), "base": base, "cpu": cpu}
-            refuse_mixed([*rows, row], f"{RESULTS}, {flaw} / {task} / seed {seed}")
             print(f"== {flaw} / {task} / seed {seed}: campaign at {commit[:7]}", flush=True)
             row.update(run_campaign(ref, suite.harness(task, flaw, home / "harnesses"), seed, cfg, home))
             rows = [*rows, row]
