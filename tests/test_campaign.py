@@ -482,7 +482,8 @@ Set `optim.weight_decay` to 1e-12.
 
 def test_a_backtest_of_a_change_with_no_effect_stops_at_the_first_look_and_the_mainline_gets_the_steps(tmp_path):
     """A real change with exactly no effect (common random numbers make both arms the same run): the first look
-    rejects it for futility, its branches stop there, and the steps they did not spend lengthen the next segment."""
+    rejects it for futility, its branches stop there, and the steps they did not spend stay in the budget: the next
+    segment is an ordinary one, and the campaign still spends its whole budget."""
     lib = tmp_path / "lib" / "tiny-decay"
     lib.mkdir(parents=True)
     (lib / "SKILL.md").write_text(NULL_SKILL)
@@ -495,9 +496,9 @@ def test_a_backtest_of_a_change_with_no_effect_stops_at_the_first_look_and_the_m
     assert (d.stats.look, d.stats.looks, d.stats.effect, d.stats.ci_high) == (1, 2, 0.0, 0.0)
     branches = store.list_branches(store.list_backtests(cid)[0].id)
     assert len(branches) == 4 and all(len(b.looks) == 1 and b.steps == 1 for b in branches)
-    # 2 arms × 2 seeds × 1 step of the 2 planned: 4 steps freed, trained by the next segment (2 + 4)
+    # 2 arms × 2 seeds × 1 step of the 2 planned: 4 steps not spent, left to later rounds
     meta = json.loads((home / "jobs" / f"{cid}__r01__segment" / "meta.json").read_text())
-    assert meta["spec"]["steps"] == 6
+    assert meta["spec"]["steps"] == 2
     assert store.ledger_total(cid) == 12
     summary = json.loads(subprocess.run([sys.executable, "-m", "evotrainer.cli", "campaign", "status", cid, "--json",
                                          "--home", str(home)], capture_output=True, text=True, cwd=REPO).stdout)

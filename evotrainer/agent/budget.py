@@ -149,7 +149,7 @@ def _explore_spent(ctx: CampaignContext, mainline: PolicyVersion | None, steps: 
     return _remaining(ctx) - steps - look < budget.final_share * budget.total_steps
 
 
-def _last_round(ctx: CampaignContext, mainline: PolicyVersion, bonus: int, reset: bool, streak: int) -> bool:
+def _last_round(ctx: CampaignContext, mainline: PolicyVersion, reset: bool, streak: int) -> bool:
     """Whether no round follows this distill's: fewer steps are left than a segment needs, or the next segment
     trains the rest of the budget and the campaign then finishes (:func:`train_segment`'s own tests). With no stop
     rule reading it now either, nothing reads the mainline's decision-split accuracy, and :func:`_decision_scored`
@@ -164,4 +164,4 @@ def _last_round(ctx: CampaignContext, mainline: PolicyVersion, bonus: int, reset
     if stop.target_accuracy is not None or (not reset and streak + 1 >= stop.plateau_rounds):
         return False
     rest = _remaining(ctx)
-    return rest < steps or (rest > steps and _explore_spent(ctx, mainline, min(steps + bonus, rest)))
+    return rest < steps or (rest > steps and _explore_spent(ctx, mainline, min(steps, rest)))

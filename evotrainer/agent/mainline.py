@@ -281,14 +281,3 @@ def _choose_kept(ctx: CampaignContext, rnd: int, bt_id: str, best: str | None, v
                 + (f"; their average scored {merged['selection_accuracy']}, below every seed)" if merged else ")"))
         merged = None
     return chosen, merged
-
-
-def _freed(ctx: CampaignContext, bt_id: str | None) -> int:
-    """Steps a backtest planned but did not spend (it stopped early): the next segment trains them."""
-    if not bt_id:
-        return 0
-    bt = ctx.store.get_backtest(bt_id)
-    planned = (1 + len(bt.proposal_ids)) * len(bt.seeds) * bt.branch_steps
-    names = {x.run_name for x in ctx.store.list_branches(bt_id)}
-    spent = sum(e.steps for e in ctx.store.ledger(ctx.campaign_id) if e.run_name in names)
-    return max(0, planned - spent)

@@ -26,7 +26,6 @@ from evotrainer.agent.looks import _decide_look
 from evotrainer.agent.mainline import (
     _decision_scored,
     _fork_of,
-    _freed,
     _keep_best,
     _keep_branch,
     _on_the_way,
@@ -70,11 +69,12 @@ def train_segment(state: CampaignState, runtime: Runtime[CampaignContext]) -> Co
     ctx, rnd = runtime.context, state["round"]
     name = f"{ctx.campaign_id}__r{rnd:02d}__segment"
     meta = read_run_meta(ctx.home / "jobs" / name)
-    # the steps a backtest freed by stopping early go to the mainline (within what the budget still holds); once the
-    # exploration share cannot pay for one more look, or a look would eat into budget.final_share, nothing is left to
-    # backtest: the mainline trains the rest
+    # once the exploration share cannot pay for one more look, or a look would eat into budget.final_share, nothing
+    # is left to backtest: the mainline trains the rest. Steps a backtest did not spend (it stopped early) stay in the
+    # budget for later rounds: given to the next segment they made it so long (~180 of a 400-step flaw-suite budget)
+    # that no look fit after it, and every campaign decided only in round 0 (bench/log/19-flaw-suite.md).
     parent = ctx.store.get_policy_version(state["mainline"]) if state.get("mainline") else None
-    steps = min(ctx.spec.segment_steps + int(state.get("bonus_steps") or 0), max(_remaining(ctx), 0))
+    steps = min(ctx.spec.segment_steps, max(_remaining(ctx), 0))
     last = _explore_spent(ctx, parent, steps) and _remaining(ctx) >= ctx.spec.segment_steps
     if last:
         steps = _remaining(ctx)
@@ -116,7 +116,7 @@ def train_segment(state: CampaignState, runtime: Runtime[CampaignContext]) -> Co
             f"(selection split {pv.selection_accuracy})")
     keep = _keep_best(ctx, rnd, pv)  # the backtest forks from here; the segment's evidence is still diagnosed
     ctx.store.set_campaign(ctx.campaign_id, mainline_version=keep.id)
-    update = {"mainline": keep.id, "segment_run": name, "bonus_steps": 0}
+    update = {"mainline": keep.id, "segment_run": name}
     if _remaining(ctx) <= 0 and steps > ctx.spec.segment_steps:
         # this segment trained the rest of the budget (nothing was left to backtest): done
         return Command(goto="finish", update={**update, "stop_reason": f"budget spent: the last segment trained the "
@@ -324,9 +324,8 @@ def distill(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
         if pv is not None:
             mainline = _keep_best(ctx, rnd, pv).id
             ctx.store.set_campaign(ctx.campaign_id, mainline_version=mainline)
-    freed = _freed(ctx, bt_id)
     pv = ctx.store.get_policy_version(mainline)
-    if not _last_round(ctx, pv, freed, bool(best), state.get("rounds_without_promotion", 0)):
+    if not _last_round(ctx, pv, bool(best), state.get("rounds_without_promotion", 0)):
         pv = _decision_scored(ctx, pv)
     acc = pv.eval_accuracy
     prev_best = state.get("best_accuracy")
@@ -334,7 +333,7 @@ def distill(state: CampaignState, runtime: Runtime[CampaignContext]) -> Command[
     streak = 0 if best or improved else state.get("rounds_without_promotion", 0) + 1
     seen = [a for a in (acc, prev_best) if a is not None]
     update = {"round": rnd + 1, "mainline": mainline, "harness_version": version, "rounds_without_promotion": streak,
-              "best_accuracy": max(seen) if seen else None, "bonus_steps": freed,
+              "best_accuracy": max(seen) if seen else None,
               "proposal_ids": [], "approved_ids": [], "backtest_id": None, "promoted": None, "segment_run": None}
     if ctx.mlflow_run_id:  # a kept average not scored on the decision split (a last round) has no point to plot
         ctx.tracker.log_metrics(ctx.mlflow_run_id, rnd, {**({} if acc is None else {"campaign/mainline_accuracy": acc}),

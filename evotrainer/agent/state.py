@@ -49,7 +49,6 @@ class CampaignState(TypedDict, total=False):
     promoted: str | None
     rounds_without_promotion: int  # rounds in a row with neither a promotion nor a new best mainline accuracy
     best_accuracy: float | None  # best mainline held-out accuracy so far
-    bonus_steps: int  # steps the last backtest freed by stopping early: the next segment trains them
     stop_reason: str | None
     failed: bool  # the campaign could not train at all (its first segment failed): it ends 'failed', not 'finished'
 
