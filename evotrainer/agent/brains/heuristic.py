@@ -10,8 +10,9 @@ the change answers can produce (the registry's ``explains``: every all-wrong gro
 consequence, not a second piece of evidence, and is not added again: otherwise a remedy for dead groups that also
 names too-hard groups counted the same groups twice and outranked a remedy for the too-hard levels themselves.
 A draft's hypothesis names the most relevant symptom training showed at warning or above (the registry's
-``observed``), a reading of the recipe only when its change answers no such finding: the reading says where the knob stands, the evidence why
-the run suffers, and the lesson a backtest leaves is filed under the symptom the hypothesis names.
+``observed``), a reading of the recipe only when its change answers no such finding: the reading says where the
+knob stands, the evidence why the run suffers, and the lesson a backtest leaves is filed under the symptom the
+hypothesis names.
 The bonus is as large as the prior's spread, so a critical finding's remedies outrank an info-level
 plateau's, while draws still explore among them (0.01 let the demo campaign chase the plateau instead of
 its critical truncation). A finding that says its evidence could not decide ("not enough evidence") makes no symptom
@@ -105,7 +106,8 @@ class HeuristicBrain:
             p_gain = 1 - NormalDist(mean, sd).cdf(ctx.min_effect)
             urgent = any(pressure[s] >= SEVERITY_RANK["warning"] for s in matched)
             if not urgent and p_gain < self.explore_threshold:
-                notes.append(f"skip {c.id}: P(effect > {ctx.min_effect:+.3f}) = {p_gain:.2f} < {self.explore_threshold:.2f} "
+                notes.append(f"skip {c.id}: P(effect > {ctx.min_effect:+.3f}) = {p_gain:.2f} < "
+                             f"{self.explore_threshold:.2f} "
                              f"(posterior mean {mean:+.3f} from {len(c.effects)} backtest(s), prior mean {mu0:+.3f})")
                 continue
             draw = rng.gauss(mean, sd)
