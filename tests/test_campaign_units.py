@@ -844,18 +844,18 @@ def test_a_merged_average_is_scored_on_the_decision_split_only_when_something_wi
     merged = PolicyVersion(id="m:r00:control", campaign_id="m", parent_id=None, harness_version="h", checkpoint="c",
                            run_name="merged", mlflow_run_id=None, eval_accuracy=None, step=15, created=now)
     # 70 steps left and a look still fits the 40-step share (15 outside the mainline): a round follows the segment
-    assert not _last_round(ctx, merged, 0, True, 0)
+    assert not _last_round(ctx, merged, True, 0)
     # the share spent (0.2 × 100 = 20 < 15 + 2 × 2 × 5 − 5): the next segment trains the 70 left, and nothing follows
     ctx.spec = spec.model_copy(update={"budget": spec.budget.model_copy(update={"explore_share": 0.2})})
-    assert _last_round(ctx, merged, 0, True, 0)
+    assert _last_round(ctx, merged, True, 0)
     # ... unless a stop rule reads the accuracy now: a target, or a plateau this round may complete
-    assert _last_round(ctx, merged, 0, False, 1) and not _last_round(ctx, merged, 0, False, 2)
+    assert _last_round(ctx, merged, False, 1) and not _last_round(ctx, merged, False, 2)
     target = ctx.spec.model_copy(update={"stop": ctx.spec.stop.model_copy(update={"target_accuracy": 0.9})})
-    assert not _last_round(CampaignContext(**{**vars(ctx), "spec": target}), merged, 0, True, 0)
+    assert not _last_round(CampaignContext(**{**vars(ctx), "spec": target}), merged, True, 0)
     # fewer steps left than a segment: no segment, no round
     store.ledger_add(LedgerEntry(campaign_id="m", key="seg2", kind="segment", run_name="seg2", steps=65, at=now))
     ctx.spec = spec
-    assert _last_round(ctx, merged, 0, True, 0)
+    assert _last_round(ctx, merged, True, 0)
 
 
 def test_an_inconclusive_gain_is_offered_once_more_while_its_knob_is_where_it_was_tested_from(tmp_path):
