@@ -164,4 +164,4 @@ def _last_round(ctx: CampaignContext, mainline: PolicyVersion, reset: bool, stre
     if stop.target_accuracy is not None or (not reset and streak + 1 >= stop.plateau_rounds):
         return False
     rest = _remaining(ctx)
-    return rest < steps or (rest > steps and _explore_spent(ctx, mainline, min(steps, rest)))
+    return rest < steps or (rest > steps and _explore_spent(ctx, mainline, steps))
